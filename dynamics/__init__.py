@@ -1,0 +1,1 @@
+"""dynamics: see its issue; filled in by its package's work."""

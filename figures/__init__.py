@@ -1,0 +1,1 @@
+"""figures: see its issue; filled in by its package's work."""

@@ -1,0 +1,1 @@
+"""gauge: see its issue; filled in by its package's work."""

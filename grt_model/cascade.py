@@ -1,0 +1,234 @@
+r"""The rotation cascade: GRT's replacement for a dense projection.
+
+A cascade of ``n_stages`` stages acts on ``[..., heads * width]`` (each head's
+``width`` coordinates independently, with its own parameters).  Stage :math:`s`
+of head :math:`h`, on the stage's pairs :math:`(x_0, x_1)_p` (pairing: see
+:mod:`grt_model.butterfly`), computes
+
+.. math::
+   m &= \tfrac1P \textstyle\sum_p (x_{0p}^2 + x_{1p}^2)
+      \quad\text{(mean pair energy of the token; features are divided by it)}\\
+   F &= \big[\,\tfrac{x_0^2 + x_1^2}{m},\; \tfrac{x_0}{\sqrt m},\; \tfrac{x_1}{\sqrt m},\;
+         \tfrac{x_{0,p} x_{1,p+1} - x_{1,p} x_{0,p+1}}{m}\,\big] \in \mathbb R^{4P}
+      \quad\text{(feature-major: rows } p,\,P{+}p,\,2P{+}p,\,3P{+}p)\\
+   \Delta\theta &= \tanh(F\,W_{h,s}), \qquad W_{h,s}\in\mathbb R^{4P\times P}
+      \quad\text{(the Clifford coupling; zero when coupling is off)}\\
+   \begin{pmatrix}y_0\\y_1\end{pmatrix}_p &=
+      \begin{pmatrix}s_{0}&0\\0&s_{1}\end{pmatrix}_{p}
+      \begin{pmatrix}\cos\vartheta_p&-\sin\vartheta_p\\ \sin\vartheta_p&\cos\vartheta_p\end{pmatrix}
+      \begin{pmatrix}x_0\\x_1\end{pmatrix}_p,
+      \qquad \vartheta = \theta_{h,s} + \Delta\theta,\quad s = \operatorname{softplus}(\tilde s_{h,s}).
+
+Source: ``../shared/seeds/001_cfb910613b442095.txt`` ("Inside one stored weight",
+"How the coupling W is indexed").  The text says the features are "normalized"
+without saying how; dividing by the token's mean pair energy :math:`m` makes
+every feature homogeneous of degree 0 in :math:`x`, so the nudge ignores the
+input's overall scale and the whole cascade is positively homogeneous of degree
+1 (:math:`C(cx) = c\,C(x)` for :math:`c>0`) -- the same property a linear map has.
+
+Every per-pair map has determinant :math:`s_0 s_1 > 0` and, at unit scales, is a
+rotation, whatever :math:`\Delta\theta` is: with coupling off the cascade is a
+linear map in :math:`GL^+(d)` (in :math:`SO(d)` at unit scales); with coupling on
+it still preserves every input's length at unit scales.
+
+Parameters (per head ``H``, stage ``S``, pair ``P``): ``angles`` ``[H, S, P]``,
+``raw_scales`` ``[H, S, P, 2]`` (softplus gives :math:`s_0, s_1`), and
+``coupling`` ``[H, S, 4P, P]`` (absent when ``coupling=False``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grt_model.butterfly import check_width, from_pairs, pair_index, stage_stride, to_pairs
+
+UNIT_RAW_SCALE = math.log(math.e - 1.0)  # softplus(log(e-1)) = 1: cascades start length-preserving
+COUPLING_INIT_STD = 0.02  # small nudges at init: the cascade starts close to its fixed-angle rotation
+
+
+def clifford_features(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
+    """The four normalized Clifford features, feature-major: ``[..., P] x2 -> [..., 4P]``."""
+    energy = x0 * x0 + x1 * x1  # (..., P)
+    # tiny floor: an all-zero token (FFN padding) gives zero features instead of 0/0
+    m = energy.mean(dim=-1, keepdim=True).clamp_min(torch.finfo(x0.dtype).tiny)  # (..., 1)
+    rs = m.sqrt()
+    area = x0 * x1.roll(-1, dims=-1) - x1 * x0.roll(-1, dims=-1)  # x0[p] x1[p+1] - x1[p] x0[p+1]
+    return torch.cat((energy / m, x0 / rs, x1 / rs, area / m), dim=-1)  # (..., 4P)
+
+
+class RotationCascade(nn.Module):
+    """``n_stages`` butterfly stages of Givens rotation + per-axis softplus scale (+ Clifford coupling).
+
+    Forward on ``[..., heads * width]``; ``width`` must be a power of two.
+    """
+
+    def __init__(self, width: int, n_stages: int, coupling: bool = True, heads: int = 1,
+                 *, first_stage: int = 0, coupling_init_std: float = COUPLING_INIT_STD,
+                 dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        check_width(width)
+        if n_stages < 1:
+            raise ValueError(f"n_stages must be >= 1, got {n_stages}")
+        if heads < 1:
+            raise ValueError(f"heads must be >= 1, got {heads}")
+        if first_stage < 0:
+            raise ValueError(f"first_stage must be >= 0, got {first_stage}")
+        self.width, self.n_stages, self.heads, self.first_stage = width, n_stages, heads, first_stage
+        self.has_coupling = bool(coupling)
+        P = width // 2
+        kw = {"dtype": dtype, "device": device}  # build in the target dtype: softplus(raw)=1 exactly
+        self.angles = nn.Parameter(torch.empty(heads, n_stages, P, **kw))  # (H, S, P) base phase theta
+        self.raw_scales = nn.Parameter(torch.empty(heads, n_stages, P, 2, **kw))  # (H, S, P, 2) -> (s0, s1)
+        if self.has_coupling:
+            self.coupling = nn.Parameter(torch.empty(heads, n_stages, 4 * P, P, **kw))  # (H, S, 4P, P)
+        else:
+            self.register_parameter("coupling", None)
+        self.coupling_init_std = coupling_init_std
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.angles.uniform_(-math.pi, math.pi)
+            self.raw_scales.fill_(UNIT_RAW_SCALE)
+            if self.coupling is not None:
+                self.coupling.normal_(0.0, self.coupling_init_std)
+
+    @property
+    def pairs(self) -> int:
+        return self.width // 2
+
+    def strides(self) -> list[int]:
+        return [stage_stride(self.width, self.first_stage + s) for s in range(self.n_stages)]
+
+    def scales(self) -> torch.Tensor:
+        """``[H, S, P, 2]`` positive scales (s0, s1)."""
+        return F.softplus(self.raw_scales)
+
+    def extra_repr(self) -> str:
+        return (f"width={self.width}, n_stages={self.n_stages}, heads={self.heads}, "
+                f"coupling={self.has_coupling}, strides={self.strides()}")
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.heads * self.width:
+            raise ValueError(
+                f"RotationCascade expects last dim heads*width = {self.heads}*{self.width} = "
+                f"{self.heads * self.width}, got input of shape {tuple(x.shape)}"
+            )
+        return x.reshape(*x.shape[:-1], self.heads, self.width)  # (..., H, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x = self._split_heads(x)  # (..., H, d)
+        scales = self.scales()  # (H, S, P, 2)
+        for s, h in enumerate(self.strides()):
+            x0, x1 = to_pairs(x, h)  # (..., H, P) each
+            theta = self.angles[:, s]  # (H, P)
+            if self.coupling is not None:
+                feats = clifford_features(x0, x1)  # (..., H, 4P)
+                theta = theta + torch.tanh(torch.einsum("...hf,hfp->...hp", feats, self.coupling[:, s]))
+            c, sn = torch.cos(theta), torch.sin(theta)
+            y0 = (c * x0 - sn * x1) * scales[:, s, :, 0]
+            y1 = (sn * x0 + c * x1) * scales[:, s, :, 1]
+            x = from_pairs(y0, y1, h)
+        return x.reshape(*lead, self.heads * self.width)
+
+    def stage_trace(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The activation after every stage (stage 0's input first): for figures and diagnostics."""
+        out = [x]
+        for s in range(self.n_stages):
+            out.append(self._single_stage(out[-1], s))
+        return out
+
+    def _single_stage(self, x: torch.Tensor, s: int) -> torch.Tensor:
+        sub = RotationCascade.__new__(RotationCascade)
+        nn.Module.__init__(sub)
+        sub.width, sub.n_stages, sub.heads = self.width, 1, self.heads
+        sub.first_stage, sub.has_coupling = self.first_stage + s, self.has_coupling
+        sub.angles = self.angles[:, s : s + 1]
+        sub.raw_scales = self.raw_scales[:, s : s + 1]
+        sub.coupling = None if self.coupling is None else self.coupling[:, s : s + 1]
+        return RotationCascade.forward(sub, x)
+
+    @torch.no_grad()
+    def log_det(self) -> torch.Tensor:
+        """``[H]``: log|det| of the (coupling-off) linear map, sum of log(s0 s1) over stages and pairs."""
+        return torch.log(self.scales()).sum(dim=(1, 2, 3))
+
+
+# ---------------------------------------------------------------------------------------------
+# The slow, obviously correct reference: explicit d x d Givens and scale matrices, stage by stage.
+# ---------------------------------------------------------------------------------------------
+
+
+def givens_matrix(width: int, i0: int, i1: int, theta: torch.Tensor) -> torch.Tensor:
+    """``[..., d, d]`` identity except the (i0, i1) plane, rotated by ``theta`` (``[...]``)."""
+    G = torch.eye(width, dtype=theta.dtype, device=theta.device).expand(*theta.shape, width, width).clone()
+    c, s = torch.cos(theta), torch.sin(theta)
+    G[..., i0, i0] = c
+    G[..., i0, i1] = -s
+    G[..., i1, i0] = s
+    G[..., i1, i1] = c
+    return G
+
+
+def reference_features(x: torch.Tensor, pairs: list[tuple[int, int]]) -> torch.Tensor:
+    """``[..., d] -> [..., 4P]`` Clifford features written out pair by pair."""
+    P = len(pairs)
+    e = [x[..., i0] ** 2 + x[..., i1] ** 2 for i0, i1 in pairs]
+    m = sum(e) / P
+    m = m.clamp_min(torch.finfo(x.dtype).tiny)
+    f0 = [ep / m for ep in e]
+    f1 = [x[..., i0] / m.sqrt() for i0, _ in pairs]
+    f2 = [x[..., i1] / m.sqrt() for _, i1 in pairs]
+    f3 = []
+    for p, (i0, i1) in enumerate(pairs):
+        j0, j1 = pairs[(p + 1) % P]
+        f3.append((x[..., i0] * x[..., j1] - x[..., i1] * x[..., j0]) / m)
+    return torch.stack(f0 + f1 + f2 + f3, dim=-1)
+
+
+def reference_cascade(cascade: RotationCascade, x: torch.Tensor) -> torch.Tensor:
+    """Apply ``cascade`` as a product of explicit matrices: ``y = prod_s D_s G_s(x) x`` per head.
+
+    Each stage builds one ``[..., d, d]`` Givens matrix per pair (the pairs are
+    disjoint, so their product is the stage's block rotation) and a diagonal
+    scale matrix, then multiplies.  Loops over stages and pairs on purpose: this
+    is the slow path the fast one is tested against.
+    """
+    d, H = cascade.width, cascade.heads
+    xs = cascade._split_heads(x)  # (..., H, d)
+    scales = cascade.scales()
+    outs = []
+    for head in range(H):
+        v = xs[..., head, :]  # (..., d)
+        for s in range(cascade.n_stages):
+            pairs = [tuple(p) for p in pair_index(d, cascade.first_stage + s).tolist()]
+            theta = cascade.angles[head, s].expand(*v.shape[:-1], len(pairs))  # (..., P)
+            if cascade.coupling is not None:
+                feats = reference_features(v, pairs)  # (..., 4P)
+                theta = theta + torch.tanh(feats @ cascade.coupling[head, s])
+            M = torch.eye(d, dtype=v.dtype, device=v.device).expand(*v.shape[:-1], d, d)
+            for p, (i0, i1) in enumerate(pairs):
+                M = givens_matrix(d, i0, i1, theta[..., p]) @ M
+            diag = torch.empty(d, dtype=v.dtype, device=v.device)
+            idx = torch.tensor(pairs, device=v.device)
+            diag = diag.index_put((idx[:, 0],), scales[head, s, :, 0]).index_put((idx[:, 1],), scales[head, s, :, 1])
+            M = torch.diag(diag) @ M
+            v = (M @ v.unsqueeze(-1)).squeeze(-1)
+        outs.append(v)
+    return torch.stack(outs, dim=-2).reshape(x.shape)
+
+
+def materialize(cascade: RotationCascade) -> torch.Tensor:
+    """``[H, d, d]`` matrix of a coupling-off cascade (columns are images of basis vectors)."""
+    if cascade.coupling is not None:
+        raise ValueError("materialize() needs coupling=False: with coupling on the cascade is not linear")
+    p = cascade.angles
+    eye = torch.eye(cascade.width, dtype=p.dtype, device=p.device)  # (d, d)
+    basis = eye.unsqueeze(1).expand(cascade.width, cascade.heads, cascade.width)  # (d_in, H, d)
+    out = cascade(basis.reshape(cascade.width, -1)).reshape(cascade.width, cascade.heads, cascade.width)
+    return out.permute(1, 2, 0)  # (H, d_out, d_in)

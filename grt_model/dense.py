@@ -1,0 +1,146 @@
+"""The dense baseline: a small pre-norm causal transformer with optional QK-norm.
+
+This is the "real downstream loss" of the gauge suite (next-byte cross-entropy on
+the bundled corpus) and the baseline the GRT is compared against.  With
+``qk_norm=True`` the query and key projections each feed a per-head RMSNorm (as in
+OLMo 2, Gemma 3, Qwen 3): exactly the situation of the RMSNorm scale gauge, so
+``W_q`` and ``W_k`` are scale gauges of the loss.  Weights that write into the
+residual stream (V, O, the MLP) are *not* followed by a norm and are not gauges.
+
+Layout per block (pre-norm):  ``x += attn(norm1(x)); x += mlp(norm2(x))``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grt_model.rmsnorm import RMSNorm
+from grt_model.rope import apply_rope, rope_angles
+
+
+@dataclass
+class DenseConfig:
+    vocab_size: int = 256  # byte-level tokens
+    block_size: int = 128  # context length in tokens
+    d_model: int = 256
+    n_heads: int = 4
+    n_layers: int = 4
+    d_ff: int = 1024
+    qk_norm: bool = True  # per-head RMSNorm on q and k: makes W_q, W_k exact scale gauges
+    qk_norm_eps: float = 0.0  # 0: the gauge is exact; torch.nn.RMSNorm's default would be finfo.eps
+    norm_eps: float = 1e-6  # the pre-norms (their inputs are sums, never a gauge question)
+    rope: bool = True  # rotary position on q/k pairs
+    tie_embeddings: bool = True  # output head = token embedding^T
+    init_std: float = 0.02  # GPT-2 style normal init
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"DenseConfig.{name} must be a positive integer, got {v!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"DenseConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError("DenseConfig: head dim d_model/n_heads must be even (rotary pairs)")
+        if self.qk_norm_eps < 0 or self.norm_eps < 0:
+            raise ValueError("DenseConfig: qk_norm_eps and norm_eps must be >= 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class DenseAttention(nn.Module):
+    def __init__(self, cfg: DenseConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        d, hd = cfg.d_model, cfg.head_dim
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, eps=cfg.qk_norm_eps)
+            self.k_norm = RMSNorm(hd, eps=cfg.qk_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        H, hd = self.cfg.n_heads, self.cfg.head_dim
+        q = self.q_proj(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        k = self.k_proj(x).view(B, T, H, hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, H, hd).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.cfg.rope:
+            ang = rope_angles(T, hd, dtype=x.dtype, device=x.device)  # (T, hd/2)
+            q, k = apply_rope(q, ang), apply_rope(k, ang)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class DenseMLP(nn.Module):
+    def __init__(self, cfg: DenseConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class DenseBlock(nn.Module):
+    def __init__(self, cfg: DenseConfig) -> None:
+        super().__init__()
+        self.norm1 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = DenseAttention(cfg)
+        self.norm2 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = DenseMLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class DenseTransformer(nn.Module):
+    """Pre-norm causal transformer; ``forward(idx, targets=None) -> (logits, loss)``."""
+
+    def __init__(self, cfg: DenseConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(DenseBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm_f = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith("o_proj.weight") or name.endswith("down.weight"):
+                # residual writes scaled by depth (GPT-2): keeps the stream's variance O(1)
+                nn.init.normal_(p, 0.0, cfg.init_std / math.sqrt(2 * cfg.n_layers))
+
+    def _init(self, m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, self.config.init_std)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        x = self.tok_emb(idx)  # (B, T, D)
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.norm_f(x)
+        logits = x @ self.tok_emb.weight.T if self.head is None else self.head(x)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return logits, loss

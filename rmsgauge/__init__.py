@@ -1,0 +1,41 @@
+"""rmsgauge core: the small shared pieces at the bottom of the import graph.
+
+Every package that emits claims (``gauge``, ``dynamics``, ``grt_model``) uses the
+same :class:`Claim` record, the same tolerance helper, the same seed function and
+the same atomic writer.  Nothing here imports anything else of ours, so
+``import grt_model`` stays standalone (it depends on this core only).
+"""
+
+from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from rmsgauge.claims import Claim, claims_table, claims_to_json, write_claims_json
+from rmsgauge.cli import (
+    check_choice,
+    check_positive,
+    check_range,
+    parse_dtype,
+    parse_float_list,
+    reject_unknown_keys,
+)
+from rmsgauge.seeding import seed_everything
+from rmsgauge.tolerance import Tolerance, assert_close, eps_of, tolerance
+
+__all__ = [
+    "Claim",
+    "Tolerance",
+    "assert_close",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "check_choice",
+    "check_positive",
+    "check_range",
+    "claims_table",
+    "claims_to_json",
+    "eps_of",
+    "parse_dtype",
+    "parse_float_list",
+    "reject_unknown_keys",
+    "seed_everything",
+    "tolerance",
+    "write_claims_json",
+]

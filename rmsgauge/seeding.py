@@ -1,0 +1,27 @@
+"""One seed function for ``random``, numpy and torch."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+
+def seed_everything(seed: int) -> np.random.Generator:
+    """Seed Python's ``random``, numpy's global state and torch (CPU and CUDA).
+
+    Returns a fresh ``numpy.random.Generator`` seeded with ``seed`` for code that
+    prefers explicit generators.
+    """
+    if not (0 <= int(seed) < 2**32):
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    seed = int(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        import torch
+    except ImportError:  # torch is a runtime dependency, but keep the core importable without it
+        pass
+    else:
+        torch.manual_seed(seed)  # also seeds every CUDA device
+    return np.random.default_rng(seed)

@@ -1,0 +1,119 @@
+"""The shared core: butterfly wiring, tolerance helper, claim record, corpus, CI/README consistency."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grt_model import ByteCorpus, butterfly_pairs, decode, encode, load_text
+from grt_model.butterfly import from_pairs, pair_index, stage_stride, to_pairs
+from rmsgauge import Claim, check_range, claims_table, eps_of, seed_everything, tolerance, write_claims_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_butterfly_pairs_written_out_width_8():
+    # d = 8: log2 d = 3 strides (1, 2, 4) that then cycle.
+    assert butterfly_pairs(8, 0) == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert butterfly_pairs(8, 1) == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    assert butterfly_pairs(8, 2) == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    assert butterfly_pairs(8, 3) == butterfly_pairs(8, 0)
+
+
+def test_butterfly_pairs_written_out_width_16_stride_8():
+    assert butterfly_pairs(16, 3) == [(0, 8), (1, 9), (2, 10), (3, 11), (4, 12), (5, 13), (6, 14), (7, 15)]
+    assert butterfly_pairs(4, 1) == [(0, 2), (1, 3)]
+
+
+@given(st.sampled_from([2, 4, 8, 16, 32, 64, 256, 1024]), st.integers(0, 40))
+def test_each_stage_pairing_is_a_perfect_matching(width, stage):
+    pairs = butterfly_pairs(width, stage)
+    flat = sorted(i for p in pairs for i in p)
+    assert flat == list(range(width))
+    h = stage_stride(width, stage)
+    assert all(i1 - i0 == h and (i0 & h) == 0 for i0, i1 in pairs)
+
+
+@given(st.sampled_from([2, 4, 8, 16, 64]), st.integers(0, 12), st.integers(1, 3))
+def test_pair_views_match_explicit_index(width, stage, batch):
+    x = torch.randn(batch, width)
+    h = stage_stride(width, stage)
+    x0, x1 = to_pairs(x, h)
+    idx = pair_index(width, stage)
+    assert torch.equal(x0, x[:, idx[:, 0]]) and torch.equal(x1, x[:, idx[:, 1]])
+    assert torch.equal(from_pairs(x0, x1, h), x)
+
+
+@pytest.mark.parametrize("bad", [0, 3, 6, 12, -4])
+def test_butterfly_rejects_non_power_of_two(bad):
+    with pytest.raises(ValueError, match="power of two"):
+        butterfly_pairs(bad, 0)
+
+
+def test_tolerance_scales_with_eps_and_size():
+    t64 = tolerance("float64", size=100)
+    t32 = tolerance(torch.float32, size=100)
+    assert t32.rtol / t64.rtol == pytest.approx(eps_of("float32") / eps_of("float64"))
+    assert tolerance("float64", size=400).rtol == pytest.approx(2 * t64.rtol)
+    assert tolerance("float64", rtol=1e-3).rtol == 1e-3
+    with pytest.raises(ValueError):
+        eps_of("int7")
+
+
+def test_claim_record_json_and_table(tmp_path):
+    c = Claim("gauge.example_claim", "x is zero", 0.0, 1e-17, 1e-15, True, source_status="approximate",
+              exact_law="x = 0 exactly", details={"n": 3})
+    path = tmp_path / "c.json"
+    write_claims_json(path, [c], dtype="float64")
+    rec = json.loads(path.read_text())["claims"][0]
+    for key in ("id", "statement", "stated", "measured", "tolerance", "holds"):
+        assert key in rec
+    assert "HOLDS" in claims_table([c]) and c.test_name == "test_example_claim"
+    with pytest.raises(ValueError, match="claim id"):
+        Claim("nodot", "s", None, 0, None, True)
+
+
+def test_check_range_names_parameter():
+    with pytest.raises(ValueError, match=r"wd must be in \[0, 1\)"):
+        check_range("wd", 1.0, 0.0, 1.0, hi_open=True)
+    assert check_range("lr", 0.1, 0.0, None, lo_open=True) == 0.1
+
+
+def test_seed_everything_reproduces_all_three():
+    import random
+
+    seed_everything(7)
+    a = (random.random(), np.random.rand(), torch.rand(1).item())
+    seed_everything(7)
+    assert a == (random.random(), np.random.rand(), torch.rand(1).item())
+
+
+def test_corpus_is_bundled_and_splits_never_overlap(tmp_path):
+    corpus = ByteCorpus.load()
+    assert len(corpus.tokens) > 1_000_000  # about 1.2 MB of plays
+    assert "HAMLET" in load_text()
+    train, val = corpus.split("train"), corpus.split("val")
+    assert len(train) + len(val) == len(corpus.tokens)
+    g = torch.Generator().manual_seed(0)
+    x, y = corpus.batch("val", 4, 32, generator=g)
+    assert x.shape == (4, 32) and torch.equal(x[:, 1:], y[:, :-1])
+    (tmp_path / "a.txt").write_text("hello ")
+    (tmp_path / "b.txt").write_text("world")
+    assert load_text(tmp_path) == "hello \nworld"
+    assert decode(encode("naïve")) == "naïve"
+    with pytest.raises(FileNotFoundError):
+        load_text(tmp_path / "missing")
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text().splitlines()
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_cmds = [ln.strip() for ln in readme[:15] if "pytest" in ln and ln.strip().startswith("pip install")]
+    assert len(test_cmds) == 1, "README's first lines must hold exactly one install+test command"
+    assert test_cmds[0] in ci
