@@ -1,0 +1,1 @@
+"""Symbolic identities; see proofs/core.py for the registry."""
