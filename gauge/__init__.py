@@ -1,1 +1,65 @@
-"""gauge: see its issue; filled in by its package's work."""
+"""gauge: the RMSNorm scale gauge, verified on a real model and real data (``python gauge.py``).
+
+A weight whose output feeds an RMSNorm (here: the query/key projections of a QK-norm
+transformer) has a scale the loss cannot see.  ``run_all`` measures every claim of the
+source text as a :class:`rmsgauge.Claim`; ``gauge.laws`` holds the closed-form laws and
+``gauge.model`` the model, data and helpers they are measured on.
+"""
+
+from gauge.checks import (
+    CLAIM_IDS,
+    census_table,
+    check_census,
+    check_epsilon_breaking,
+    check_euler_radial_gradient,
+    check_forward_invariance,
+    check_jacobian_null_space,
+    check_per_row_scaling,
+    deviation_curves,
+    loss_tolerance,
+    output_tolerance,
+    predicted_gauges,
+    q_norm_output,
+    radial_tolerance,
+    run_all,
+    scale_deviation,
+)
+from gauge.laws import (
+    break_scales,
+    eps_ratio_minus_one,
+    eps_ratio_minus_one_leading,
+    predicted_deviation,
+    predicted_radial_eps,
+)
+from gauge.model import GaugeConfig, GaugeSetup, build_setup, capture_q_path, loss_of, qk_eps, scaled
+
+__all__ = [
+    "CLAIM_IDS",
+    "GaugeConfig",
+    "GaugeSetup",
+    "break_scales",
+    "build_setup",
+    "capture_q_path",
+    "census_table",
+    "check_census",
+    "check_epsilon_breaking",
+    "check_euler_radial_gradient",
+    "check_forward_invariance",
+    "check_jacobian_null_space",
+    "check_per_row_scaling",
+    "deviation_curves",
+    "eps_ratio_minus_one",
+    "eps_ratio_minus_one_leading",
+    "loss_of",
+    "loss_tolerance",
+    "output_tolerance",
+    "predicted_deviation",
+    "predicted_gauges",
+    "predicted_radial_eps",
+    "q_norm_output",
+    "qk_eps",
+    "radial_tolerance",
+    "run_all",
+    "scale_deviation",
+    "scaled",
+]

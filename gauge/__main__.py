@@ -1,0 +1,211 @@
+"""python gauge.py: verify the RMSNorm scale gauge on a real model and real data.
+
+Builds a small dense pre-norm transformer with per-head QK-norm (eps = 0), trains it a
+few AdamW steps in float32 on the bundled Shakespeare corpus, copies it to float64, and
+measures on a held-out batch, for W = blocks[LAYER].attn.q_proj.weight:
+
+  gauge.forward_invariance     max |RMSNorm(x(cW)) - RMSNorm(xW)| over c in [c-min, c-max] (and in ulps)
+  gauge.euler_radial_gradient  <grad_W L, W>, its size relative to ||g|| ||W||, ||g||, and ||g(cW)|| = ||g||/c
+  gauge.jacobian_null_space    ||J(z) z|| (autograd and closed form): the backward pass kills the scale
+  gauge.epsilon_breaking       eps > 0: predicted vs measured deviation, break scales, the eps radial law
+  gauge.per_row_scaling        one neuron is not a gauge; one head's row block is
+  gauge.census                 which parameter tensors are gauges, with and without QK-norm
+
+Every record says its precision. Exit status 0 when every claim holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+import torch
+
+from gauge.checks import run_all
+from gauge.model import TORCH_EPS, GaugeConfig
+from rmsgauge import check_range, claims_table, parse_dtype, write_claims_json
+from rmsgauge.claims import Claim
+
+C_LIMITS = (1e-8, 1e8)  # float32 squares of c * z stay normal numbers far inside this range
+
+
+def _dtype_choice(value: str) -> str:
+    if value == "both":
+        return value
+    try:
+        return parse_dtype(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"unknown dtype {value!r}; allowed: float32, float64, both") from None
+
+
+def _eps_list(value: str) -> list[float | str]:
+    out: list[float | str] = []
+    for item in (v.strip() for v in value.split(",")):
+        if not item:
+            continue
+        if item == TORCH_EPS:
+            out.append(TORCH_EPS)
+            continue
+        try:
+            out.append(float(item))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers or '{TORCH_EPS}', got {item!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError("expected at least one eps")
+    return out
+
+
+def _float_list(value: str) -> list[float]:
+    try:
+        out = [float(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {value!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = GaugeConfig()
+    ap = argparse.ArgumentParser(prog="python gauge.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtype", type=_dtype_choice, default="both",
+                    help="float64, float32 or both (default: both; the model trains in float32 either way)")
+    m = ap.add_argument_group("model and data")
+    m.add_argument("--d-model", type=int, default=d.d_model, help=f"model width (default {d.d_model})")
+    m.add_argument("--heads", type=int, default=d.n_heads,
+                   help=f"attention heads; d-model/heads must be even (default {d.n_heads})")
+    m.add_argument("--layers", type=int, default=d.n_layers, help=f"blocks (default {d.n_layers})")
+    m.add_argument("--layer", type=int, default=d.layer, help=f"which block's q_proj is W (default {d.layer})")
+    m.add_argument("--batch", type=int, default=d.batch, help=f"sequences per batch (default {d.batch})")
+    m.add_argument("--block", type=int, default=d.block, help=f"tokens per sequence (default {d.block})")
+    m.add_argument("--train-steps", type=int, default=d.train_steps,
+                   help=f"float32 AdamW steps before measuring; 0 = the initialization (default {d.train_steps})")
+    m.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate for those steps (default {d.lr:g})")
+    m.add_argument("--corpus", metavar="PATH", default=None,
+                   help="a text file or folder (default: the bundled Shakespeare plays)")
+    m.add_argument("--seed", type=int, default=d.seed, help=f"seed for weights and batches (default {d.seed})")
+    g = ap.add_argument_group("scales and eps")
+    g.add_argument("--c-min", type=float, default=d.c_min, help=f"smallest scale c (default {d.c_min:g})")
+    g.add_argument("--c-max", type=float, default=d.c_max, help=f"largest scale c (default {d.c_max:g})")
+    g.add_argument("--c-points", type=int, default=d.c_points,
+                   help=f"log-spaced scales in [c-min, c-max] (default {d.c_points}; the source asks >= 100)")
+    g.add_argument("--eps", type=_eps_list, default=list(d.eps),
+                   help="comma-separated eps >= 0 for the eps-breaking study; 'torch' = torch.nn.RMSNorm's default "
+                        "torch.finfo(dtype).eps (default: 1e-6,1e-5,torch)")
+    g.add_argument("--census-c", type=_float_list, default=list(d.census_c),
+                   help="scales applied to each tensor in the census and per-row checks; avoid powers of two, "
+                        "which scale floats exactly (default: 10,0.1)")
+    o = ap.add_argument_group("output")
+    o.add_argument("--json", metavar="PATH", help="also write the claim records as JSON (atomic)")
+    o.add_argument("--quiet", action="store_true", help="no progress on stderr; one line per claim")
+    o.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: machines are shared)")
+    return ap
+
+
+def config_from_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> GaugeConfig:
+    """Validate every flag (before any work) and build the config; ``ap.error`` names the flag and its range."""
+    checks: list[tuple[str, float, float | None, float | None]] = [
+        ("--d-model", args.d_model, 2, 4096),
+        ("--heads", args.heads, 1, args.d_model),
+        ("--layers", args.layers, 1, 64),
+        ("--layer", args.layer, 0, args.layers - 1),
+        ("--batch", args.batch, 1, 4096),
+        ("--block", args.block, 2, 8192),
+        ("--train-steps", args.train_steps, 0, 100_000),
+        ("--seed", args.seed, 0, 2**32 - 1),
+        ("--c-min", args.c_min, *C_LIMITS),
+        ("--c-max", args.c_max, *C_LIMITS),
+        ("--c-points", args.c_points, 2, 100_000),
+        ("--threads", args.threads, 1, 256),
+    ]
+    try:
+        for name, value, lo, hi in checks:
+            check_range(name, value, lo, hi)
+        check_range("--lr", args.lr, 0.0, 1.0, lo_open=True)
+        if not args.c_min < args.c_max:
+            raise ValueError(f"--c-max must be greater than --c-min ({args.c_min:g}), got {args.c_max:g}")
+        for e in args.eps:
+            if e != TORCH_EPS:
+                check_range("--eps", e, 0.0, 1.0)
+        for c in args.census_c:
+            check_range("--census-c", c, *C_LIMITS)
+            if c == 1.0:
+                raise ValueError("--census-c must not contain 1 (it changes nothing), got 1")
+        cfg = GaugeConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, batch=args.batch,
+                          block=args.block, seed=args.seed, train_steps=args.train_steps, lr=args.lr,
+                          layer=args.layer, c_min=args.c_min, c_max=args.c_max, c_points=args.c_points,
+                          eps=tuple(args.eps), census_c=tuple(args.census_c), corpus=args.corpus)
+        cfg.dense_config()  # the model's own validation (divisibility, even head dim)
+    except ValueError as e:
+        msg = str(e)
+        if msg.startswith("DenseConfig"):
+            msg = f"--d-model/--heads: {msg}"
+        ap.error(msg)
+    if args.corpus is not None:
+        from pathlib import Path
+
+        if not Path(args.corpus).exists():
+            ap.error(f"--corpus must be an existing text file or folder, got {args.corpus!r}")
+    return cfg
+
+
+def census_lines(claims: list[Claim]) -> list[str]:
+    """The per-tensor census, one line per tensor (the table's details are truncated)."""
+    lines = []
+    for c in claims:
+        if c.id != "gauge.census":
+            continue
+        for key, rows in c.details.items():
+            if not key.endswith("per tensor [max |dL|, radial cos, gauge]"):
+                continue
+            label = key.split(":")[0]
+            tol, rtol = c.details[f"{label}: loss tol, radial-cosine tol"]
+            lines.append(f"census ({c.dtype}), {label}: max |L(cp) - L(p)| over c in {c.details['scales c']} "
+                         f"(tol {tol:.3g}) and <grad_p L, p>/(||grad_p L|| ||p||) (tol {rtol:.3g})")
+            for name, (dl, cos, is_gauge) in rows.items():
+                mark = "GAUGE" if is_gauge else "  -  "
+                lines.append(f"    {mark}  {name:34s} max|dL| {dl:9.3g}   radial cos {cos:10.3g}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    cfg = config_from_args(ap, args)
+    dtypes = ("float64", "float32") if args.dtype == "both" else (args.dtype,)
+    torch.set_num_threads(args.threads)
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    progress(f"gauge: d_model={cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, batch {cfg.batch}x"
+             f"{cfg.block}, seed {cfg.seed}; training {cfg.train_steps} AdamW steps in float32, "
+             f"measuring in {' and '.join(dtypes)}")
+    claims = run_all(cfg, dtypes, progress=progress)
+    elapsed = time.perf_counter() - t0
+    if args.quiet:
+        for c in claims:
+            print(f"[{'HOLDS' if c.holds else 'FAILS'}] {c.id} ({c.dtype})")
+        print(f"{sum(c.holds for c in claims)} of {len(claims)} claims hold")
+    else:
+        print(f"RMSNorm scale gauge, W = blocks.{cfg.layer}.attn.q_proj.weight of a QK-norm dense transformer "
+              f"(d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers) after {cfg.train_steps} "
+              f"AdamW steps (float32) on {'the bundled Shakespeare' if cfg.corpus is None else cfg.corpus}; "
+              f"loss = next-byte cross-entropy on a held-out {cfg.batch}x{cfg.block} batch; "
+              f"measured in {', '.join(dtypes)}.")
+        print(claims_table(claims))
+        print("\n".join(census_lines(claims)))
+        print(f"({elapsed:.1f} s)")
+    if args.json:
+        write_claims_json(args.json, claims, tool="gauge", config=cfg.__dict__, dtypes=list(dtypes),
+                          torch=torch.__version__, seconds=elapsed)
+    return 0 if all(c.holds for c in claims) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
