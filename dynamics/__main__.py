@@ -1,0 +1,120 @@
+"""``python dynamics.py`` / ``python -m dynamics``: weight-norm dynamics of an RMSNorm scale gauge under weight decay.
+
+Without setting flags it runs the default reproduction of the source text's dynamics claims: SGD with
+the source's decay W <- W - lr g - wd W (wd = 0.02) on the real QK-norm query projection (float32,
+learning rate calibrated so the first step turns W_q by the source's 0.0025 rad) and on a float64
+RMSNorm regression toy, plus the grids the laws need (a wd sweep for the 4e-4 figure, a phase toy for
+exact fixed points and relaxation, a noise toy for each optimizer's equilibrium angle).
+
+With any of --optimizer --decay --lr --wd --momentum --betas --steps --dtype the run measures that one
+setting on every problem, and every record reflects it (--seed and --quick do not switch modes).
+
+Decay conventions: source (decay wd per step, independent of lr), torch (lr*wd per step, as
+torch.optim.AdamW / SGD-W), l2 (wd*W added to the gradient, torch.optim.SGD's weight_decay; sgd/sgdm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from rmsgauge import check_range, claims_table, parse_dtype, write_claims_json
+
+SETTING_FLAGS = ("optimizer", "decay", "lr", "wd", "momentum", "betas", "steps", "dtype")
+
+
+def _betas(value: str) -> tuple[float, float]:
+    parts = [p for p in value.replace(" ", "").split(",") if p]
+    try:
+        b = tuple(float(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two comma-separated numbers like 0.9,0.999; got {value!r}") \
+            from None
+    if len(b) != 2:
+        raise argparse.ArgumentTypeError(f"expected exactly two numbers (beta1,beta2); got {value!r}")
+    return b  # type: ignore[return-value]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python dynamics.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--optimizer", choices=("sgd", "sgdm", "adamw"), default=None,
+                    help="sgd, sgd with momentum (torch.optim.SGD), or adamw (torch.optim.AdamW); default sgd")
+    ap.add_argument("--decay", choices=("source", "torch", "l2"), default=None,
+                    help="weight-decay convention: source (W <- W - lr g - wd W), torch (lr*wd per step), "
+                         "l2 (coupled, sgd/sgdm only); default source")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="learning rate > 0; default per problem (model: calibrated to a 0.0025 rad first step; "
+                         "toys 0.1; adamw 1e-3, noise toy 1e-2)")
+    ap.add_argument("--wd", type=float, default=None, help="weight decay in [0, 1); default 0.02")
+    ap.add_argument("--momentum", type=float, default=None, help="sgdm momentum in [0, 1); default 0.9")
+    ap.add_argument("--betas", type=_betas, default=None, help="adamw betas 'b1,b2', each in [0, 1); default 0.9,0.999")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="training steps >= 1 for every run; default per problem (enough for equilibrium)")
+    ap.add_argument("--seed", type=int, default=0, help="seed for data, init and noise (default 0)")
+    ap.add_argument("--dtype", type=parse_dtype, default=None,
+                    help="float32 or float64 for every run; default float64 toys and a float32 model")
+    ap.add_argument("--quick", action="store_true", help="shorter runs and grids (default reproduction only)")
+    ap.add_argument("--json", metavar="PATH", help="also write the claim records as JSON (atomic)")
+    ap.add_argument("--no-laws", action="store_true", help="omit the exact-law lines from the table")
+    return ap
+
+
+def validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every flag checked before any work; errors name the flag and its allowed range."""
+    checks = [("--lr", args.lr, dict(lo=0.0, lo_open=True)),
+              ("--wd", args.wd, dict(lo=0.0, hi=1.0, hi_open=True)),
+              ("--momentum", args.momentum, dict(lo=0.0, hi=1.0, hi_open=True))]
+    if args.betas is not None:
+        checks += [("--betas[0]", args.betas[0], dict(lo=0.0, hi=1.0, hi_open=True)),
+                   ("--betas[1]", args.betas[1], dict(lo=0.0, hi=1.0, hi_open=True))]
+    for name, value, kw in checks:
+        if value is None:
+            continue
+        try:
+            check_range(name, value, **kw)
+        except ValueError as e:
+            ap.error(str(e))
+    if args.steps is not None and args.steps < 1:
+        ap.error(f"--steps must be in [1, inf), got {args.steps}")
+    if not 0 <= args.seed < 2**32:
+        ap.error(f"--seed must be in [0, 2**32), got {args.seed}")
+    if args.optimizer == "adamw" and args.decay == "l2":
+        ap.error("--decay l2 applies to --optimizer sgd/sgdm only (torch.optim.SGD's coupled weight_decay); "
+                 "AdamW's decay is decoupled: use --decay source or torch")
+    if args.decay == "torch" and args.lr is not None and args.wd is not None and args.lr * args.wd >= 1.0:
+        ap.error(f"--decay torch needs --lr * --wd < 1 (the per-step decay), got {args.lr * args.wd:g}")
+    if args.quick and any(getattr(args, f) is not None for f in SETTING_FLAGS):
+        ap.error("--quick shortens the default reproduction; with a setting flag use --steps instead")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    validate(ap, args)
+    from dynamics.checks import DynamicsPlan, run_all  # heavy imports only after the flags are valid
+
+    single = any(getattr(args, f) is not None for f in SETTING_FLAGS)
+    plan = DynamicsPlan(single=single, seed=args.seed, quick=args.quick)
+    for f in SETTING_FLAGS:
+        v = getattr(args, f)
+        if v is not None:
+            setattr(plan, f, v)
+    t0 = time.perf_counter()
+    claims = run_all(plan)
+    seconds = time.perf_counter() - t0
+    print(f"dynamics: {plan.describe()}")
+    print("weight decay conventions: source W <- W - lr g - wd W (d = wd); torch decay lr*wd per step (d = lr wd); "
+          "l2 wd*W in the gradient")
+    print(claims_table(claims, show_laws=not args.no_laws))
+    print(f"({seconds:.1f} s)")
+    if args.json:
+        write_claims_json(args.json, claims, package="dynamics", mode="single" if single else "default",
+                          plan=plan.describe(), seed=plan.seed, seconds=round(seconds, 2))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0 if all(c.holds for c in claims) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

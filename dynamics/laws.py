@@ -1,0 +1,274 @@
+r"""The exact laws of weight-norm dynamics for a scale gauge, next to the source's first-order forms.
+
+Notation (one update step, every optimizer):
+
+.. math::  W_{t+1} = q\,W_t - \eta\,u_t,\qquad q = 1 - d,
+
+where :math:`\eta` is the learning rate, :math:`u_t` the optimizer's update direction
+(:math:`u_t = g_t` for SGD, the momentum buffer for SGD+momentum, the bias-corrected
+:math:`\hat m/(\sqrt{\hat v}+\epsilon)` for AdamW) and :math:`d` the decoupled decay per step:
+
+===========  =====================================  ==========================================
+convention   rule                                   :math:`d`
+===========  =====================================  ==========================================
+``source``   :math:`W \leftarrow W - \eta g - \lambda W` (the source text)      :math:`\lambda`
+``torch``    decay :math:`\eta\lambda` per step (``torch.optim.AdamW``, SGD-W)   :math:`\eta\lambda`
+``l2``       :math:`\lambda W` added to the gradient (``torch.optim.SGD``'s     :math:`0` (decay enters :math:`u`)
+             ``weight_decay``; Wan et al.'s setting)
+===========  =====================================  ==========================================
+
+A scale gauge (a weight whose loss is invariant under :math:`W \to cW`, :math:`c>0`) has
+:math:`\langle g, W\rangle = 0` (Euler) and :math:`g(cW) = g(W)/c`, so
+:math:`\lVert g(W)\rVert = G(\hat W)/\lVert W\rVert` with :math:`G` the gradient norm at unit norm.
+
+Laws derived here (symbolic checks in ``proofs/dynamics_identities.py``; measured in ``dynamics/checks.py``):
+
+* Norm identity (exact):  :math:`\lVert W_{t+1}\rVert^2 = q^2\lVert W_t\rVert^2 - 2\eta q\langle u_t, W_t\rangle
+  + \eta^2\lVert u_t\rVert^2`; for SGD the middle term is 0.  The source's :math:`(1-2d)` form drops
+  :math:`d^2\lVert W_t\rVert^2`.
+* First-order bias: with :math:`e_t = x_t - \hat x_t` (exact minus the iterated :math:`(1-2d)` prediction,
+  :math:`x = \lVert W\rVert^2`), :math:`e_{t+1} = (1-2d)e_t + d^2 x_t` exactly; for constant :math:`x`,
+  :math:`e_t/x = \tfrac d2\,(1-(1-2d)^t)`: :math:`\approx d^2 t` early, saturating at :math:`d/2`.
+* SGD fixed point: :math:`x^{*2} = \eta^2 G^2/(1-q^2) = \eta^2G^2/(2d-d^2)`; the map
+  :math:`x \mapsto q^2 x + \eta^2G^2/x` has slope :math:`2q^2-1` there (stable for :math:`0<d<1`),
+  relaxation time :math:`-1/\ln|2q^2-1| \approx 1/(4d)` steps.
+* Per-step angle (SGD, exact): :math:`\tan\varphi_t = \eta\lVert g_t\rVert/(q\lVert W_t\rVert)`; at a stationary
+  norm :math:`\cos\varphi^* = q` exactly, independent of :math:`\eta` and :math:`G`.
+* Momentum :math:`\mu` (SGD+momentum, or AdamW with :math:`\mu=\beta_1`), gradients uncorrelated across
+  steps (the random-walk regime of Kosson et al.): the stationary second moments give exactly
+  :math:`\mathbb E\langle W_t,W_{t+1}\rangle/\mathbb E\lVert W_t\rVert^2 = (q+\mu)/(1+\mu q)`, i.e.
+  :math:`1-\cos\varphi^* = d(1-\mu)/(1+\mu(1-d))`.  Coupled L2: :math:`1-\cos\varphi^* = \eta\lambda/(1+\mu)`.
+* Published first-order forms: Kosson, Messmer & Jaggi, *Rotational Equilibrium* (ICML 2024,
+  arXiv:2305.17212) give for AdamW :math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}` and
+  :math:`\lVert W^*\rVert = \sqrt{\eta C/(2\lambda)}`; Wan et al., *Spherical Motion Dynamics*
+  (NeurIPS 2021, arXiv:2006.08419) give for SGD+momentum with L2 :math:`\sqrt{2\eta\lambda/(1+\mu)}`.
+  Both are the small-:math:`d` limits of the laws above (:math:`\arccos(1-\epsilon) \approx \sqrt{2\epsilon}`).
+
+All functions take and return floats or numpy arrays (broadcasting); nothing here touches torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.signal import lfilter
+
+OPTIMIZERS = ("sgd", "sgdm", "adamw")
+DECAYS = ("source", "torch", "l2")
+
+
+# --------------------------------------------------------------------------- conventions
+def decoupled_decay(lr: float, wd: float, decay: str) -> float:
+    """The per-step multiplicative decay :math:`d` (``W <- (1-d) W - lr u``) of a convention."""
+    if decay == "source":
+        return float(wd)
+    if decay == "torch":
+        return float(lr) * float(wd)
+    if decay == "l2":
+        return 0.0  # the decay enters the update direction u (torch.optim.SGD's weight_decay)
+    raise ValueError(f"decay must be one of {', '.join(DECAYS)}; got {decay!r}")
+
+
+def momentum_of(optimizer: str, momentum: float, betas: tuple[float, float]) -> float:
+    """The heavy-ball coefficient :math:`\\mu` of the update direction (0 for plain SGD, beta1 for AdamW)."""
+    return {"sgd": 0.0, "sgdm": float(momentum), "adamw": float(betas[0])}[optimizer]
+
+
+# --------------------------------------------------------------------------- one step
+def norm_step(x, u2, lr: float, d: float, radial=0.0):
+    r"""Exact :math:`\lVert qW - \eta u\rVert^2 = q^2 x - 2\eta q\langle u,W\rangle + \eta^2\lVert u\rVert^2`."""
+    q = 1.0 - d
+    return q * q * x - 2.0 * lr * q * radial + lr * lr * u2
+
+
+def norm_step_first_order(x, u2, lr: float, d: float):
+    r"""The source's form :math:`(1-2d)x + \eta^2\lVert u\rVert^2` (drops :math:`d^2 x`)."""
+    return (1.0 - 2.0 * d) * x + lr * lr * u2
+
+
+def first_order_one_step_error(x, x_next, d: float):
+    r"""Relative one-step error of the :math:`(1-2d)` form when the exact identity holds: :math:`d^2 x_t/x_{t+1}`."""
+    return d * d * np.asarray(x) / np.asarray(x_next)
+
+
+def iterate_prediction(x0, forcing, a: float) -> np.ndarray:
+    r"""Iterate :math:`\hat x_{t+1} = a\,\hat x_t + f_t` from :math:`\hat x_0 = x_0`; returns :math:`\hat x_{0..T}`.
+
+    ``forcing`` is ``(T, ...)``; the result is ``(T+1, ...)``. A linear recursion, so one
+    ``scipy.signal.lfilter`` call along time (no Python loop).
+    """
+    f = np.asarray(forcing, dtype=np.float64)  # (T, R)
+    x0 = np.asarray(x0, dtype=np.float64)  # (R,)
+    # y[t] = f[t-1] + a y[t-1], y[0] = 0; then add the homogeneous part a^t x0.
+    shifted = np.concatenate([np.zeros_like(f[:1]), f], axis=0)  # (T+1, R)
+    y = lfilter([1.0], [1.0, -a], shifted, axis=0)
+    powers = a ** np.arange(f.shape[0] + 1, dtype=np.float64).reshape((-1,) + (1,) * (f.ndim - 1))
+    return y + powers * x0
+
+
+def first_order_bias(x, d: float) -> np.ndarray:
+    r"""Exact gap :math:`e_t = x_t - \hat x_t` between the true squared norm and the iterated :math:`(1-2d)` form.
+
+    Both recursions share the forcing :math:`\eta^2\lVert g_t\rVert^2`, so
+    :math:`e_{t+1} = (1-2d)\,e_t + d^2 x_t`, :math:`e_0 = 0`: a deterministic, systematic bias
+    (not noise), driven by the measured trajectory ``x`` (``(T+1, R)``; returns the same shape).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    return iterate_prediction(np.zeros_like(x[0]), d * d * x[:-1], 1.0 - 2.0 * d)
+
+
+def first_order_bias_constant_norm(t, d: float):
+    r"""Relative bias for a constant norm: :math:`e_t/x = \tfrac d2\,(1-(1-2d)^t)`."""
+    return 0.5 * d * (1.0 - (1.0 - 2.0 * d) ** np.asarray(t, dtype=np.float64))
+
+
+# --------------------------------------------------------------------------- fixed points
+def fixed_point_sgd(lr: float, d: float, G2, momentum: float = 0.0):
+    r"""Squared-norm fixed point :math:`x^*` for gradient-driven updates (SGD, SGD+momentum, decoupled decay).
+
+    .. math:: x^{*2} = \frac{\eta^2 G^2}{1-q^2}\cdot\frac{1+\mu q}{(1-\mu^2)(1-\mu q)}
+
+    with :math:`G^2 = \mathbb E\,\lVert g\rVert^2\lVert W\rVert^2` the mean-square gradient norm at unit
+    weight norm. For :math:`\mu = 0` it is exact for constant :math:`G`; for fluctuating :math:`G` (and for
+    momentum, which needs gradients uncorrelated across steps) it holds to leading order in the relative
+    fluctuation of :math:`x`.
+    """
+    q = 1.0 - d
+    mu = momentum
+    amp = (1.0 + mu * q) / ((1.0 - mu * mu) * (1.0 - mu * q))
+    return np.sqrt(lr * lr * np.asarray(G2) * amp / (1.0 - q * q))
+
+
+def fixed_point_first_order(lr: float, d: float, G2, momentum: float = 0.0):
+    r"""The source's fixed point :math:`2d\,x^{*2} = \eta^2G^2` (with the momentum gain :math:`1/(1-\mu)^2`)."""
+    return np.sqrt(lr * lr * np.asarray(G2) / (2.0 * d * (1.0 - momentum) ** 2))
+
+
+def fixed_point_l2(lr: float, wd: float, G2, momentum: float = 0.0):
+    r"""Fixed point with coupled L2 (``torch.optim.SGD(weight_decay=wd, momentum=mu)``), random-walk regime.
+
+    .. math:: x^{*2} = \frac{\eta(1+\mu)G^2}{2\lambda(1-\mu)\,\big((1+\mu) - \eta\lambda/2\big)}
+
+    whose small-:math:`\eta\lambda` limit :math:`\eta G^2/(2\lambda(1-\mu))` is Wan et al.'s / Kosson et al.'s.
+    """
+    mu = momentum
+    return np.sqrt(lr * (1.0 + mu) * np.asarray(G2) / (2.0 * wd * (1.0 - mu) * ((1.0 + mu) - lr * wd / 2.0)))
+
+
+def fixed_point_adamw(lr: float, d: float, beta1: float, nu):
+    r"""Squared-norm fixed point for AdamW (decoupled decay :math:`d`), random-walk regime.
+
+    With :math:`\nu = \mathbb E\lVert g/(\sqrt{\hat v}+\epsilon)\rVert^2` (:math:`\approx C`, the number of
+    entries, once :math:`\hat v` tracks :math:`g^2`):
+
+    .. math:: x^* = \eta^2\nu\,\frac{(1-\beta_1)(1+\beta_1 q)}{(1+\beta_1)(1-\beta_1 q)(1-q^2)}
+
+    Independent of the gradient scale: Adam's update does not shrink as :math:`\lVert W\rVert` grows.
+    Small :math:`d = \eta\lambda`: :math:`x^* \to \eta\nu/(2\lambda)`, Kosson et al.'s :math:`\sqrt{\eta C/(2\lambda)}`.
+    """
+    q = 1.0 - d
+    b = beta1
+    return lr * lr * np.asarray(nu) * (1.0 - b) * (1.0 + b * q) / ((1.0 + b) * (1.0 - b * q) * (1.0 - q * q))
+
+
+def kosson_adamw_norm_sq(lr: float, wd: float, n: int) -> float:
+    r"""Kosson et al.'s AdamW equilibrium :math:`\lVert W^*\rVert^2 = \eta C/(2\lambda)` (torch convention)."""
+    return lr * n / (2.0 * wd)
+
+
+def sgd_map(x, lr: float, d: float, G2):
+    r"""The SGD norm map :math:`f(x) = q^2 x + \eta^2 G^2/x` (gauge: :math:`\lVert g\rVert^2 = G^2/x`)."""
+    q = 1.0 - d
+    return q * q * x + lr * lr * G2 / x
+
+
+def relaxation_factor(d: float, optimizer: str = "sgd") -> float:
+    r"""Slope of the norm map at its fixed point: the per-step contraction of :math:`x - x^*`.
+
+    SGD (and, adiabatically, SGD+momentum): :math:`f'(x^*) = q^2 - \eta^2G^2/x^{*2} = 2q^2 - 1`, because the
+    gauge gradient grows as the norm shrinks (a restoring force of its own).  AdamW: the update size does
+    not depend on :math:`\lVert W\rVert`, so :math:`f'(x^*) = q^2` (valid once :math:`\hat v` tracks
+    :math:`g^2`, i.e. :math:`1-\beta_2 \gg 2d`).
+    """
+    q = 1.0 - d
+    return q * q if optimizer == "adamw" else 2.0 * q * q - 1.0
+
+
+def relaxation_time(factor: float) -> float:
+    """Steps for the deviation to shrink by e: :math:`-1/\\ln|f'(x^*)|` (inf when the factor is +-1)."""
+    a = abs(factor)
+    if a >= 1.0:
+        return math.inf
+    if a == 0.0:
+        return 0.0
+    return -1.0 / math.log(a)
+
+
+# --------------------------------------------------------------------------- angles
+def equilibrium_cos(d: float, momentum: float = 0.0) -> float:
+    r""":math:`\cos\varphi^* = (q+\mu)/(1+\mu q)` (decoupled decay; :math:`\mu=0`: exactly :math:`q`)."""
+    q = 1.0 - d
+    return (q + momentum) / (1.0 + momentum * q)
+
+
+def equilibrium_cos_l2(lr: float, wd: float, momentum: float = 0.0) -> float:
+    r""":math:`\cos\varphi^* = 1 - \eta\lambda/(1+\mu)` for coupled L2 (``torch.optim.SGD``'s ``weight_decay``)."""
+    return 1.0 - lr * wd / (1.0 + momentum)
+
+
+def equilibrium_angle(optimizer: str, decay: str, lr: float, wd: float, momentum: float = 0.9,
+                      betas: tuple[float, float] = (0.9, 0.999)) -> float:
+    """Our equilibrium per-step angle (radians) for any supported optimizer/convention."""
+    mu = momentum_of(optimizer, momentum, betas)
+    if decay == "l2":
+        return math.acos(equilibrium_cos_l2(lr, wd, mu))
+    return math.acos(equilibrium_cos(decoupled_decay(lr, wd, decay), mu))
+
+
+def published_angle(optimizer: str, decay: str, lr: float, wd: float, momentum: float = 0.9,
+                    betas: tuple[float, float] = (0.9, 0.999)) -> tuple[float, str]:
+    r"""The published first-order prediction and its source, translated to this convention.
+
+    * AdamW: Kosson et al. :math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}` with :math:`\eta\lambda \to d`.
+    * SGD+momentum, coupled L2: Wan et al. :math:`\sqrt{2\eta\lambda/(1+\mu)}`.
+    * SGD / SGD+momentum, decoupled: the same random-walk argument gives
+      :math:`\sqrt{2d(1-\mu)/(1+\mu)}` (Kosson et al.'s SGDM row in decoupled form; :math:`\mu=0`: :math:`\sqrt{2d}`).
+    """
+    mu = momentum_of(optimizer, momentum, betas)
+    if decay == "l2":
+        return math.sqrt(2.0 * lr * wd / (1.0 + mu)), "Wan et al. 2021: sqrt(2 lr wd/(1+mu))"
+    d = decoupled_decay(lr, wd, decay)
+    if optimizer == "adamw":
+        src = "Kosson et al. 2024: sqrt(2 lr wd (1-b1)/(1+b1))"
+    elif optimizer == "sgdm":
+        src = "random-walk first order: sqrt(2 d (1-mu)/(1+mu))"
+    else:
+        src = "Wan et al. / Kosson et al., mu=0: sqrt(2 d)"
+    return math.sqrt(2.0 * d * (1.0 - mu) / (1.0 + mu)), src
+
+
+def step_angle_sgd(lr: float, gnorm, wnorm, d: float):
+    r"""Exact SGD step angle :math:`\arctan(\eta\lVert g\rVert/(q\lVert W\rVert))` for :math:`g \perp W`."""
+    return np.arctan(lr * np.asarray(gnorm) / ((1.0 - d) * np.asarray(wnorm)))
+
+
+def calibrate_lr(angle: float, gnorm: float, wnorm: float, d: float) -> float:
+    r"""The lr whose SGD step turns W by exactly ``angle``: :math:`q\tan\varphi\,\lVert W\rVert/\lVert g\rVert`."""
+    return (1.0 - d) * math.tan(angle) * wnorm / gnorm
+
+
+def scaled_angle(angle_at_1, c, exponent: float = 2.0):
+    r"""Step angle at norm scale :math:`c` when :math:`\tan\varphi \propto c^{-\text{exponent}}`.
+
+    SGD on a gauge: :math:`\lVert g(cW)\rVert/\lVert cW\rVert = c^{-2}\lVert g\rVert/\lVert W\rVert`, so
+    exponent 2; Adam's first step has :math:`\lVert u\rVert` independent of :math:`c` (exponent 1).
+    """
+    return np.arctan(np.tan(angle_at_1) / np.asarray(c, dtype=np.float64) ** exponent)
+
+
+def fitted_exponent(c, angles) -> float:
+    """Least-squares slope of log(angle) against log(c)."""
+    lc = np.log(np.asarray(c, dtype=np.float64))
+    la = np.log(np.asarray(angles, dtype=np.float64))
+    return float(np.polyfit(lc, la, 1)[0])
