@@ -1,0 +1,462 @@
+r"""The Geometric Rotation Transformer: blocks of normalize-process-gate-add around rotation cascades.
+
+Source: ``../shared/seeds/001_cfb910613b442095.txt``.  One block (all sizes from
+:class:`~grt_model.config.GRTConfig`; reference numbers in brackets):
+
+.. math::
+   x &\leftarrow x + g_{attn}\;O\big(\operatorname{Attn}(Q(\hat x), K(\hat x), V(\hat x))\big),
+      &\hat x = \operatorname{PearlNorm}_1(x)\\
+   x &\leftarrow x + g_{mix}\;M(\operatorname{PearlNorm}_2(x))\\
+   x &\leftarrow x + g_{ffn}\;\Pi\,C_2\big(\operatorname{RadialGELU}(C_1(\Pi^\top \operatorname{PearlNorm}_3(x)))\big)
+
+* **Q, K, V, O** [11 stages each, coupling on]: each head's own cascade on its own
+  :math:`d_{head}` [64] slice.  Q, K and V are *one* :class:`RotationCascade` call with
+  ``heads = 3 n_heads``: the normalized token is broadcast to ``[..., 3, H, d_head]``
+  and flattened, so cascade head :math:`jH + h` is projection :math:`j\in\{q,k,v\}`
+  of head :math:`h`.  O is a second cascade with ``heads = n_heads``.
+* **Attention**: standard causal :math:`\operatorname{softmax}(QK^\top/\sqrt{d_{head}})V`
+  (``F.scaled_dot_product_attention``), with rotary position (RoFormer,
+  arXiv:2104.09864) on the adjacent Q/K pairs when ``config.rope`` -- the text is
+  silent on position; a rotation model should encode it as rotation.  Per head
+  :math:`q\cdot k = \sum_p r^q_p r^k_p\cos(\varphi^k_p-\varphi^q_p)`: the text's "each pair
+  contributing the cosine of its Q-K angle gap" (see :meth:`BlockTrace.qk_angle_gap`).
+* **Mixer** [1 stage at :math:`d_{model}` = 256, coupling on]: its only stage has
+  stride :math:`2^{\,\text{first\_stage} \bmod \log_2 d}` = 1, pairing coordinates
+  :math:`(2p, 2p+1)`, which never straddle a head boundary (multiples of
+  :math:`d_{head}`).  So the mixer's *rotation wiring* stays inside each head; it
+  crosses heads **only through the coupling**: pair :math:`p`'s nudge
+  :math:`\Delta\theta_p = \tanh(F W_{:,p})` reads the features of all 128 pairs (all
+  four heads), and the features are normalized by the mean pair energy of the
+  whole token.  With ``mixer_coupling=False`` the mixer would not cross heads at
+  all (tested).  The cross-head Jacobian block into a head has rank at most its
+  pair count (one angle per pair), against rank 1 before the mixer (only through
+  PearlNorm's single per-token factor).
+* **FFN** [21 + 21 stages at :math:`d_{ff}` = 1024, coupling off]: :math:`\Pi^\top`
+  zero-pads the :math:`d_{model}` coordinates to :math:`d_{ff}` (coordinates
+  :math:`0..d_{model}-1` carry the signal: 128 of 512 pairs), expand cascade
+  :math:`C_1`, RadialGELU, contract cascade :math:`C_2`, and :math:`\Pi` **keeps the first**
+  :math:`d_{model}` **coordinates** ("the 512-pair signal shrinks back to 128 pairs").
+  Why truncation: :math:`\Pi` is the adjoint of the zero padding (a coordinate
+  projection, :math:`\lVert\Pi\rVert_2 = 1`), so with coupling off the FFN's linear
+  part :math:`\Pi C_2 G C_1 \Pi^\top` is a compression of rotations and can never
+  amplify beyond the scales -- the text's "can't blow up" story survives; summing
+  the four 256-blocks instead would be a fixed map of norm 2, not a rotation.
+  Information from all 512 pairs still reaches the kept 128: 21 stages exceed
+  :math:`\log_2 d_{ff}` = 10, so every kept output depends on every input
+  coordinate of :math:`C_2` (the mixing property).
+* **Gates** :math:`g = \sigma(\ell)\in(0,1)` per sublayer (``gate_logits [3]``,
+  order attention, mixer, FFN): a write can be damped but neither flipped in sign
+  nor amplified past the sublayer itself, matching the text's trained block-0
+  values 0.99 / 0.97 / 0.79 (all in (0, 1)).  Init :math:`g = ` ``config.gate_init``.
+* Final PearlNorm; logits :math:`= \hat x\,E^\top` with :math:`E` the phase embedding's
+  rebuilt ``[V, d]`` table (``tie_head``) or a dense untied head.
+
+**The residual Jacobian.**  A sublayer :math:`f` gives :math:`\partial(x + f(x)) = I + J_f`.
+The text says its determinant "can go negative".  Sufficient condition for
+:math:`\det(I + J_f) > 0`: :math:`\lVert J_f\rVert_2 < 1`.  Proof: every eigenvalue
+:math:`\lambda` of :math:`J_f` has :math:`|\lambda|\le\lVert J_f\rVert_2 < 1`;
+:math:`\det(I+J_f) = \prod_i (1+\lambda_i)`; a real :math:`\lambda` gives
+:math:`1+\lambda > 0`; complex ones come in conjugate pairs with
+:math:`(1+\lambda)(1+\bar\lambda) = |1+\lambda|^2 > 0`.  For the mixer sublayer
+:math:`J_f = g\,J_M J_{PN}` and :math:`\lVert J_{PN}\rVert_2 \le \lVert\gamma\rVert_\infty \rho/\mu^2`
+(:mod:`grt_model.pearlnorm`), so :math:`g\,\lVert J_M\rVert_2\lVert\gamma\rVert_\infty\rho/\mu^2 < 1`
+suffices.  Witness of a negative determinant: mixer angles :math:`\pi`, unit scales,
+coupling off, gain 1: :math:`J_f = -\tfrac g\mu(I - uv^\top)` and
+:math:`\det(I+J_f) = (1 - g/\mu)^{d-1}`, negative for even :math:`d` as soon as the
+token's mean pair radius :math:`\mu < g` (tested against ``slogdet``).
+
+Vectorized throughout: heads are stacked in the cascade calls, tokens in the batch
+dims; the only Python loops run over blocks and (inside the cascade) stages.
+Nothing hard-codes a device or dtype; ``GRT(cfg, dtype=torch.float64)`` builds in
+float64 directly (exact unit scales), ``.to(device, dtype)`` converts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grt_model.butterfly import to_pairs
+from grt_model.cascade import RotationCascade
+from grt_model.config import GRTConfig
+from grt_model.embedding import PhaseEmbedding, to_polar
+from grt_model.pearlnorm import PearlNorm, safe_pair_radius
+from grt_model.radial_gelu import RadialGELU
+from grt_model.rope import apply_rope, rope_angles
+
+GATE_NAMES = ("attn", "mixer", "ffn")
+_explicit_attention_depth = 0  # > 0 inside explicit_attention()
+
+
+@contextmanager
+def explicit_attention() -> Iterator[None]:
+    """Compute attention as an explicit masked softmax instead of ``F.scaled_dot_product_attention``.
+
+    The same function (tested equal); use it under ``torch.func`` transforms (``jacrev``, ``vmap``),
+    where SDPA's CPU backward has no batching rule and falls back to a slow per-sample loop with a warning.
+    """
+    global _explicit_attention_depth
+    _explicit_attention_depth += 1
+    try:
+        yield
+    finally:
+        _explicit_attention_depth -= 1
+
+
+def _wrap(a: torch.Tensor) -> torch.Tensor:
+    """Wrap angles to (-pi, pi]."""
+    return torch.atan2(torch.sin(a), torch.cos(a))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Trace records (figures and diagnostics): plain tensors, detached, no autograd state.
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CascadeTrace:
+    """Activations of one cascade, stage 0's input first: ``acts [S+1, B, T, heads, width]``."""
+
+    name: str  # "q", "k", "v", "o", "mixer", "ffn_expand", "ffn_contract"
+    acts: torch.Tensor  # (S+1, B, T, heads, width)
+    strides: list[int]  # stride of each stage
+
+    @property
+    def n_stages(self) -> int:
+        return len(self.strides)
+
+    def pairs(self, i: int) -> torch.Tensor:
+        """``[B, T, heads, P, 2]``: ``acts[i]`` in the pairing of the stage that produced it (stage 0's for i=0).
+
+        For i >= 1 these are exactly the pairs stage i-1 just rotated and scaled, so
+        a pair's plotted point is the (x0, x1) the text's figures draw.
+        """
+        if not 0 <= i <= self.n_stages:
+            raise ValueError(f"stage activation index must be in [0, {self.n_stages}], got {i}")
+        x0, x1 = to_pairs(self.acts[i], self.strides[max(i - 1, 0)])  # (B, T, heads, P) each
+        return torch.stack((x0, x1), dim=-1)
+
+
+@dataclass
+class BlockTrace:
+    """Every intermediate of one block's forward pass (shapes inline; B batch, T tokens, H heads)."""
+
+    stream_in: torch.Tensor  # (B, T, D) residual stream entering the block
+    attn_in: torch.Tensor  # (B, T, D) PearlNorm_1 output
+    q: CascadeTrace  # acts (S+1, B, T, H, d_head)
+    k: CascadeTrace
+    v: CascadeTrace
+    q_rot: torch.Tensor  # (B, H, T, d_head) queries as attention sees them (after RoPE if on)
+    k_rot: torch.Tensor  # (B, H, T, d_head)
+    attn_weights: torch.Tensor  # (B, H, T_query, T_key), causal, rows sum to 1
+    attn_values: torch.Tensor  # (B, T, H, d_head) attention output, O's input
+    o: CascadeTrace  # acts (S+1, B, T, H, d_head)
+    after_attn: torch.Tensor  # (B, T, D) stream after x + g_attn * O(...)
+    mixer_in: torch.Tensor  # (B, T, D)
+    mixer: CascadeTrace  # acts (S_mix+1, B, T, 1, D)
+    after_mixer: torch.Tensor  # (B, T, D)
+    ffn_in: torch.Tensor  # (B, T, D)
+    ffn_expand: CascadeTrace  # acts (S_ffn+1, B, T, 1, d_ff); acts[0] is the zero-padded input
+    gelu_out: torch.Tensor  # (B, T, d_ff)
+    ffn_contract: CascadeTrace  # acts (S_ffn+1, B, T, 1, d_ff)
+    stream_out: torch.Tensor  # (B, T, D)
+    gates: dict[str, float] = field(default_factory=dict)  # {"attn", "mixer", "ffn"} -> sigmoid(logit)
+
+    def cascades(self) -> list[CascadeTrace]:
+        """The block's cascades in the text's order: Q, K, V, O, mixer, FFN expand, FFN contract."""
+        return [self.q, self.k, self.v, self.o, self.mixer, self.ffn_expand, self.ffn_contract]
+
+    def stages(self) -> list[tuple[str, int, torch.Tensor]]:
+        """All rotation stages of the block in order (87 at the reference config).
+
+        Each entry ``(cascade name, stage index, pairs [B, T, n_pairs, 2])``: the
+        stage's output in its own pairing, heads flattened into pairs (4 heads x 32
+        = 128 pairs for Q/K/V/O, 128 for the mixer, 512 for the FFN).
+        """
+        out = []
+        for c in self.cascades():
+            for s in range(c.n_stages):
+                p = c.pairs(s + 1)  # (B, T, heads, P, 2)
+                out.append((c.name, s, p.flatten(-3, -2)))
+        return out
+
+    def qk_angle_gap(self, query_pos: int | None = None, key_pos: int | None = None,
+                     rotary: bool = True) -> torch.Tensor:
+        """Angle gap phi_k - phi_q per adjacent pair, wrapped to (-pi, pi].
+
+        Both positions ``None``: each token's own Q and K, ``[B, T, H, P_head]`` (the
+        text's "angle gap for all 128 pairs").  Both given: query token vs key token,
+        ``[B, H, P_head]``.  ``rotary`` uses Q/K after RoPE (what the scores see);
+        the score is ``sum_p r_q r_k cos(gap) / sqrt(d_head)``.
+        """
+        q, k = (self.q_rot, self.k_rot) if rotary else (self.q.acts[-1].transpose(1, 2),
+                                                         self.k.acts[-1].transpose(1, 2))  # (B, H, T, dh)
+        if (query_pos is None) != (key_pos is None):
+            raise ValueError("give both query_pos and key_pos, or neither")
+        if query_pos is None:
+            _, pq = to_polar(q)
+            _, pk = to_polar(k)
+            return _wrap(pk - pq).transpose(1, 2)  # (B, T, H, P)
+        _, pq = to_polar(q[:, :, query_pos])
+        _, pk = to_polar(k[:, :, key_pos])
+        return _wrap(pk - pq)  # (B, H, P)
+
+
+@dataclass
+class GRTTrace:
+    """The whole forward pass: embedding ring, every block's :class:`BlockTrace`, final norm, logits."""
+
+    idx: torch.Tensor  # (B, T)
+    embedding: torch.Tensor  # (B, T, D) rebuilt Cartesian embedding (block 0's input)
+    blocks: list[BlockTrace]
+    final: torch.Tensor  # (B, T, D) final PearlNorm output
+    logits: torch.Tensor  # (B, T, V)
+
+    def gates(self) -> torch.Tensor:
+        """``[n_blocks, 3]`` gates (attention, mixer, FFN) per block."""
+        return torch.tensor([[b.gates[n] for n in GATE_NAMES] for b in self.blocks])
+
+    def streams(self) -> torch.Tensor:
+        """``[n_blocks+1, B, T, D]``: the stream entering block 0 (the embedding), then after each block."""
+        return torch.stack([self.embedding] + [b.stream_out for b in self.blocks])
+
+    def pair_radii(self) -> torch.Tensor:
+        """``[n_blocks+1, B, T, P]`` stream pair radii (adjacent pairing)."""
+        return safe_pair_radius(self.streams())
+
+    def pair_radius_spread(self) -> torch.Tensor:
+        """``[n_blocks+1, B, T]``: std/mean of a token's pair radii (0 on the embedding's ring)."""
+        r = self.pair_radii()
+        return r.std(dim=-1, unbiased=False) / r.mean(dim=-1)
+
+    def qk_angle_gaps(self, rotary: bool = True) -> torch.Tensor:
+        """``[n_blocks, B, T, H, P_head]`` each token's own Q-K angle gap per pair, per block."""
+        return torch.stack([b.qk_angle_gap(rotary=rotary) for b in self.blocks])
+
+
+def _cascade_trace(name: str, cascade: RotationCascade, x: torch.Tensor) -> tuple[CascadeTrace, torch.Tensor]:
+    acts = torch.stack(cascade.stage_trace(x))  # (S+1, ..., heads*width)
+    acts = acts.unflatten(-1, (cascade.heads, cascade.width))  # (S+1, ..., heads, width)
+    return CascadeTrace(name, acts, cascade.strides()), acts[-1].flatten(-2)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sublayers
+# ---------------------------------------------------------------------------------------------------
+
+
+class GRTAttention(nn.Module):
+    """Q/K/V as one head-stacked cascade, causal softmax attention (+RoPE), O cascade per head."""
+
+    def __init__(self, cfg: GRTConfig, *, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
+        self.rope, self.rope_base = cfg.rope, cfg.rope_base
+        kw = {"coupling_init_std": cfg.coupling_init_std, "dtype": dtype, "device": device}
+        # one call for Q, K, V of every head: cascade head j*H + h = projection j (q, k, v) of head h
+        self.qkv = RotationCascade(cfg.d_head, cfg.qkvo_stages, coupling=cfg.qkvo_coupling,
+                                   heads=3 * cfg.n_heads, **kw)
+        self.o = RotationCascade(cfg.d_head, cfg.qkvo_stages, coupling=cfg.qkvo_coupling, heads=cfg.n_heads, **kw)
+
+    def forward(self, z: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
+        if z.dim() != 3:
+            raise ValueError(f"GRTAttention expects (B, T, D), got shape {tuple(z.shape)}")
+        B, T, D = z.shape
+        H, dh = self.n_heads, self.d_head
+        z3 = z.unsqueeze(-2).expand(B, T, 3, D).reshape(B, T, 3 * D)  # (B, T, 3*H*dh): q, k, v inputs
+        if rec is None:
+            y = self.qkv(z3)
+        else:
+            tr, y = _cascade_trace("qkv", self.qkv, z3)
+            acts = tr.acts.unflatten(-2, (3, H))  # (S+1, B, T, 3, H, dh)
+            for j, name in enumerate("qkv"):
+                rec[name] = CascadeTrace(name, acts[..., j, :, :], tr.strides)
+        q, k, v = y.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, dh)
+        if self.rope:
+            ang = rope_angles(T, dh, self.rope_base, dtype=z.dtype, device=z.device)  # (T, dh/2)
+            q, k = apply_rope(q, ang), apply_rope(k, ang)
+        if rec is None and not _explicit_attention_depth:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
+        elif rec is None:
+            a, _ = causal_attention_with_weights(q, k, v)
+        else:
+            a, w = causal_attention_with_weights(q, k, v)
+            rec.update(q_rot=q, k_rot=k, attn_weights=w, attn_values=a.transpose(1, 2))
+        a = a.transpose(1, 2).reshape(B, T, D)  # heads back to the token: (B, T, H*dh)
+        if rec is None:
+            return self.o(a)
+        rec["o"], out = _cascade_trace("o", self.o, a)  # acts (S+1, B, T, H, dh)
+        return out
+
+
+def causal_attention_with_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Explicit ``softmax(q k^T / sqrt(d) + causal mask) v`` returning the weights ``[B, H, T, T]``
+    (the same function ``F.scaled_dot_product_attention(is_causal=True)`` computes; tested)."""
+    T, dh = q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (B, H, T, T)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return w @ v, w
+
+
+class GRTFFN(nn.Module):
+    """Zero-pad d_model -> d_ff, expand cascade, RadialGELU, contract cascade, keep the first d_model coords."""
+
+    def __init__(self, cfg: GRTConfig, *, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.d_model, self.d_ff = cfg.d_model, cfg.d_ff
+        kw = {"coupling_init_std": cfg.coupling_init_std, "dtype": dtype, "device": device}
+        self.expand = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
+        self.act = RadialGELU()
+        self.contract = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
+
+    def forward(self, z: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
+        h = F.pad(z, (0, self.d_ff - self.d_model))  # (..., d_ff): signal in coords 0..d_model-1
+        if rec is None:
+            return self.contract(self.act(self.expand(h)))[..., : self.d_model]
+        rec["ffn_expand"], h = _cascade_trace("ffn_expand", self.expand, h)
+        h = rec["gelu_out"] = self.act(h)
+        rec["ffn_contract"], h = _cascade_trace("ffn_contract", self.contract, h)
+        return h[..., : self.d_model]
+
+
+class GRTMixer(nn.Module):
+    """One (or ``mixer_stages``) coupled rotation stage(s) across the whole d_model token."""
+
+    def __init__(self, cfg: GRTConfig, *, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.cascade = RotationCascade(cfg.d_model, cfg.mixer_stages, coupling=cfg.mixer_coupling,
+                                       first_stage=cfg.mixer_first_stage,
+                                       coupling_init_std=cfg.coupling_init_std, dtype=dtype, device=device)
+
+    def forward(self, z: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
+        if rec is None:
+            return self.cascade(z)
+        rec["mixer"], out = _cascade_trace("mixer", self.cascade, z)
+        return out
+
+
+class GRTBlock(nn.Module):
+    """Three normalize-process-gate-add cycles: attention, mixer, FFN (see the module docstring)."""
+
+    def __init__(self, cfg: GRTConfig, *, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        kw = {"dtype": dtype, "device": device}
+        D, eps = cfg.d_model, cfg.norm_eps
+        self.norm_attn = PearlNorm(D, eps, **kw)
+        self.attn = GRTAttention(cfg, **kw)
+        self.norm_mixer = PearlNorm(D, eps, **kw)
+        self.mixer = GRTMixer(cfg, **kw)
+        self.norm_ffn = PearlNorm(D, eps, **kw)
+        self.ffn = GRTFFN(cfg, **kw)
+        logit = math.log(cfg.gate_init / (1.0 - cfg.gate_init))
+        self.gate_logits = nn.Parameter(torch.full((3,), logit, **kw))  # (3,) attn, mixer, ffn; g = sigmoid
+
+    def gates(self) -> torch.Tensor:
+        """``[3]`` gates in (0, 1): attention, mixer, FFN."""
+        return torch.sigmoid(self.gate_logits)
+
+    def sublayer(self, name: str, x: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
+        """The residual branch ``f`` of one cycle (``x + f(x)``): ``g * process(PearlNorm(x))``."""
+        if name not in GATE_NAMES:
+            raise ValueError(f"sublayer name must be one of {GATE_NAMES}, got {name!r}")
+        i = GATE_NAMES.index(name)
+        norm, proc = ((self.norm_attn, self.attn), (self.norm_mixer, self.mixer), (self.norm_ffn, self.ffn))[i]
+        z = norm(x)
+        if rec is not None:
+            rec[{"attn": "attn_in", "mixer": "mixer_in", "ffn": "ffn_in"}[name]] = z
+        return self.gates()[i] * proc(z, rec)
+
+    def forward(self, x: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
+        if rec is not None:
+            rec["stream_in"] = x
+            rec["gates"] = dict(zip(GATE_NAMES, self.gates().tolist()))
+        for name, after in zip(GATE_NAMES, ("after_attn", "after_mixer", "stream_out")):
+            x = x + self.sublayer(name, x, rec)
+            if rec is not None:
+                rec[after] = x
+        return x
+
+
+# ---------------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------------
+
+
+class GRT(nn.Module):
+    """The Geometric Rotation Transformer; ``forward(idx, targets=None) -> (logits, loss)``.
+
+    Same interface as :class:`grt_model.dense.DenseTransformer`; ``model.config`` is
+    the :class:`GRTConfig`.  ``idx`` is ``[B, T]`` long token ids with
+    ``T <= config.block_size``.
+    """
+
+    def __init__(self, config: GRTConfig, *, dtype: torch.dtype | None = None,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        if not isinstance(config, GRTConfig):
+            raise TypeError(f"GRT needs a GRTConfig, got {type(config).__name__}")
+        self.config = config
+        kw = {"dtype": dtype, "device": device}
+        self.embed = PhaseEmbedding(config.vocab_size, config.pairs, config.embed_radius_init, **kw)
+        self.blocks = nn.ModuleList(GRTBlock(config, **kw) for _ in range(config.n_blocks))
+        self.norm_f = PearlNorm(config.d_model, config.norm_eps, gain_init=config.resolved_final_gain_init, **kw)
+        if config.tie_head:
+            self.head = None
+        else:
+            self.head = nn.Linear(config.d_model, config.vocab_size, bias=False, **kw)
+            nn.init.normal_(self.head.weight, 0.0, config.head_init_std)
+
+    def _check_idx(self, idx: torch.Tensor) -> None:
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
+        if idx.shape[1] > self.config.block_size:
+            raise ValueError(f"sequence length {idx.shape[1]} exceeds block_size {self.config.block_size}")
+
+    def output_weight(self) -> torch.Tensor:
+        """``[V, D]``: the embedding's rebuilt Cartesian table (tied) or the untied head's weight."""
+        return self.embed.cartesian_table() if self.head is None else self.head.weight
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        self._check_idx(idx)
+        x = self.embed(idx)  # (B, T, D) rebuilt from phases + magnitudes
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.norm_f(x) @ self.output_weight().T  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return logits, loss
+
+    @torch.no_grad()
+    def trace(self, idx: torch.Tensor) -> GRTTrace:
+        """Run the forward pass recording every intermediate (see :class:`GRTTrace`, :class:`BlockTrace`).
+
+        Computes the same function as :meth:`forward` (attention weights come from an
+        explicit softmax instead of SDPA; tested equal).  Memory grows with the stage
+        count: use a short ``idx`` at the reference config.
+        """
+        self._check_idx(idx)
+        x = emb = self.embed(idx)
+        blocks = []
+        for blk in self.blocks:
+            rec: dict[str, Any] = {}
+            x = blk(x, rec)
+            blocks.append(BlockTrace(**rec))
+        final = self.norm_f(x)
+        return GRTTrace(idx=idx, embedding=emb, blocks=blocks, final=final, logits=final @ self.output_weight().T)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
