@@ -1,0 +1,421 @@
+"""Training pipeline: exact resume, config validation, checkpoints, sampling, determinism, gauge probe,
+equilibrium formulas, and the compare CLI's pieces (issue 6)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grt_model.checkpoint import (
+    config_from_dict,
+    load_checkpoint,
+    model_from_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from grt_model.corpus import bundled_corpus_files
+from grt_model.dense import DenseConfig, DenseTransformer
+from grt_model.equilibrium import (
+    adamw_equilibrium_angle,
+    adamw_equilibrium_norm,
+    adamw_random_walk_angle,
+    relaxation_steps,
+    sgd_equilibrium_angle,
+    sgd_equilibrium_norm,
+    sgd_norm_step,
+)
+from grt_model.sample import sample_text
+from grt_model.scale_probe import expected_gauges, find_scale_gauges, tensor_angle
+from grt_model.train import TrainConfig, main, read_log, summary_claims, train
+from rmsgauge import assert_close, tolerance
+
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
+TIMING_KEYS = {"tok_per_s", "elapsed_s"}  # wall-clock fields: the only ones allowed to differ between runs
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory) -> Path:
+    """40 KB of the bundled corpus: big enough for a 10% validation split of 16-byte windows, fast to load."""
+    text = bundled_corpus_files()[0].read_text(encoding="utf-8")[:40_000]
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def eager_cascade():
+    """Tiny GRTs run the eager cascade: the fused kernels' one-off JIT compile costs more than these tests."""
+    from grt_model import fused
+
+    fused.set_default_backend("eager")
+    yield
+    fused.set_default_backend(None)
+
+
+def _cfg(out: Path, data: Path, **kw) -> TrainConfig:
+    base = {"lr": 1e-2, "warmup_steps": 2, "batch_size": 4, "max_steps": 6, "eval_interval": 2, "eval_batches": 2,
+            "log_interval": 1, "gauge_interval": 1, "ckpt_interval": 0, "device": "cpu", "threads": 1,
+            "data": str(data), "out_dir": str(out)}
+    return TrainConfig(**{**base, **kw})
+
+
+def _strip(records: list[dict]) -> list[dict]:
+    """Log records without wall-clock fields and without the start/resume/stop/end bookkeeping."""
+    keep = []
+    for r in records:
+        if r["event"] in ("train", "eval", "gauge"):
+            keep.append({k: v for k, v in r.items() if k not in TIMING_KEYS})
+    return keep
+
+
+def test_resume_is_bit_exact(tmp_path, small_corpus):
+    """6 steps straight == 3 steps, interruption, --resume for 3 more: every logged loss, eval and gauge
+    angle, and every final weight, bit for bit (float32, one CPU process)."""
+    cfg_a = _cfg(tmp_path / "a", small_corpus)
+    cfg_b = _cfg(tmp_path / "b", small_corpus)
+    mcfg = DenseConfig(**TINY)
+    sa = train("dense", mcfg, cfg_a, progress=False)
+    sb1 = train("dense", mcfg, cfg_b, stop_after=3, progress=False)
+    assert sb1["steps"] == 3 and not sb1["complete"]
+    sb = train("dense", mcfg, cfg_b, resume=True, progress=False)
+    assert sb["steps"] == 6 and sb["complete"]
+    la, lb = _strip(read_log(tmp_path / "a" / "log.jsonl")), _strip(read_log(tmp_path / "b" / "log.jsonl"))
+    assert len(la) == len(lb) > 6
+    assert la == lb  # exact float equality of every loss, val loss, norm and angle
+    ca, cb = load_checkpoint(tmp_path / "a" / "ckpt.pt"), load_checkpoint(tmp_path / "b" / "ckpt.pt")
+    for k, v in ca["model"].items():
+        assert torch.equal(v, cb["model"][k]), k
+    assert ca["step"] == cb["step"] == 6 and ca["tokens_seen"] == cb["tokens_seen"]
+    assert sa["final_val_loss"] == sb["final_val_loss"]
+
+
+def test_resume_after_a_crash_drops_the_unfinished_tail(tmp_path, small_corpus):
+    """Records logged after the last checkpoint (a crash after step 4, checkpoint at 3) are replaced."""
+    cfg = _cfg(tmp_path / "c", small_corpus)
+    mcfg = DenseConfig(**TINY)
+    train("dense", mcfg, cfg, stop_after=3, progress=False)
+    log = tmp_path / "c" / "log.jsonl"
+    with log.open("a") as fh:  # what a run killed during step 4 would have left behind
+        fh.write(json.dumps({"event": "train", "step": 4, "loss": -1.0}) + "\n")
+        fh.write('{"event": "train", "st')  # and a line cut off mid-write
+    train("dense", mcfg, cfg, resume=True, progress=False)
+    steps = [r["step"] for r in read_log(log) if r["event"] == "train"]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert all(r["loss"] > 0 for r in read_log(log) if r["event"] == "train")
+
+
+def test_determinism_for_a_fixed_seed(tmp_path, small_corpus):
+    mcfg = DenseConfig(**TINY)
+    runs = [train("dense", mcfg, _cfg(tmp_path / f"s{i}", small_corpus, max_steps=3, seed=s), progress=False)
+            for i, s in enumerate((7, 7, 8))]
+    logs = [_strip(read_log(tmp_path / f"s{i}" / "log.jsonl")) for i in range(3)]
+    assert logs[0] == logs[1]
+    assert runs[0]["final_train_loss"] == runs[1]["final_train_loss"]
+    assert runs[0]["final_train_loss"] != runs[2]["final_train_loss"]  # the seed matters (init and data)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--set", "lr=-1"], "train.lr must be in (0, 10]"),
+        (["--set", "bogus=1"], "unknown key 'bogus'"),
+        (["--set", "train.beta2=1.5"], "train.beta2 must be in [0, 1)"),
+        (["--set", "batch_size=0"], "train.batch_size must be in [1, inf)"),
+        (["--set", "model.n_heads=3"], "d_model (128) must be divisible by n_heads (3)"),
+        (["--set", "model.nope=3"], "unknown model key 'nope'"),
+        (["--set", "max_steps=abc"], "train.max_steps: cannot read 'abc' as int"),
+        (["--set", "schedule=linear"], "train.schedule must be one of cosine, constant"),
+        (["--device", "tpu"], "train.device must be one of auto, cpu, cuda"),
+        (["--lr", "nan"], "train.lr must be in (0, 10]"),
+        (["--stop-after", "0"], "--stop-after must be in [1, inf)"),
+    ],
+)
+def test_config_validation_names_the_key(tmp_path, capsys, argv, message):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", "dense", "--out-dir", str(out), "--quiet", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()  # failed before any work
+
+
+def test_config_file_layers_and_unknown_keys(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model": "dense", "train": {"lr": 1e-3, "lrr": 2}}))
+    with pytest.raises(SystemExit):
+        main(["--config", str(bad), "--out-dir", str(tmp_path / "x"), "--quiet"])
+    assert "unknown --config train key(s) ['lrr']" in capsys.readouterr().err
+    bad.write_text(json.dumps({"model": "dense", "optimizer": {}}))
+    with pytest.raises(SystemExit):
+        main(["--config", str(bad), "--out-dir", str(tmp_path / "x"), "--quiet"])
+    assert "unknown --config top-level key(s) ['optimizer']" in capsys.readouterr().err
+    bad.write_text(json.dumps({"model": "dense", "model_config": {"d_model": 20, "n_heads": 4}}))
+    with pytest.raises(SystemExit):
+        main(["--config", str(bad), "--out-dir", str(tmp_path / "x"), "--quiet"])
+    assert "head dim d_model/n_heads must be even" in capsys.readouterr().err
+
+
+def test_cli_trains_resumes_and_rejects_changed_trajectory(tmp_path, small_corpus, capsys):
+    cfg = tmp_path / "run.json"
+    cfg.write_text(json.dumps({"model": "dense", "model_config": TINY,
+                               "train": {"batch_size": 4, "max_steps": 4, "eval_interval": 2, "eval_batches": 1,
+                                         "warmup_steps": 1, "threads": 1, "data": str(small_corpus)}}))
+    out = tmp_path / "cli"
+    js = tmp_path / "summary.json"
+    assert main(["--config", str(cfg), "--set", "lr=2e-3", "--out-dir", str(out), "--stop-after", "2",
+                 "--quiet"]) == 0
+    with pytest.raises(SystemExit):
+        main(["--out-dir", str(out), "--resume", "--lr", "1e-3", "--quiet"])
+    assert "train.lr is 0.001 but the checkpoint was trained with 0.002" in capsys.readouterr().err
+    assert main(["--out-dir", str(out), "--resume", "--quiet", "--json", str(js)]) == 0
+    doc = json.loads(js.read_text())
+    assert doc["summary"]["steps"] == 4 and doc["summary"]["train_config"]["lr"] == 2e-3
+    ids = [c["id"] for c in doc["claims"]]
+    assert "grt_model.scale_probe_gauges" in ids
+
+
+def test_checkpoint_round_trip_rebuilds_config_and_rng(tmp_path):
+    """Config rebuilt with Config(**d), weights, optimizer and all RNG states survive save/load."""
+    torch.manual_seed(3)
+    cfg = DenseConfig(**TINY)
+    model = DenseTransformer(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 256, (2, 16))
+    model(x, x)[1].backward()
+    opt.step()
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)
+    path = save_checkpoint(tmp_path / "ck.pt", model_kind="dense", model=model, optimizer=opt,
+                           train_config={"lr": 1e-3}, step=5, tokens_seen=160, extra={"note": 1})
+    draws = (random.random(), float(np.random.rand()), float(torch.rand(())))
+    ck = load_checkpoint(path)
+    assert config_from_dict("dense", ck["model_config"]) == cfg
+    rebuilt = model_from_checkpoint(ck)
+    assert rebuilt.config == cfg
+    assert torch.equal(rebuilt(x)[0], model(x)[0])
+    opt2 = torch.optim.AdamW(rebuilt.parameters(), lr=1e-3)
+    opt2.load_state_dict(ck["optimizer"])
+    assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    set_rng_state(ck["rng"])
+    assert (random.random(), float(np.random.rand()), float(torch.rand(()))) == draws
+    assert ck["step"] == 5 and ck["tokens_seen"] == 160 and ck["extra"] == {"note": 1}
+    assert not list(tmp_path.glob(".ck.pt.*"))  # the atomic writer left no temp file
+    with pytest.raises(ValueError, match="unknown model config"):
+        config_from_dict("dense", {**cfg.to_dict(), "width": 3})
+    state = rng_state()
+    set_rng_state(json.loads(json.dumps({"python": state["python"]})) | {k: state[k] for k in ("numpy", "torch")})
+
+
+def test_grt_checkpoint_round_trip(tmp_path, eager_cascade):
+    from grt_model.config import GRTConfig
+    from grt_model.model import GRT
+
+    cfg = GRTConfig.small(d_model=16, n_heads=2, n_blocks=1, d_ff=32, block_size=16, qkvo_stages=2, ffn_stages=2)
+    model = GRT(cfg)
+    path = save_checkpoint(tmp_path / "g.pt", model_kind="grt", model=model, optimizer=None, train_config={},
+                           step=0, tokens_seen=0)
+    ck = load_checkpoint(path)
+    rebuilt = model_from_checkpoint(ck)
+    assert rebuilt.config == cfg == GRTConfig(**ck["model_config"])
+    x = torch.randint(0, 256, (2, 16))
+    assert torch.equal(rebuilt(x)[0], model(x)[0])
+
+
+def test_sample_produces_text(tmp_path, small_corpus):
+    train("dense", DenseConfig(**TINY), _cfg(tmp_path / "m", small_corpus, max_steps=2), progress=False)
+    ck = tmp_path / "m" / "ckpt.pt"
+    a = sample_text(str(ck), prompt="ROMEO:", n_tokens=40, temperature=1.0, top_k=0, seed=1)
+    b = sample_text(str(ck), prompt="ROMEO:", n_tokens=40, temperature=1.0, top_k=0, seed=1)
+    c = sample_text(str(ck), prompt="ROMEO:", n_tokens=40, temperature=1.0, top_k=0, seed=2)
+    g = sample_text(str(ck), prompt="ROMEO:", n_tokens=10, temperature=0.0, seed=3)
+    assert a == b and a != c
+    assert a.startswith("ROMEO:") and len(a.encode("utf-8", errors="surrogateescape")) >= 6
+    assert isinstance(g, str) and g.startswith("ROMEO:")
+    assert main(["sample", "--ckpt", str(ck), "--tokens", "5", "--json", str(tmp_path / "s.json")]) == 0
+    assert json.loads((tmp_path / "s.json").read_text())["tokens"] == 5
+
+
+def test_scale_probe_gauges():
+    """Claim grt_model.scale_probe_gauges: on the dense baseline with QK-norm (eps = 0) the probe finds
+    exactly W_q and W_k of every layer; without QK-norm it finds none."""
+    x = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(0))
+    cfg = DenseConfig(**{**TINY, "n_layers": 2})
+    model = DenseTransformer(cfg)
+    res = find_scale_gauges(model, x[:, :-1], x[:, 1:])
+    assert sorted(res.gauges) == sorted(expected_gauges(model)) and len(res.gauges) == 4
+    assert res.unused == []
+    for n in res.gauges:  # Euler's identity at float64 round-off, the finite law below the threshold
+        assert res.radial[n] <= res.radial_threshold and res.deviation[n] <= res.threshold
+    assert res.margin > 1.0
+    plain = DenseTransformer(DenseConfig(**{**TINY, "qk_norm": False}))
+    assert find_scale_gauges(plain, x[:, :-1], x[:, 1:]).gauges == []
+    assert expected_gauges(plain) == []
+
+
+def test_scale_probe_on_the_grt_is_consistent(eager_cascade):
+    """Whatever the probe reports for the GRT satisfies the finite law; zero-initialized tensors
+    (the gate logits) are tested at a random point, not declared gauges because 0 * c = 0."""
+    from grt_model.config import GRTConfig
+    from grt_model.model import GRT
+
+    cfg = GRTConfig.small(d_model=16, n_heads=2, n_blocks=1, d_ff=32, block_size=16, qkvo_stages=2, ffn_stages=2)
+    model = GRT(cfg)
+    x = torch.randint(0, 256, (1, 17), generator=torch.Generator().manual_seed(0))
+    res = find_scale_gauges(model, x[:, :-1], x[:, 1:])
+    assert all(not n.endswith("gate_logits") for n in res.gauges)
+    for n in res.gauges:
+        assert res.deviation[n] <= res.threshold < res.direction_effect[n]
+
+
+def test_tensor_angle_is_accurate_for_tiny_and_large_angles():
+    for phi in (1e-9, 1e-4, 0.5, 3.0):
+        a = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+        b = torch.tensor([math.cos(phi), math.sin(phi), 0.0], dtype=torch.float64) * 7.0
+        assert_close(torch.tensor(tensor_angle(a, b)), torch.tensor(phi), depth=4, what=f"angle {phi}")
+
+
+def test_sgd_equilibrium_angle_exact():
+    r"""SGD on the random-walk gauge model (gradient tangent, ||g|| = G/||W||): the per-step angle
+    converges to arccos(1 - lr wd) exactly and the norm to the closed-form fixed point."""
+    lr, wd, G, C = 0.05, 0.2, 0.7, 64
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(C, dtype=torch.float64, generator=gen)
+    steps = int(60 * relaxation_steps(lr, wd))  # 60 e-folds: the transient is far below round-off
+    n_pred = float(w @ w)
+    for _ in range(steps):
+        d = torch.randn(C, dtype=torch.float64, generator=gen)
+        d = d - w * (d @ w) / (w @ w)  # tangent: <g, W> = 0 as for any gauge
+        g = d / d.norm() * (G / w.norm())
+        n_pred = sgd_norm_step(n_pred, lr, wd, float(g @ g))
+        prev, w = w, (1 - lr * wd) * w - lr * g
+    tol = tolerance("float64", size=C, depth=steps)
+    assert tol.holds(float(w @ w) - n_pred, n_pred)
+    assert tol.holds(tensor_angle(prev, w) - sgd_equilibrium_angle(lr, wd), sgd_equilibrium_angle(lr, wd))
+    assert tol.holds(float(w.norm()) - sgd_equilibrium_norm(lr, wd, G), sgd_equilibrium_norm(lr, wd, G))
+
+
+def test_adamw_closed_forms_are_consistent():
+    lr, wd, C = 3e-3, 0.1, 4096
+    for beta1 in (0.0, 0.5, 0.9):
+        eq = adamw_equilibrium_angle(lr, wd, beta1)
+        rw = adamw_random_walk_angle(lr, adamw_equilibrium_norm(lr, wd, C), C, beta1)
+        assert tolerance("float64", depth=8).holds(rw - eq, eq)
+    assert tolerance("float64").holds(adamw_equilibrium_angle(lr, wd, 0.0) - math.sqrt(2 * lr * wd), 1.0)
+    assert math.isinf(adamw_equilibrium_norm(lr, 0.0, C))
+    with pytest.raises(ValueError, match="beta1 must be in"):
+        adamw_equilibrium_angle(lr, wd, 1.0)
+
+
+def test_rotational_equilibrium_angle():
+    r"""Claim grt_model.rotational_equilibrium_angle, on the model it is derived for: AdamW on a gauge
+    whose gradients are random, tangent and of size 1/||W|| reaches Kosson et al.'s angle
+    sqrt(2 lr wd (1-b1)/(1+b1)).  Statistical tolerance: the per-step angle of a C-vector fluctuates by
+    ~1/sqrt(C) relative, and the closed form drops O(lr wd) terms; we allow 3x their sum."""
+    C, lr, wd = 1024, 2e-2, 0.5
+    gen = torch.Generator().manual_seed(0)
+    for beta1 in (0.0, 0.9):
+        w = torch.nn.Parameter(torch.randn(C, dtype=torch.float64, generator=gen) * 0.01)
+        opt = torch.optim.AdamW([w], lr=lr, betas=(beta1, 0.999), weight_decay=wd)
+        burn = int(15 * relaxation_steps(lr, wd))
+        angles = []
+        for t in range(burn + 500):
+            with torch.no_grad():
+                d = torch.randn(C, dtype=torch.float64, generator=gen)
+                d -= w * (d @ w) / (w @ w)
+                w.grad = d / w.norm()
+                prev = w.detach().clone()
+            opt.step()
+            if t >= burn:
+                angles.append(tensor_angle(prev, w))
+        measured = sum(angles) / len(angles)
+        stated = adamw_equilibrium_angle(lr, wd, beta1)
+        rel_tol = 3.0 * (lr * wd + 1.0 / math.sqrt(C))
+        assert abs(measured / stated - 1.0) <= rel_tol, (beta1, measured, stated)
+
+
+def test_summary_claims_from_a_run(tmp_path, small_corpus):
+    s = train("dense", DenseConfig(**TINY), _cfg(tmp_path / "q", small_corpus, max_steps=4), progress=False)
+    claims = {c.id: c for c in summary_claims(s)}
+    assert claims["grt_model.scale_probe_gauges"].holds
+    eq = claims["grt_model.rotational_equilibrium_angle"]
+    assert eq.measured["median_ratio_to_random_walk"] > 0 and eq.source_status == "approximate"
+    assert json.loads((tmp_path / "q" / "summary.json").read_text())["steps"] == 4
+
+
+@pytest.mark.parametrize("module", ["grt_model.train", "grt_model.sample", "grt_model.compare"])
+def test_help_works(module, capsys):
+    import importlib
+
+    mod = importlib.import_module(module)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--help"])
+    assert exc.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_dense_params_closed_form_matches_the_model():
+    from grt_model.compare import dense_family, dense_params, grt_config, n_params, param_matched_width
+
+    g = grt_config(quick=True)
+    for d in (8, 44, 96):
+        cfg = dense_family(g, d)
+        assert dense_params(d, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.vocab_size) == n_params(DenseTransformer(cfg))
+    target = 34_227
+    d = param_matched_width(g, target)
+    err = abs(dense_params(d, g.n_heads, g.n_blocks, 4 * d) - target)
+    step = 2 * g.n_heads
+    assert all(abs(dense_params(w, g.n_heads, g.n_blocks, 4 * w) - target) >= err for w in (d - step, d + step))
+
+
+def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
+    """The whole compare pipeline at toy size, in-process: table, JSON with claim, deterministic figures."""
+    from grt_model.compare import main as compare_main
+
+    out = tmp_path / "cmp"
+    argv = ["--quick", "--jobs", "0", "--wall-d-model", "48", "--budget-tokens", "512", "--lrs", "3e-3,1e-2",
+            "--out", str(out), "--json", str(tmp_path / "cmp.json")]
+    assert compare_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "val bpb" in printed and "wall-clock" in printed and "lr sweep" in printed
+    doc = json.loads((tmp_path / "cmp.json").read_text())
+    rows = {(r["model"], r["match"]): r for r in doc["rows"]}
+    assert set(rows) == {("grt", "-"), ("dense", "params"), ("dense", "wall-clock")}
+    for r in rows.values():
+        assert r["tokens_seen"] >= 512 and 0 < r["final_val_bpb"] < 9 and set(r["sweep"]) == {"0.003", "0.01"}
+    assert rows[("dense", "wall-clock")]["model_config"]["d_model"] == 48
+    assert doc["claims"][0]["id"] == "grt_model.matched_params_bits_per_byte"
+    svg, png = (out / "loss_curves.svg").read_bytes(), (out / "loss_curves.png").read_bytes()
+    assert b"<dc:date>" not in svg and b"Software" not in png
+    from grt_model.compare import Run, plot_curves
+
+    runs = {f"{r['model']} ({r['match']})": [Run(r["run"], r["model"], r["match"], r["model_config"], r["lr"], out,
+                                                  summary=json.loads((out / "runs" / r["run"] / "summary.json")
+                                                                     .read_text()))]
+            for r in doc["rows"]}
+    again = tmp_path / "again"
+    again.mkdir()
+    plot_curves(doc["rows"], runs, again, "t")
+    plot_curves(doc["rows"], runs, out, "t")
+    assert (again / "loss_curves.svg").read_bytes() == (out / "loss_curves.svg").read_bytes()
+    assert (again / "loss_curves.png").read_bytes() == (out / "loss_curves.png").read_bytes()
+
+
+def test_compare_rejects_bad_flags(tmp_path, capsys):
+    from grt_model.compare import main as compare_main
+
+    for argv, msg in ((["--budget-tokens", "0"], "--budget-tokens must be in [1,"),
+                      (["--lrs", "0,1e-3"], "--lrs entry must be in (0, 10]"),
+                      (["--grt", "width=3"], "--grt expects KEY=VALUE"),
+                      (["--wall-d-model", "50"], "--wall-d-model must be a multiple of 2 * n_heads")):
+        with pytest.raises(SystemExit):
+            compare_main([*argv, "--out", str(tmp_path / "x")])
+        assert msg in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
