@@ -1,0 +1,160 @@
+"""``python -m figures``: regenerate every figure (SVG + PNG) and the claims report (REPORT.md, index.html).
+
+Figures are deterministic: two runs on the same inputs give byte-identical files
+(``run.json``, which holds the timings, is the one exception).  Trained-model
+figures use ``--checkpoint``; without it a small GRT is trained first (a short
+budget) and cached under ``<out>/cache/`` (or ``--cache-dir``), then reused.
+
+Examples::
+
+    python -m figures                         # everything into figures/out/
+    python -m figures --list                  # what exists, and which claim each figure supports
+    python -m figures --only gauge.forward_invariance,grt   # one figure plus every grt.* figure
+    python -m figures --quick --out /tmp/f    # reduced sizes (tests)
+    python -m figures --claims none           # redraw figures, reuse the claims of the last run
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from figures.context import DEFAULT_OUT, FigureContext
+from figures.gather import ALL_SOURCES
+from rmsgauge import write_claims_json
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m figures", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", metavar="NAMES", action="append", default=[],
+                    help="comma-separated figure names or groups (a name prefix such as 'gauge', 'dynamics', "
+                         "'grt'); repeatable. Default: every figure. See --list.")
+    ap.add_argument("--list", action="store_true", help="list the figures (name, source text, claims) and exit")
+    ap.add_argument("--out", metavar="DIR", type=Path, default=DEFAULT_OUT,
+                    help=f"output folder for figures and the report (default: {DEFAULT_OUT})")
+    ap.add_argument("--checkpoint", metavar="PATH", type=Path, default=None,
+                    help="a trained GRT checkpoint (from python -m grt_model.train) for the trained-model figures; "
+                         "default: train a small GRT once and cache it")
+    ap.add_argument("--cache-dir", metavar="DIR", type=Path, default=None,
+                    help="where the auto-trained checkpoint is cached (default: <out>/cache)")
+    ap.add_argument("--quick", action="store_true",
+                    help="reduced sizes and a tiny training budget (for tests; captions say so)")
+    ap.add_argument("--seed", type=int, default=0, help="seed for every random draw, in [0, 2**32) (default 0)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads, in [0, 1024]; 0 leaves torch's default (default 0)")
+    ap.add_argument("--claims", metavar="SOURCES", default=",".join(ALL_SOURCES),
+                    help=f"claim sources to gather, comma-separated from {', '.join(ALL_SOURCES)}, or 'none' "
+                         f"to reuse <out>/claims.json of an earlier run (default: all)")
+    ap.add_argument("--no-report", action="store_true", help="draw figures only; do not write REPORT.md/index.html")
+    ap.add_argument("--json", metavar="PATH", type=Path, default=None,
+                    help="also write the gathered claim records as JSON (atomic)")
+    return ap
+
+
+def _validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], tuple[str, ...]]:
+    from figures import registry
+
+    if not (0 <= args.seed < 2**32):
+        ap.error(f"--seed must be in [0, 2**32), got {args.seed}")
+    if not (0 <= args.threads <= 1024):
+        ap.error(f"--threads must be in [0, 1024], got {args.threads}")
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out must be a folder, got the existing file {args.out}")
+    if args.checkpoint is not None and not args.checkpoint.is_file():
+        ap.error(f"--checkpoint must be an existing checkpoint file, got {args.checkpoint} (no such file)")
+    if args.cache_dir is not None and args.cache_dir.exists() and not args.cache_dir.is_dir():
+        ap.error(f"--cache-dir must be a folder, got the existing file {args.cache_dir}")
+    figs = registry.load_all()
+    selectors = [s.strip() for group in args.only for s in group.split(",") if s.strip()]
+    if args.only and not selectors:
+        ap.error("--only needs at least one figure name; see --list")
+    try:
+        names = registry.resolve(selectors) if selectors else list(figs)
+    except KeyError as e:
+        ap.error(f"--only: unknown figure {e.args[0]!r}; known figures: {', '.join(figs)} "
+                 f"(or a group: gauge, dynamics, grt)")
+    raw = args.claims.strip().lower()
+    sources: tuple[str, ...] = () if raw == "none" else tuple(s.strip() for s in raw.split(",") if s.strip())
+    bad = [s for s in sources if s not in ALL_SOURCES]
+    if bad or (raw != "none" and not sources):
+        ap.error(f"--claims must be 'none' or a comma-separated subset of {', '.join(ALL_SOURCES)}, "
+                 f"got {args.claims!r}")
+    return names, sources
+
+
+def list_figures() -> str:
+    from figures import registry
+
+    figs = registry.load_all()
+    w = max(len(n) for n in figs)
+    lines = [f"{'figure':<{w}}  {'source':<10}  {'kind':<13}  supports claims"]
+    for n, s in figs.items():
+        kind = "trained+3D" if s.trained and s.interactive else ("trained" if s.trained else "computed")
+        lines.append(f"{n:<{w}}  {s.source:<10}  {kind:<13}  {', '.join(s.claims) or '(illustration)'}")
+    return "\n".join(lines)
+
+
+def display_command(argv: list[str]) -> str:
+    """The command line as the report prints it, without the output/cache folders (the report must not
+    depend on where it was written: two runs into two folders give byte-identical pages)."""
+    keep, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--out", "--cache-dir"):
+            skip = True
+            continue
+        if a.startswith(("--out=", "--cache-dir=")):
+            continue
+        keep.append(a)
+    return shlex.join(["python", "-m", "figures", *keep])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    names, sources = _validate(ap, args)
+    if args.list:
+        print(list_figures())
+        return 0
+
+    from figures import registry
+    from figures.runner import run
+
+    cmd = display_command(sys.argv[1:] if argv is None else argv)
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    ctx = FigureContext(out_dir=args.out, quick=args.quick, seed=args.seed, checkpoint=args.checkpoint,
+                        cache_dir=args.cache_dir, threads=args.threads)
+    registry.progress(f"{len(names)} figure(s) into {args.out} ({ctx.size_note}); claims from: "
+                      f"{', '.join(sources) or 'claims.json of an earlier run'}")
+    res = run(names, ctx, claim_sources=sources, report=not args.no_report, command=cmd)
+    if args.json is not None:
+        write_claims_json(args.json, res.claims, missing=res.missing)
+
+    figs = registry.load_all()
+    w = max(len(n) for n in names)
+    print(f"{'figure':<{w}}  {'status':<8}  {'seconds':>7}  supports claims")
+    for n in names:
+        st = "written" if n in res.log.written else ("skipped" if n in res.log.skipped else "FAILED")
+        print(f"{n:<{w}}  {st:<8}  {res.log.seconds.get(n, 0.0):7.1f}  {', '.join(figs[n].claims) or '-'}")
+    if res.claims:
+        print(f"{sum(c.holds for c in res.claims)} of {len(res.claims)} claims hold"
+              + (" (reused from claims.json)" if res.reused_claims else ""))
+    if res.proofs:
+        print(f"{sum(bool(p.holds) for p in res.proofs)} of {len(res.proofs)} symbolic proofs hold")
+    for src, why in res.missing.items():
+        print(f"claims not gathered from {src}: {why}")
+    print(f"total {res.seconds:.1f} s; report: {args.out / 'index.html'} and {args.out / 'REPORT.md'}"
+          if not args.no_report else f"total {res.seconds:.1f} s")
+    return 1 if res.log.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Drag-to-rotate 3-D views of pair traces (plotly, offline).
+
+The GRT text's own page shows its pair traces as 3-D views a reader can rotate.
+We build them with plotly (a well-kept library whose bundled ``plotly.min.js``
+renders offline) and embed each view's JSON in ``index.html``; the script is
+written once beside the page.  Axes follow the text: ``x0``, ``x1`` (the rebuilt
+Cartesian pair) horizontally, the stage index vertically (z = 0 is the cascade's
+input).
+
+Serialization is deterministic: numbers are rounded to ``DIGITS`` significant
+figures and the JSON is written without whitespace in plotly's key order, so two
+runs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+DIGITS = 4  # significant figures kept in the embedded JSON: plenty for a plot, keeps the page small
+
+
+class PlotlyMissing(RuntimeError):
+    pass
+
+
+def _go():
+    try:
+        import plotly.graph_objects as go
+    except ModuleNotFoundError:
+        raise PlotlyMissing("plotly is not installed: pip install plotly (the 3-D views need it)") from None
+    return go
+
+
+def plotly_js() -> str:
+    """plotly's bundled, minified script (no network)."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ModuleNotFoundError:
+        raise PlotlyMissing("plotly is not installed: pip install plotly (the 3-D views need it)") from None
+    return get_plotlyjs()
+
+
+def _round(a: np.ndarray) -> list[Any]:
+    """Round to DIGITS significant figures; NaN (line breaks) becomes None."""
+    a = np.asarray(a, dtype=np.float64).ravel()
+    finite = np.isfinite(a) & (a != 0)
+    mag = np.floor(np.log10(np.abs(np.where(finite, a, 1.0))))  # decimal exponent of each value
+    # an integer divided by an exact power of ten is correctly rounded, so its repr is the short decimal
+    scale = 10.0 ** (DIGITS - 1 - mag)
+    out = np.where(finite, np.round(a * scale) / scale, a)
+    return [v if v == v else None for v in out.tolist()]  # NaN (v != v) -> None: a line break in plotly
+
+
+def polylines(tracks: np.ndarray) -> tuple[list[Any], list[Any], list[Any]]:
+    """``(N, S, 3)`` tracks -> x, y, z lists with a ``None`` between tracks (one plotly trace draws all N)."""
+    N, S, _ = tracks.shape
+    pad = np.full((N, 1, 3), np.nan)
+    flat = np.concatenate((tracks, pad), axis=1).reshape(N * (S + 1), 3)  # (N*(S+1), 3)
+    return _round(flat[:, 0]), _round(flat[:, 1]), _round(flat[:, 2])
+
+
+def line_trace(tracks: np.ndarray, *, name: str, color: str, width: float = 2.0, opacity: float = 1.0,
+               markers: bool = False, marker_color: np.ndarray | None = None, cmin: float = -1.0,
+               cmax: float = 1.0, colorscale: str = "RdBu", showscale: bool = False) -> Any:
+    """One ``Scatter3d`` drawing every track in ``tracks`` (``(N, S, 3)``: x0, x1, stage)."""
+    go = _go()
+    x, y, z = polylines(tracks)
+    kw: dict[str, Any] = {"mode": "lines+markers" if markers or marker_color is not None else "lines"}
+    kw["line"] = {"color": color, "width": width}
+    if marker_color is not None:
+        N, S, _ = tracks.shape
+        mc = np.concatenate((marker_color.reshape(N, S), np.full((N, 1), np.nan)), axis=1).ravel()
+        kw["marker"] = {"size": 3, "color": _round(mc), "colorscale": colorscale, "cmin": cmin, "cmax": cmax,
+                        "showscale": showscale, "colorbar": {"title": {"text": "cos(Q–K)"}}}
+    elif markers:
+        kw["marker"] = {"size": 2.5, "color": color}
+    return go.Scatter3d(x=x, y=y, z=z, name=name, opacity=opacity, hoverinfo="name", **kw)
+
+
+def figure3d(traces: list[Any], *, title: str, z_title: str = "stage", height: int = 540) -> Any:
+    go = _go()
+    fig = go.Figure(data=traces)
+    fig.update_layout(
+        title={"text": title, "font": {"size": 14}},
+        template="none",  # no 6 KB default template per view; axes styled below
+        height=height,
+        margin={"l": 0, "r": 0, "t": 40, "b": 0},
+        legend={"itemsizing": "constant"},
+        scene={
+            "xaxis": {"title": {"text": "x0"}, "backgroundcolor": "#f7f7f7", "showbackground": True},
+            "yaxis": {"title": {"text": "x1"}, "backgroundcolor": "#f7f7f7", "showbackground": True},
+            "zaxis": {"title": {"text": z_title}, "backgroundcolor": "#fbfbfb", "showbackground": True},
+            "aspectmode": "manual",
+            "aspectratio": {"x": 1, "y": 1, "z": 1.4},
+        },
+    )
+    return fig
+
+
+def to_json(fig: Any) -> str:
+    """Deterministic JSON ``{"data": [...], "layout": {...}}`` of a plotly figure."""
+    d = fig.to_plotly_json()
+    return json.dumps({"data": d["data"], "layout": d["layout"]}, separators=(",", ":"), allow_nan=False,
+                      default=_default)
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return _round(o) if o.dtype.kind == "f" else o.tolist()
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    raise TypeError(f"not JSON serializable in a plotly view: {type(o).__name__}")

@@ -1,0 +1,100 @@
+"""Deterministic matplotlib: the same inputs give byte-identical SVG and PNG files.
+
+What would otherwise change between two runs, and how it is pinned:
+
+- SVG element ids are hashes salted with a random value per process unless
+  ``rcParams["svg.hashsalt"]`` is set; we fix it.
+- SVG and PNG carry a creation date and the creating software's version in
+  their metadata; ``savefig(metadata=...)`` with ``None`` values drops them.
+- Text is drawn as glyph paths (``svg.fonttype = "path"``) from DejaVu Sans, the
+  font matplotlib bundles, so files neither depend on nor embed system fonts
+  and render identically offline in any browser.
+- The Agg backend rasterizes deterministically; we select it before pyplot loads.
+
+Every file is written atomically (``rmsgauge.atomic_write_bytes``): a reader never
+sees a half-written figure.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless and deterministic; must precede the pyplot import
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from rmsgauge import atomic_write_bytes
+
+SVG_HASHSALT = "rmsgauge-figures"  # any fixed string: makes SVG clip-path/glyph ids reproducible
+PNG_DPI = 110  # PNGs are for quick viewing; the SVG is the figure of record
+SVG_METADATA = {"Date": None, "Creator": None}  # drop the timestamp and the matplotlib version
+PNG_METADATA = {"Software": None}  # drop the matplotlib version
+
+# One palette for the whole report.  Heads follow the source text's "head colors".
+HEAD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+STAGE_GROUP_COLORS = {
+    "q": "#1f77b4", "k": "#ff7f0e", "v": "#2ca02c", "o": "#d62728",
+    "mixer": "#9467bd", "ffn_expand": "#8c564b", "ffn_contract": "#e377c2",
+}
+COS_CMAP = "RdBu"  # the source's convention: blue = aligned (cos = +1), red = opposed (cos = -1)
+FADED = "#c8c8c8"
+
+RC = {
+    "svg.hashsalt": SVG_HASHSALT,
+    "svg.fonttype": "path",
+    "svg.id": None,
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.labelsize": 9.0,
+    "legend.fontsize": 8.0,
+    "figure.dpi": 100.0,
+    "savefig.dpi": PNG_DPI,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "image.cmap": "viridis",
+    "path.simplify": True,
+}
+
+
+def configure() -> None:
+    """Apply the report's rcParams (idempotent; called by every figure function through ``new_figure``)."""
+    plt.rcParams.update(RC)
+
+
+def new_figure(*, figsize: tuple[float, float] = (6.4, 4.0), **kw) -> Figure:
+    """A fresh figure under the report's style (``constrained`` layout so labels never collide)."""
+    configure()
+    kw.setdefault("layout", "constrained")
+    return plt.figure(figsize=figsize, **kw)
+
+
+def render(fig: Figure) -> dict[str, bytes]:
+    """The figure's SVG and PNG bytes (nothing written yet)."""
+    configure()
+    out = {}
+    for fmt, meta in (("svg", SVG_METADATA), ("png", PNG_METADATA)):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, metadata=meta)
+        out[fmt] = buf.getvalue()
+    return out
+
+
+def save_figure(fig: Figure, out_dir: str | os.PathLike, stem: str) -> list[Path]:
+    """Write ``<stem>.svg`` and ``<stem>.png`` atomically and close the figure."""
+    try:
+        data = render(fig)
+    finally:
+        plt.close(fig)
+    return [atomic_write_bytes(Path(out_dir) / f"{stem}.{fmt}", b) for fmt, b in data.items()]
+
+
+def close_all() -> None:
+    plt.close("all")

@@ -1,0 +1,227 @@
+"""figures/: the CLI, the registry, deterministic output, the report writer, claim gathering.
+
+The expensive parts (training the figure model, running every package's checks)
+are exercised by ``python -m figures``; here a fast subset runs: the static GRT
+figures plus the trained-model figures drawn from an untrained tiny checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from figures import FigureContext, load_all, run
+from figures import gather as gather_mod
+from figures.__main__ import display_command, main
+from figures.model_source import write_untrained_checkpoint
+from figures.registry import resolve
+from figures.report import render_html, render_markdown
+from proofs.core import ProofResult
+from rmsgauge import Claim
+
+TRAINED_SUBSET = ("grt.fig_q_pair_trace", "grt.fig_gates")  # one interactive 3-D view, one plain
+
+
+def fast_names() -> list[str]:
+    return [n for n, s in load_all().items() if s.fast]
+
+
+def synthetic_claims() -> list[Claim]:
+    """Claims covering every source status, a failing verdict and HTML-special characters."""
+    return [
+        Claim("gauge.forward_invariance", "RMSNorm(x (cW)) = RMSNorm(x W), c > 0", 3e-15, 2.1e-16, 1e-13, True),
+        Claim("dynamics.angular_rate_scaling", "the rate grows like 1 / ||W|| <wording>", [0.0025, 0.01, 0.04],
+              {"exponent": -2.0}, 0.05, True, source_status="wrong", exact_law="angle ∝ ||W||^-2 & not ^-1"),
+        Claim("dynamics.trajectory_tracking", "tracks to a relative 4e-4", 4e-4, 3.9e-4, 1e-3, True,
+              source_status="approximate", exact_law="(1-wd)^2 ||W||^2 + lr^2 ||g||^2"),
+        Claim("grt.mixing", "a local pair reaches across the whole vector within a few stages", None, 6, None, False,
+              dtype="n/a", source_status="unstated"),
+    ]
+
+
+def synthetic_proofs() -> list[ProofResult]:
+    return [ProofResult("gauge.forward_invariance", "RMSNorm(c z) = RMSNorm(z), c > 0", True, "0", "symbolic n"),
+            ProofResult("grt.det_positive", "det = s0 s1 > 0", True, "0", "2x2")]
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory) -> Path:
+    return write_untrained_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt")
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_help_lists_every_flag(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--only", "--list", "--out", "--checkpoint", "--quick", "--claims", "--json", "--seed"):
+        assert flag in out
+
+
+def test_cli_list_names_every_figure_and_its_claims(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name, spec in load_all().items():
+        assert name in out
+        for c in spec.claims:
+            assert c in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--only", "no.such_figure"], "--only: unknown figure 'no.such_figure'"),
+    (["--only", ","], "--only needs at least one figure name"),
+    (["--seed", "-1"], "--seed must be in [0, 2**32)"),
+    (["--threads", "5000"], "--threads must be in [0, 1024]"),
+    (["--checkpoint", "/nonexistent/ckpt.pt"], "--checkpoint must be an existing checkpoint file"),
+    (["--claims", "gauge,bogus"], "--claims must be 'none' or a comma-separated subset"),
+])
+def test_cli_rejects_bad_flags_before_any_work(argv, needle, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--out", str(tmp_path / "out")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert not (tmp_path / "out").exists()  # failed before writing anything
+
+
+def test_unknown_name_error_lists_the_known_figures(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["--only", "gauge.nope", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert all(n in err for n in fast_names())
+
+
+def test_resolve_accepts_names_and_groups():
+    figs = load_all()
+    grt = resolve(["grt"])
+    assert grt == [n for n in figs if n.startswith("grt.")]
+    assert resolve(["grt.mixing", "grt."]) == ["grt.mixing", *[n for n in grt if n != "grt.mixing"]]
+    with pytest.raises(KeyError):
+        resolve(["gr"])
+
+
+def test_display_command_hides_output_folders():
+    cmd = display_command(["--quick", "--out", "/tmp/a", "--cache-dir=/tmp/c", "--only", "grt"])
+    assert cmd == "python -m figures --quick --only grt"
+
+
+# --------------------------------------------------------------------------------------------- registry
+
+
+def test_figure_names_follow_the_claim_id_convention():
+    """A figure's stem is the claim id it is evidence for where there is one; otherwise a ``fig_`` name."""
+    for name, spec in load_all().items():
+        pkg, _, rest = name.partition(".")
+        assert pkg in ("gauge", "dynamics", "grt") and rest.replace("_", "").isalnum(), name
+        assert name in spec.claims or rest.startswith("fig_"), name
+        assert spec.source in ("gauge text", "GRT text")
+
+
+def test_grt_figures_cite_real_grt_claim_ids():
+    from grt_model.claims import CLAIM_IDS
+
+    cited = {c for s in load_all().values() for c in s.claims if c.startswith("grt.")}
+    assert cited <= set(CLAIM_IDS), cited - set(CLAIM_IDS)
+
+
+def test_link_figures_prefers_the_figure_named_after_the_claim():
+    claims = [Claim("grt.param_accounting", "s", None, 1, None, True), Claim("grt.jacobian", "s", None, 1, None, True)]
+    fc = {"grt.embedding_rebuild": ("grt.embedding_rebuild", "grt.param_accounting"),
+          "grt.param_accounting": ("grt.param_accounting",)}
+    out = gather_mod.link_figures(claims, fc)
+    assert [c.figure for c in out] == ["grt.param_accounting", None]
+    assert claims[0].figure is None  # copies: the packages' records are not mutated
+
+
+# --------------------------------------------------------------------------------------------- gathering
+
+
+def test_gather_notes_a_missing_source_and_rejects_foreign_records(monkeypatch):
+    monkeypatch.setitem(gather_mod.CLAIM_SOURCES, "ghost", ("no_such_package.checks", "run_all"))
+    monkeypatch.setattr(gather_mod, "ALL_SOURCES", (*gather_mod.ALL_SOURCES, "ghost"))
+    g = gather_mod.gather(("ghost",), log=lambda _: None)
+    assert "ghost" in g.missing and "no_such_package" in g.missing["ghost"]
+    assert g.claims == []
+
+    monkeypatch.setitem(gather_mod.CLAIM_SOURCES, "ghost", ("os", "getcwd"))  # returns a str, not Claims
+    with pytest.raises(TypeError, match=r"must return rmsgauge\.Claim records"):
+        gather_mod.gather(("ghost",), log=lambda _: None)
+
+
+def test_gather_passes_only_declared_options():
+    seen = {}
+
+    def run_all(seed=0):
+        seen["seed"] = seed
+        return []
+
+    gather_mod._call(run_all, quick=True, seed=7)
+    assert seen == {"seed": 7}
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def test_report_lists_every_claim_with_status_law_and_figure():
+    claims = synthetic_claims()
+    claims[0].figure = "grt.mixing"  # a figure that exists in the sidecars below
+    side = [{"name": "grt.mixing", "title": "wiring", "source": "GRT text", "claims": ["grt.mixing"],
+             "caption": "c", "svg": "grt.mixing.svg", "png": "grt.mixing.png", "interactive": None,
+             "trained": False, "numbers": {}}]
+    md = render_markdown(claims, [], side, {"command": "python -m figures"})
+    html = render_html(claims, [], side, {"command": "python -m figures"}, {})
+    for c in claims:
+        assert f"`{c.id}`" in md
+        assert f'data-claim-id="{c.id}"' in html
+        if c.exact_law:
+            assert c.exact_law.replace("&", "&amp;") in html
+    assert "WRONG as stated" in md and "approximate: see exact law" in md
+    assert "&lt;wording&gt;" in html and "<wording>" not in html  # statements are escaped
+    assert "[grt.mixing](grt.mixing.svg)" in md
+    assert html.count('<tr class="claim') == len(claims)
+    assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html  # offline
+
+
+# --------------------------------------------------------------------------------------------- output
+
+
+def _generate(out: Path, ckpt: Path, names: list[str]) -> None:
+    ctx = FigureContext(out_dir=out, quick=True, checkpoint=ckpt)
+    res = run(names, ctx, command="python -m figures --quick", claims=synthetic_claims(), proofs=synthetic_proofs())
+    assert not res.log.failed, res.log.failed
+    assert res.log.written == names
+
+
+def test_byte_identical_regeneration(tmp_path, tiny_ckpt):
+    """Two runs into two folders give byte-identical files (run.json holds timings and is exempt)."""
+    names = fast_names() + list(TRAINED_SUBSET)
+    a, b = tmp_path / "a", tmp_path / "b"
+    _generate(a, tiny_ckpt, names)
+    _generate(b, tiny_ckpt, names)
+    files_a = sorted(p.name for p in a.iterdir() if p.name != "run.json")
+    assert files_a == sorted(p.name for p in b.iterdir() if p.name != "run.json")
+    for name in names:
+        assert f"{name}.svg" in files_a and f"{name}.png" in files_a and f"{name}.json" in files_a
+    for f in ("grt.fig_q_pair_trace.plotly.json", "index.html", "REPORT.md", "claims.json", "plotly.min.js"):
+        assert f in files_a, f
+    html = (a / "index.html").read_text(encoding="utf-8")
+    assert html.count('<tr class="claim') == len(synthetic_claims())
+    assert html.count('<tr class="proof"') == len(synthetic_proofs())
+    differ = [f for f in files_a if (a / f).read_bytes() != (b / f).read_bytes()]
+    assert differ == []
+
+    svg = (a / "grt.mixing.svg").read_text(encoding="utf-8")
+    assert "<dc:date>" not in svg and "Matplotlib v" not in svg  # no timestamp, no version
+    png = (a / "grt.mixing.png").read_bytes()
+    assert b"Software" not in png and b"matplotlib" not in png.lower()
+
+    # trained-model captions say which checkpoint and budget made them
+    side = json.loads((a / "grt.fig_gates.json").read_text(encoding="utf-8"))
+    assert "tiny.pt" in side["caption"] and "steps of" in side["caption"] and "float32" in side["caption"]
+    assert re.search(r"\b0 steps\b", side["caption"])
