@@ -34,6 +34,14 @@ it still preserves every input's length at unit scales.
 Parameters (per head ``H``, stage ``S``, pair ``P``): ``angles`` ``[H, S, P]``,
 ``raw_scales`` ``[H, S, P, 2]`` (softplus gives :math:`s_0, s_1`), and
 ``coupling`` ``[H, S, 4P, P]`` (absent when ``coupling=False``).
+
+Backends (``RotationCascade(..., backend=...)``, default ``"auto"``): ``"eager"`` is
+:func:`cascade_eager` below (vectorized PyTorch, any device and dtype, any-order derivatives);
+``"fused"`` runs the numba kernels of :mod:`grt_model.fused` (CPU, float32/float64: all stages per
+token tile in cache, a backward that saves only the input); ``"auto"`` picks the fused kernels for
+CPU calls of at least ``fused.SETTINGS.auto_min_tokens`` tokens where numba is available.  All three
+compute the same function (``tests/test_fast_cascade.py``); :func:`reference_cascade` is the slow
+explicit-matrix check of both.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from grt_model.butterfly import check_width, from_pairs, pair_index, stage_stride, to_pairs
+from grt_model.fused import cascade_fused, check_backend, use_fused
 
 UNIT_RAW_SCALE = math.log(math.e - 1.0)  # softplus(log(e-1)) = 1: cascades start length-preserving
 COUPLING_INIT_STD = 0.02  # small nudges at init: the cascade starts close to its fixed-angle rotation
@@ -60,6 +69,42 @@ def clifford_features(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
     return torch.cat((energy / m, x0 / rs, x1 / rs, area / m), dim=-1)  # (..., 4P)
 
 
+def broadcast_input_heads(x: torch.Tensor, heads: int, width: int) -> torch.Tensor:
+    """``[..., Hin*width] -> [..., heads*width]`` with cascade head ``h`` reading input head ``h % Hin``
+    (``Hin`` divides ``heads``; Q, K and V of one head read the same slice of the token).  Identity when
+    ``Hin == heads``."""
+    hin = x.shape[-1] // width
+    if hin == heads:
+        return x
+    lead = x.shape[:-1]
+    v = x.reshape(*lead, 1, hin * width).expand(*lead, heads // hin, hin * width)  # (..., H/Hin, Hin*d)
+    return v.reshape(*lead, heads * width)
+
+
+def cascade_eager(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tensor, coupling: torch.Tensor | None,
+                  width: int, first_stage: int = 0) -> torch.Tensor:
+    """The eager backend as a function of the parameters: ``x [..., Hin*width]`` (``Hin`` dividing ``H``:
+    see :func:`broadcast_input_heads`), ``angles [H, S, P]``, ``raw_scales [H, S, P, 2]``,
+    ``coupling [H, S, 4P, P]`` or None; ``[..., H*width]`` out.  Vectorized: strides are views, heads are a
+    batch dim; the only loop runs over stages."""
+    H, S = angles.shape[:2]
+    lead = x.shape[:-1]
+    x = broadcast_input_heads(x, H, width).reshape(*lead, H, width)  # (..., H, d)
+    scales = F.softplus(raw_scales)  # (H, S, P, 2)
+    for s in range(S):
+        h = stage_stride(width, first_stage + s)
+        x0, x1 = to_pairs(x, h)  # (..., H, P) each
+        theta = angles[:, s]  # (H, P)
+        if coupling is not None:
+            feats = clifford_features(x0, x1)  # (..., H, 4P)
+            theta = theta + torch.tanh(torch.einsum("...hf,hfp->...hp", feats, coupling[:, s]))
+        c, sn = torch.cos(theta), torch.sin(theta)
+        y0 = (c * x0 - sn * x1) * scales[:, s, :, 0]
+        y1 = (sn * x0 + c * x1) * scales[:, s, :, 1]
+        x = from_pairs(y0, y1, h)
+    return x.reshape(*lead, H * width)
+
+
 class RotationCascade(nn.Module):
     """``n_stages`` butterfly stages of Givens rotation + per-axis softplus scale (+ Clifford coupling).
 
@@ -68,7 +113,8 @@ class RotationCascade(nn.Module):
 
     def __init__(self, width: int, n_stages: int, coupling: bool = True, heads: int = 1,
                  *, first_stage: int = 0, coupling_init_std: float = COUPLING_INIT_STD,
-                 dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> None:
+                 dtype: torch.dtype | None = None, device: torch.device | str | None = None,
+                 backend: str = "auto") -> None:
         super().__init__()
         check_width(width)
         if n_stages < 1:
@@ -78,6 +124,7 @@ class RotationCascade(nn.Module):
         if first_stage < 0:
             raise ValueError(f"first_stage must be >= 0, got {first_stage}")
         self.width, self.n_stages, self.heads, self.first_stage = width, n_stages, heads, first_stage
+        self.backend = check_backend(backend)  # "auto" | "fused" | "eager": see grt_model.fused
         self.has_coupling = bool(coupling)
         P = width // 2
         kw = {"dtype": dtype, "device": device}  # build in the target dtype: softplus(raw)=1 exactly
@@ -110,48 +157,40 @@ class RotationCascade(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"width={self.width}, n_stages={self.n_stages}, heads={self.heads}, "
-                f"coupling={self.has_coupling}, strides={self.strides()}")
+                f"coupling={self.has_coupling}, strides={self.strides()}, backend={self.backend!r}")
+
+    def _check_input(self, x: torch.Tensor) -> int:
+        """The number of input heads ``Hin`` of ``x [..., Hin*width]``: ``heads``, or a divisor of it (cascade
+        head ``h`` then reads input head ``h % Hin``: one token slice feeds Q, K and V without a copy)."""
+        d, H = x.shape[-1], self.heads
+        if d % self.width or not 1 <= d // self.width <= H or H % (d // self.width):
+            raise ValueError(
+                f"RotationCascade expects last dim heads*width = {H}*{self.width} = {H * self.width} (or Hin*width "
+                f"with Hin dividing heads={H}: shared input heads), got input of shape {tuple(x.shape)}"
+            )
+        return d // self.width
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.heads * self.width:
-            raise ValueError(
-                f"RotationCascade expects last dim heads*width = {self.heads}*{self.width} = "
-                f"{self.heads * self.width}, got input of shape {tuple(x.shape)}"
-            )
+        self._check_input(x)
+        x = broadcast_input_heads(x, self.heads, self.width)
         return x.reshape(*x.shape[:-1], self.heads, self.width)  # (..., H, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        x = self._split_heads(x)  # (..., H, d)
-        scales = self.scales()  # (H, S, P, 2)
-        for s, h in enumerate(self.strides()):
-            x0, x1 = to_pairs(x, h)  # (..., H, P) each
-            theta = self.angles[:, s]  # (H, P)
-            if self.coupling is not None:
-                feats = clifford_features(x0, x1)  # (..., H, 4P)
-                theta = theta + torch.tanh(torch.einsum("...hf,hfp->...hp", feats, self.coupling[:, s]))
-            c, sn = torch.cos(theta), torch.sin(theta)
-            y0 = (c * x0 - sn * x1) * scales[:, s, :, 0]
-            y1 = (sn * x0 + c * x1) * scales[:, s, :, 1]
-            x = from_pairs(y0, y1, h)
-        return x.reshape(*lead, self.heads * self.width)
+        """``[..., Hin*width] -> [..., heads*width]`` (``Hin = heads``, or a divisor: shared input heads)."""
+        self._check_input(x)  # shape check with the message every backend shares
+        if use_fused(getattr(self, "backend", "auto"), x, self.angles, self.raw_scales, self.coupling):
+            return cascade_fused(self, x)
+        return cascade_eager(x, self.angles, self.raw_scales, self.coupling, self.width, self.first_stage)
 
     def stage_trace(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """The activation after every stage (stage 0's input first): for figures and diagnostics."""
-        out = [x]
+        """The activation after every stage (stage 0's input first): for figures and diagnostics (eager)."""
+        self._check_input(x)
+        out = [broadcast_input_heads(x, self.heads, self.width)]
         for s in range(self.n_stages):
-            out.append(self._single_stage(out[-1], s))
+            cpl = None if self.coupling is None else self.coupling[:, s : s + 1]
+            out.append(cascade_eager(out[-1], self.angles[:, s : s + 1], self.raw_scales[:, s : s + 1], cpl,
+                                     self.width, self.first_stage + s))
         return out
-
-    def _single_stage(self, x: torch.Tensor, s: int) -> torch.Tensor:
-        sub = RotationCascade.__new__(RotationCascade)
-        nn.Module.__init__(sub)
-        sub.width, sub.n_stages, sub.heads = self.width, 1, self.heads
-        sub.first_stage, sub.has_coupling = self.first_stage + s, self.has_coupling
-        sub.angles = self.angles[:, s : s + 1]
-        sub.raw_scales = self.raw_scales[:, s : s + 1]
-        sub.coupling = None if self.coupling is None else self.coupling[:, s : s + 1]
-        return RotationCascade.forward(sub, x)
 
     @torch.no_grad()
     def log_det(self) -> torch.Tensor:
@@ -220,7 +259,7 @@ def reference_cascade(cascade: RotationCascade, x: torch.Tensor) -> torch.Tensor
             M = torch.diag(diag) @ M
             v = (M @ v.unsqueeze(-1)).squeeze(-1)
         outs.append(v)
-    return torch.stack(outs, dim=-2).reshape(x.shape)
+    return torch.stack(outs, dim=-2).reshape(*x.shape[:-1], H * d)
 
 
 def materialize(cascade: RotationCascade) -> torch.Tensor:

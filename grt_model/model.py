@@ -87,6 +87,7 @@ from grt_model.butterfly import to_pairs
 from grt_model.cascade import RotationCascade
 from grt_model.config import GRTConfig
 from grt_model.embedding import PhaseEmbedding, to_polar
+from grt_model.fused import fused_ffn
 from grt_model.pearlnorm import PearlNorm, safe_pair_radius
 from grt_model.radial_gelu import RadialGELU
 from grt_model.rope import apply_rope, rope_angles
@@ -271,11 +272,11 @@ class GRTAttention(nn.Module):
             raise ValueError(f"GRTAttention expects (B, T, D), got shape {tuple(z.shape)}")
         B, T, D = z.shape
         H, dh = self.n_heads, self.d_head
-        z3 = z.unsqueeze(-2).expand(B, T, 3, D).reshape(B, T, 3 * D)  # (B, T, 3*H*dh): q, k, v inputs
+        # the cascade broadcasts its H input heads to its 3H heads (q, k, v read the same slice): no copy
         if rec is None:
-            y = self.qkv(z3)
+            y = self.qkv(z)  # (B, T, 3*H*dh)
         else:
-            tr, y = _cascade_trace("qkv", self.qkv, z3)
+            tr, y = _cascade_trace("qkv", self.qkv, z)
             acts = tr.acts.unflatten(-2, (3, H))  # (S+1, B, T, 3, H, dh)
             for j, name in enumerate("qkv"):
                 rec[name] = CascadeTrace(name, acts[..., j, :, :], tr.strides)
@@ -321,9 +322,10 @@ class GRTFFN(nn.Module):
         self.contract = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
 
     def forward(self, z: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
-        h = F.pad(z, (0, self.d_ff - self.d_model))  # (..., d_ff): signal in coords 0..d_model-1
         if rec is None:
-            return self.contract(self.act(self.expand(h)))[..., : self.d_model]
+            # one fused kernel per direction where numba is available (same function: tests/test_fast_cascade.py)
+            return fused_ffn(z, self.expand, self.contract, self.d_model)
+        h = F.pad(z, (0, self.d_ff - self.d_model))  # (..., d_ff): signal in coords 0..d_model-1
         rec["ffn_expand"], h = _cascade_trace("ffn_expand", self.expand, h)
         h = rec["gelu_out"] = self.act(h)
         rec["ffn_contract"], h = _cascade_trace("ffn_contract", self.contract, h)

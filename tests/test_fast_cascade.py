@@ -1,0 +1,360 @@
+"""The fused cascade (numba kernels) against the eager backend and the explicit-matrix reference.
+
+Values and gradients (input and every parameter) agree within the dtype's tolerance
+(``rmsgauge.assert_close``: ``16 eps sqrt(size * depth)``, size = the terms a gradient sums, depth = the
+stages) over widths, stage counts, heads, coupling on/off, first stages, anisotropic scales, float32 and
+float64; the FFN kernel against the eager pad/expand/RadialGELU/contract/truncate composition, through both
+of its backward paths (stage inversion, and storing with checkpoints); the fallback to eager where the
+kernels are unavailable; the polynomial transcendentals against ``math``; and the benchmark CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grt_model import fused
+from grt_model.cascade import RotationCascade, reference_cascade
+from rmsgauge import assert_close, eps_of
+
+needs_numba = pytest.mark.skipif(not fused.fused_available(), reason="numba kernels unavailable")
+DTYPES = (torch.float32, torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """Every test starts from the default kernel settings and counters."""
+    saved = fused.FusedSettings(**vars(fused.SETTINGS))
+    fused.STATS.reset()
+    yield
+    for k, v in vars(saved).items():
+        setattr(fused.SETTINGS, k, v)
+
+
+def _cascade(data, dtype, *, max_width_log2=5, coupling=None, backend="fused") -> RotationCascade:
+    width = 2 ** data.draw(st.integers(1, max_width_log2), label="log2 width")
+    stages = data.draw(st.integers(1, 6), label="stages")
+    heads = data.draw(st.integers(1, 3), label="heads")
+    first = data.draw(st.integers(0, 4), label="first_stage")
+    cpl = data.draw(st.booleans(), label="coupling") if coupling is None else coupling
+    std = data.draw(st.floats(0.0, 0.6, allow_nan=False, allow_infinity=False), label="coupling std")
+    c = RotationCascade(width, stages, coupling=cpl, heads=heads, first_stage=first, coupling_init_std=std,
+                        dtype=dtype, backend=backend)
+    spread = data.draw(st.floats(0.0, 0.4, allow_nan=False, allow_infinity=False), label="raw scale spread")
+    with torch.no_grad():  # anisotropic positive scales around 1 (softplus(0.5413) = 1)
+        c.raw_scales.add_(torch.randn(c.raw_scales.shape, dtype=dtype) * spread)
+    return c
+
+
+def _input(data, c: RotationCascade, *lead: int, dtype) -> torch.Tensor:
+    """``[*lead, Hin*width]`` with ``Hin`` drawn among the divisors of ``heads`` (shared input heads)."""
+    hin = data.draw(st.sampled_from([d for d in range(1, c.heads + 1) if c.heads % d == 0]), label="input heads")
+    return torch.randn(*lead, hin * c.width, dtype=dtype)
+
+
+def _grads(c: RotationCascade, x: torch.Tensor, g: torch.Tensor, fn=None) -> list[torch.Tensor]:
+    xg = x.detach().requires_grad_(True)
+    y = c(xg) if fn is None else fn(c, xg)
+    return [y.detach(), *torch.autograd.grad(y, [xg, *c.parameters()], g)]
+
+
+def _compare(actual: list[torch.Tensor], expected: list[torch.Tensor], dtype, n_tokens: int, c: RotationCascade,
+             what: str) -> None:
+    names = ["output", "grad x", *[n for n, _ in c.named_parameters()]]
+    for a, e, name in zip(actual, expected, names):
+        # a parameter gradient sums n_tokens terms; every value runs through the stages (x heads' features)
+        assert_close(a, e, dtype=dtype, size=max(1, n_tokens) * c.width, depth=c.n_stages, what=f"{what}: {name}")
+
+
+@needs_numba
+@given(data=st.data())
+def test_fused_matches_eager(data):
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    c = _cascade(data, dtype)
+    n = data.draw(st.integers(1, 70), label="tokens")
+    x = _input(data, c, n, dtype=dtype)
+    g = torch.randn(n, c.heads * c.width, dtype=dtype)
+    fused_out = _grads(c, x, g)
+    c.backend = "eager"
+    _compare(fused_out, _grads(c, x, g), dtype, n * c.heads, c, "fused vs eager")
+
+
+@needs_numba
+@given(data=st.data())
+def test_fused_matches_reference(data):
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    c = _cascade(data, dtype, max_width_log2=4)
+    n = data.draw(st.integers(1, 6), label="tokens")
+    x = _input(data, c, n, dtype=dtype)
+    g = torch.randn(n, c.heads * c.width, dtype=dtype)
+    fused_out = _grads(c, x, g)
+    _compare(fused_out, _grads(c, x, g, fn=reference_cascade), dtype, n * c.heads, c, "fused vs reference")
+
+
+@needs_numba
+@given(data=st.data())
+def test_fused_segmented_backward_matches_eager(data):
+    """A tiny scratch budget forces checkpointed segments (and, anisotropic, the storing fallback)."""
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    fused.SETTINGS.scratch_bytes = data.draw(st.integers(1, 4096), label="scratch bytes")
+    fused.SETTINGS.backward = data.draw(st.sampled_from(("auto", "store")), label="backward")
+    c = _cascade(data, dtype)
+    n = data.draw(st.integers(1, 40), label="tokens")
+    x = _input(data, c, 2, n, dtype=dtype)  # leading dims flatten into tokens
+    g = torch.randn(2, n, c.heads * c.width, dtype=dtype)
+    fused_out = _grads(c, x, g)
+    c.backend = "eager"
+    _compare(fused_out, _grads(c, x, g), dtype, 2 * n * c.heads, c, "segmented fused vs eager")
+
+
+def _ffn_pair(data, dtype):
+    width = 2 ** data.draw(st.integers(2, 6), label="log2 d_ff")
+    s1 = data.draw(st.integers(1, 12), label="expand stages")
+    s2 = data.draw(st.integers(1, 12), label="contract stages")
+    spread = data.draw(st.floats(0.0, 0.5, allow_nan=False, allow_infinity=False), label="raw scale spread")
+    e = RotationCascade(width, s1, coupling=False, dtype=dtype)
+    c = RotationCascade(width, s2, coupling=False, dtype=dtype)
+    with torch.no_grad():
+        for m in (e, c):
+            m.raw_scales.add_(torch.randn(m.raw_scales.shape, dtype=dtype) * spread)
+    d_in = data.draw(st.integers(1, width), label="d_in")
+    d_out = data.draw(st.integers(1, width), label="d_out")
+    return e, c, d_in, d_out
+
+
+@needs_numba
+@given(data=st.data())
+def test_fused_ffn_matches_eager(data):
+    dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
+    fused.SETTINGS.backward = data.draw(st.sampled_from(("auto", "store")), label="backward")
+    if data.draw(st.booleans(), label="tiny scratch"):
+        fused.SETTINGS.scratch_bytes = 1  # one stage per segment
+    e, c, d_in, d_out = _ffn_pair(data, dtype)
+    n = data.draw(st.integers(1, 70), label="tokens")
+    scale = data.draw(st.floats(0.1, 4.0, allow_nan=False, allow_infinity=False), label="input scale")
+    z = torch.randn(n, d_in, dtype=dtype) * scale
+    if data.draw(st.booleans(), label="a zero token"):
+        z[0] = 0.0  # RadialGELU at r = 0: Phi(0) = 1/2, finite gradient
+    params = [*e.parameters(), *c.parameters()]
+
+    def run(backend):
+        zg = z.detach().requires_grad_(True)
+        y = fused.fused_ffn(zg, e, c, d_out, backend=backend)
+        return [y.detach(), *torch.autograd.grad(y, [zg, *params], g)]
+
+    g = torch.randn(n, d_out, dtype=dtype)
+    got, want = run("fused"), run("eager")
+    names = ("output", "grad z", "expand angles", "expand raw_scales", "contract angles", "contract raw_scales")
+    for a, b, name in zip(got, want, names):
+        assert_close(a, b, dtype=dtype, size=n * e.width, depth=e.n_stages + c.n_stages + 1, what=f"ffn: {name}")
+
+
+@needs_numba
+def test_inversion_backward_used_and_falls_back():
+    """Near-unit scales: every backward pass inverts.  Far-apart scales in float32: the drift check sends
+    tiles to the storing path, and the gradients still match eager."""
+    e = RotationCascade(64, 9, coupling=False)
+    c = RotationCascade(64, 9, coupling=False)
+    z = torch.randn(200, 16)
+    g = torch.randn(200, 16)
+
+    def grads(backend):
+        zg = z.detach().requires_grad_(True)
+        y = fused.fused_ffn(zg, e, c, 16, backend=backend)
+        return torch.autograd.grad(y, [zg, *e.parameters(), *c.parameters()], g)
+
+    grads("fused")
+    assert fused.STATS.backward_passes > 0 and fused.STATS.stored_passes == 0
+    with torch.no_grad():
+        for m in (e, c):
+            m.raw_scales.copy_(torch.randn(m.raw_scales.shape) * 2.0)  # scales from 0.1 to 6: ill-conditioned
+    fused.STATS.reset()
+    got = grads("fused")
+    assert fused.STATS.stored_passes > 0
+    for a, b in zip(got, grads("eager")):
+        assert_close(a, b, dtype=torch.float32, size=200 * 64, depth=19, what="fallback gradients")
+
+
+@needs_numba
+def test_double_backward_goes_through_eager_graph():
+    c = RotationCascade(8, 3, coupling=True, heads=2, dtype=torch.float64, coupling_init_std=0.3)
+    x = torch.randn(5, 16, dtype=torch.float64, requires_grad=True)
+
+    def hvp(backend):
+        c.backend = backend
+        (gx,) = torch.autograd.grad(c(x).square().sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.sum(), x)[0]
+
+    assert_close(hvp("fused"), hvp("eager"), dtype=torch.float64, size=16, depth=3, what="second derivative")
+
+
+@needs_numba
+def test_auto_backend_dispatch():
+    c = RotationCascade(8, 2, coupling=False)
+    small, big = torch.randn(4, 8), torch.randn(fused.SETTINGS.auto_min_tokens, 8)
+    assert not fused.use_fused("auto", small, c.angles)  # small calls stay eager
+    assert fused.use_fused("auto", big, c.angles)
+    assert fused.use_fused("fused", small, c.angles)
+    assert not fused.use_fused("eager", big, c.angles)
+    assert not fused.use_fused("fused", big.double(), c.angles)  # mixed dtypes: eager's promotion decides
+    fused.set_default_backend("eager")
+    try:
+        assert not fused.use_fused("auto", big, c.angles)
+    finally:
+        fused.set_default_backend(None)
+    # under torch.func the cascade runs its eager graph: jacrev works with the fused backend requested
+    c.backend = "fused"
+    jac = torch.func.jacrev(c)(torch.randn(8))
+    assert jac.shape == (8, 8)
+
+
+def test_shared_input_heads_equal_an_explicit_copy():
+    """``x [..., Hin*W]`` feeds cascade head h from input head h % Hin: the same as expanding the token."""
+    c = RotationCascade(8, 3, coupling=True, heads=6, dtype=torch.float64, backend="eager")
+    z = torch.randn(5, 16, dtype=torch.float64)
+    full = z.unsqueeze(-2).expand(5, 3, 16).reshape(5, 48)
+    assert torch.equal(c(z), c(full))
+    assert torch.equal(c.stage_trace(z)[0], full)
+    with pytest.raises(ValueError, match=r"Hin dividing heads=6"):
+        c(torch.randn(5, 32, dtype=torch.float64))  # 4 input heads do not divide 6
+
+
+def test_backend_names_are_checked(monkeypatch):
+    with pytest.raises(ValueError, match="backend must be one of auto, fused, eager"):
+        RotationCascade(4, 1, backend="numba")
+    monkeypatch.setenv(fused.ENV_BACKEND, "gpu")
+    with pytest.raises(ValueError, match="GRT_CASCADE_BACKEND"):
+        fused.default_backend()
+    fused.SETTINGS.backward = "invert"
+    with pytest.raises(ValueError, match=r"SETTINGS\.backward"):
+        fused._try_inversion()
+
+
+def test_fallback_when_kernels_unavailable(monkeypatch, caplog):
+    """Without numba (simulated), a fused request runs eager with one logged notice, and the same numbers."""
+    monkeypatch.setattr(fused, "_kernels", None)
+    monkeypatch.setattr(fused, "_unavailable_reason", "")
+    c = RotationCascade(8, 3, coupling=True, heads=2, backend="fused")
+    x = torch.randn(5, 16)
+    with caplog.at_level(logging.WARNING, logger="grt_model.fused"):
+        fused._mark_unavailable("ModuleNotFoundError: No module named 'numba' (simulated)")
+        y = c(x)
+    assert [r.getMessage() for r in caplog.records] == [
+        "grt_model: fused rotation-cascade kernels unavailable (ModuleNotFoundError: No module named 'numba' "
+        "(simulated)); using the eager PyTorch path"]
+    assert not fused.fused_available()
+    c.backend = "eager"
+    assert torch.equal(y, c(x))  # bit-identical: the very same eager code ran
+    e, k = RotationCascade(8, 2, coupling=False), RotationCascade(8, 2, coupling=False)
+    z = torch.randn(3, 4)
+    assert torch.equal(fused.fused_ffn(z, e, k, 4, backend="fused"), fused.fused_ffn(z, e, k, 4, backend="eager"))
+
+
+@needs_numba
+def test_fallback_when_a_kernel_cannot_compile(monkeypatch, caplog):
+    """A numba compile error at first use: one notice, the call (and every later one) runs eager."""
+    import numba
+
+    k = fused.kernels()
+    monkeypatch.setattr(fused, "_kernels", k)  # restored after the test: the fallback marks them unavailable
+
+    def broken(*args):
+        raise numba.core.errors.TypingError("simulated compile failure")
+
+    monkeypatch.setattr(k, "coupled_cascade_fwd", broken)
+    c = RotationCascade(8, 3, coupling=True, heads=2, backend="fused")
+    x = torch.randn(5, 16, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger="grt_model.fused"):
+        y = c(x)
+    assert "numba could not compile the kernels: TypingError" in caplog.text
+    assert not fused.fused_available()
+    y.sum().backward()  # the eager graph
+    c.backend = "eager"
+    assert torch.equal(y, c(x))
+
+
+def test_fused_ffn_rejects_bad_shapes():
+    e, c = RotationCascade(8, 2, coupling=False), RotationCascade(8, 2, coupling=True)
+    with pytest.raises(ValueError, match="coupling-off"):
+        fused.fused_ffn(torch.randn(2, 4), e, c, 4)
+    with pytest.raises(ValueError, match=r"d_out must be in \[1, 8\]"):
+        fused.fused_ffn(torch.randn(2, 4), e, RotationCascade(8, 2, coupling=False), 9)
+
+
+@needs_numba
+def test_polynomial_transcendentals_are_below_float32_roundoff():
+    """The float32 kernels' tanh, erf, exp, sin, cos against ``math``: the fits to ~1e-9, the float32
+    results within a few float32 ulps (what the eager float32 path's own functions promise)."""
+    k = fused.kernels()
+    eps32 = eps_of("float32")
+    u = np.linspace(0.0, 40.0, 4001)
+    rel = max(abs(k.exp_neg(v) / math.exp(-v) - 1.0) for v in u)
+    assert rel < 2**6 * 8 * eps_of("float64"), rel  # six squarings double the Taylor + rounding error six times
+    for fit, fn, top in ((k.erf_rational, math.erf, 4.0), (k.tanh_rational, math.tanh, 9.0)):
+        xs = np.linspace(0.0, top, 4001)
+        err = max(abs(fit(v)[0] / fit(v)[1] - fn(v)) for v in xs)
+        assert err < 2e-9, (fn.__name__, err)
+    zs = np.linspace(-12.0, 12.0, 4801).astype(np.float32)
+    err = max(abs(float(k.tanh_fast32(z)) - math.tanh(float(z))) for z in zs)
+    assert err <= 2 * eps32, err
+    err = max(abs(float(k.erf_fast32(abs(z))) - math.erf(abs(float(z)))) for z in zs)
+    assert err <= 2 * eps32, err
+    ds = np.linspace(-1.0, 1.0, 2001).astype(np.float32)
+    assert max(abs(float(k.sin_small32(d)) - math.sin(float(d))) for d in ds) <= eps32
+    assert max(abs(float(k.cos_small32(d)) - math.cos(float(d))) for d in ds) <= eps32
+    for r in np.linspace(0.0, 8.0, 81).astype(np.float32):
+        cdf, pdf = k.cdf_pdf_fast32(r)
+        rr = float(r)
+        assert abs(float(cdf) - 0.5 * (1 + math.erf(rr / math.sqrt(2)))) <= eps32
+        assert abs(float(pdf) - math.exp(-rr * rr / 2) / math.sqrt(2 * math.pi)) <= eps32 * 0.4
+
+
+def test_ffn_active_pairs_cover_the_signal():
+    """Expand: live pairs grow from the input's coordinates; contract: they shrink onto the kept ones."""
+    eact, cact = fused.ffn_active_pairs(16, 5, 5, 4, 2)
+    i0, i1 = fused.pair_tables(16, 0, 5)
+    live = np.zeros(16, bool)
+    live[:4] = True
+    for s in range(5):  # a pair is computed iff one of its inputs can be nonzero
+        assert np.array_equal(eact[s].astype(bool), live[i0[s]] | live[i1[s]])
+        live[i0[s][eact[s] == 1]] = live[i1[s][eact[s] == 1]] = True
+    assert cact[-1].sum() == 1  # the last stage (stride 1) only needs pair (0, 1) for coordinates 0, 1
+    assert cact[0].sum() == 8  # the first contract stage feeds everything
+
+
+def test_bench_cli_help_and_errors(capsys):
+    from grt_model import bench
+
+    with pytest.raises(SystemExit) as ex:
+        bench.main(["--help"])
+    assert ex.value.code == 0
+    assert "--json" in capsys.readouterr().out
+    for argv, msg in ((["--tokens", "0"], "--tokens must be in [1, 1048576], got 0"),
+                      (["--only", "qkvo,gpu"], "--only must be a comma-separated subset"),
+                      (["--repeats", "1000"], "--repeats must be in [1, 100], got 1000")):
+        with pytest.raises(SystemExit):
+            bench.main(argv)
+        assert msg in capsys.readouterr().err
+
+
+@needs_numba
+def test_bench_runs_and_writes_json(tmp_path, capsys):
+    from grt_model import bench
+
+    out = tmp_path / "bench.json"
+    assert bench.main(["--only", "mixer", "--tokens", "64", "--ref-tokens", "1", "--repeats", "1", "--warmup", "0",
+                       "--threads", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "float32" in text and "mixer" in text
+    rec = json.loads(out.read_text())
+    impls = {r["impl"] for r in rec["rows"]}
+    assert impls == {"reference", "eager", "fused", "dense"}
+    assert rec["roofline"]["copy_GBps"] > 0 and rec["roofline"]["matmul_GFLOPs"] > 0
+    assert {c["id"] for c in rec["claims"]} >= {"grt.bench_fused_vs_reference", "grt.bench_mixer_vs_dense"}
