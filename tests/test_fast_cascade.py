@@ -204,6 +204,14 @@ def test_auto_backend_dispatch():
     assert fused.use_fused("fused", small, c.angles)
     assert not fused.use_fused("eager", big, c.angles)
     assert not fused.use_fused("fused", big.double(), c.angles)  # mixed dtypes: eager's promotion decides
+    one_stage = RotationCascade(8, 1, coupling=True)  # the mixer's shape
+    assert fused.use_fused("auto", big, one_stage.angles) == (fused.SETTINGS.auto_min_stages <= 1)
+    prev, fused.SETTINGS.auto_min_stages = fused.SETTINGS.auto_min_stages, 2
+    try:
+        assert not fused.use_fused("auto", big, one_stage.angles)  # speed over memory: eager
+        assert fused.use_fused("fused", big, one_stage.angles)  # an explicit request still wins
+    finally:
+        fused.SETTINGS.auto_min_stages = prev
     fused.set_default_backend("eager")
     try:
         assert not fused.use_fused("auto", big, c.angles)
