@@ -25,7 +25,7 @@ import torch
 
 from gauge.checks import run_all
 from gauge.model import TORCH_EPS, GaugeConfig
-from rmsgauge import check_range, claims_table, parse_dtype, write_claims_json
+from rmsgauge import check_range, claims_table, parse_dtype, parse_float_list, write_claims_json
 from rmsgauge.claims import Claim
 
 C_LIMITS = (1e-8, 1e8)  # float32 squares of c * z stay normal numbers far inside this range
@@ -57,16 +57,6 @@ def _eps_list(value: str) -> list[float | str]:
     return out
 
 
-def _float_list(value: str) -> list[float]:
-    try:
-        out = [float(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {value!r}") from None
-    if not out:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return out
-
-
 def build_parser() -> argparse.ArgumentParser:
     d = GaugeConfig()
     ap = argparse.ArgumentParser(prog="python gauge.py", description=__doc__,
@@ -95,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eps", type=_eps_list, default=list(d.eps),
                    help="comma-separated eps >= 0 for the eps-breaking study; 'torch' = torch.nn.RMSNorm's default "
                         "torch.finfo(dtype).eps (default: 1e-6,1e-5,torch)")
-    g.add_argument("--census-c", type=_float_list, default=list(d.census_c),
+    g.add_argument("--census-c", type=parse_float_list, default=list(d.census_c),
                    help="scales applied to each tensor in the census and per-row checks; avoid powers of two, "
                         "which scale floats exactly (default: 10,0.1)")
     o = ap.add_argument_group("output")

@@ -534,12 +534,12 @@ def _compare(args: argparse.Namespace, gcfg) -> int:
     figs = plot_curves(rows, runs, out, title)
     meta["total_wall_time_s"] = time.perf_counter() - t0
     doc = {**meta, "rows": rows, "figures": [str(f) for f in figs]}
-    atomic_write_json(out / "compare.json", _finite(doc))
+    atomic_write_json(out / "compare.json", doc)
     atomic_write_text(out / "table.txt", table + "\n")
     print(table)
     print(f"\ntotal wall time {meta['total_wall_time_s']:.0f}s; figure {figs[0]}; json {out / 'compare.json'}")
     if args.json:
-        write_claims_json(args.json, [compare_claim(rows)], **_finite(doc))
+        write_claims_json(args.json, [compare_claim(rows)], **doc)
     return 0
 
 
@@ -575,16 +575,6 @@ def _grt_kinds(model: torch.nn.Module) -> dict[str, int]:
         for k, v in comp.items():
             kinds[k] = kinds.get(k, 0) + v
     return kinds
-
-
-def _finite(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return repr(x)
-    return x
 
 
 if __name__ == "__main__":

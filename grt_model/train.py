@@ -661,19 +661,8 @@ def _train(ctx: DistContext, model_kind: str, model_cfg: Any, cfg: TrainConfig, 
     }
     if ctx.is_main:
         log.write({"event": "end", "step": final_step, **{k: v for k, v in summary.items() if k != "evals"}})
-        atomic_write_json(out / "summary.json", _finite(summary))
+        atomic_write_json(out / "summary.json", summary)
     return summary
-
-
-def _finite(x: Any) -> Any:
-    """JSON has no inf/nan: write them as strings."""
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return repr(x)
-    return x
 
 
 def summary_claims(summary: dict[str, Any]) -> list[Claim]:
@@ -869,7 +858,7 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         print(format_summary(summary))
         if args.json:
-            write_claims_json(args.json, summary_claims(summary), summary=_finite(summary))
+            write_claims_json(args.json, summary_claims(summary), summary=summary)
     return 130 if summary["interrupted"] else 0
 
 

@@ -6,7 +6,7 @@ the same atomic writer.  Nothing here imports anything else of ours, so
 ``import grt_model`` stays standalone (it depends on this core only).
 """
 
-from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
+from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_safe
 from rmsgauge.claims import Claim, claims_table, claims_to_json, write_claims_json
 from rmsgauge.cli import (
     check_choice,
@@ -32,6 +32,7 @@ __all__ = [
     "claims_table",
     "claims_to_json",
     "eps_of",
+    "json_safe",
     "parse_dtype",
     "parse_float_list",
     "reject_unknown_keys",

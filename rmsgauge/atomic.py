@@ -8,6 +8,7 @@ temp file guarantees.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -35,14 +36,20 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_safe(x: Any) -> Any:
+    """Plain JSON values: numpy/torch arrays and scalars become lists/numbers, and non-finite floats become
+    their ``repr`` (``'inf'``, ``'nan'``), since strict JSON has no inf/nan."""
+    if isinstance(x, dict):
+        return {str(k): json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    if hasattr(x, "tolist"):
+        return json_safe(x.tolist())
+    if isinstance(x, float) and not math.isfinite(x):
+        return repr(x)
+    return x
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
-
-
-def _json_default(o: Any) -> Any:
-    # numpy / torch scalars and arrays show up in measured values; make them plain JSON.
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+    """Write ``json_safe(obj)`` as strict JSON (no NaN/Infinity literals), atomically."""
+    return atomic_write_text(path, json.dumps(json_safe(obj), indent=2, allow_nan=False) + "\n")

@@ -10,12 +10,11 @@ package's checks, never by parsing printed text.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rmsgauge.atomic import atomic_write_json
+from rmsgauge.atomic import atomic_write_json, json_safe
 
 SOURCE_STATUSES = ("exact", "approximate", "wrong", "unstated", "not_a_source_claim")
 
@@ -47,23 +46,11 @@ class Claim:
         return "test_" + self.id.partition(".")[2]
 
     def to_json(self) -> dict[str, Any]:
-        return _plain(asdict(self))
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if hasattr(x, "tolist"):
-        return _plain(x.tolist())
-    if isinstance(x, float) and not math.isfinite(x):
-        return repr(x)  # JSON has no inf/nan
-    return x
+        return json_safe(asdict(self))
 
 
 def claims_to_json(claims: list[Claim], **meta: Any) -> dict[str, Any]:
-    return {**{k: _plain(v) for k, v in meta.items()}, "claims": [c.to_json() for c in claims]}
+    return {**{k: json_safe(v) for k, v in meta.items()}, "claims": [c.to_json() for c in claims]}
 
 
 def write_claims_json(path: str | os.PathLike, claims: list[Claim], **meta: Any) -> None:
