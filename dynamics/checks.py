@@ -585,6 +585,9 @@ def check_equilibrium_norm(ctx: Context) -> Claim:
                 ok &= r["holds"]
         details["data: training runs (window mean vs law with window E G^2)"] = train_rows
         measured["training_max_rel_err"] = max(r["max_rel_err"] for r in train_rows.values())
+        # the training windows carry their own (statistical) tolerance: show it beside the error it judges,
+        # since the record's top-level tolerance is the toys' round-off/noise bound
+        measured["training_tol"] = max(r["tol"] for r in train_rows.values())
     tol = max([r["tol_fixed_point"] for r in phase_rows.values()] + [r["tol"] for r in noise_rows.values()])
     details["weights"] = {"phase": "phase toy atan2(w1,w0), W in R^2 (float64)",
                           **_weights_note(ctx, [ctx.noise_trace(c, start_factor=2.0)[0] for c in noise_cfgs])}
