@@ -195,38 +195,34 @@ def _case_rows(case: str, impls: dict[str, Callable[[torch.Tensor], torch.Tensor
     return rows
 
 
-def bench_qkvo(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+def _bench_coupled(case: str, width: int, stages: int, heads: int, cfg: BenchConfig,
+                   roof: dict[str, float]) -> list[Row]:
+    """A coupled cascade (``heads`` x ``stages`` at ``width``, 256 wide in all) against ``nn.Linear(256, 256)``."""
     from grt_model.cascade import RotationCascade, reference_cascade
 
     dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
     seed_everything(cfg.seed)
-    casc = {b: RotationCascade(64, 11, coupling=True, heads=4, dtype=dt, backend=b) for b in ("eager", "fused")}
+    casc = {b: RotationCascade(width, stages, coupling=True, heads=heads, dtype=dt, backend=b)
+            for b in ("eager", "fused")}
     casc["fused"].load_state_dict(casc["eager"].state_dict())
     lin = nn.Linear(256, 256, bias=False, dtype=dt)
     impls = {"reference": lambda x: reference_cascade(casc["eager"], x), "eager": casc["eager"],
              "fused": casc["fused"], "dense": lin}
-    fl = cascade_flops(64, 11, 4, True)
+    fl = cascade_flops(width, stages, heads, True)
     flops = {"reference": fl, "eager": fl, "fused": fl, "dense": 2.0 * 256 * 256}
-    act = 256 * item  # one activation of the head-stacked token
-    byts = {"reference": 3 * 11 * 2 * act, "eager": 3 * 11 * 2 * act, "fused": 3 * 2 * act, "dense": 3 * 2 * act}
-    return _case_rows("qkvo", impls, flops, byts, cfg, roof, {})
+    act = 256 * item  # one activation of the (head-stacked) token
+    # eager paths read and write every stage's activation; fused and dense touch input and output only
+    byts = {"reference": 3 * stages * 2 * act, "eager": 3 * stages * 2 * act, "fused": 3 * 2 * act,
+            "dense": 3 * 2 * act}
+    return _case_rows(case, impls, flops, byts, cfg, roof, {})
+
+
+def bench_qkvo(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+    return _bench_coupled("qkvo", 64, 11, 4, cfg, roof)  # 4 heads x 11 stages at d_head 64
 
 
 def bench_mixer(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
-    from grt_model.cascade import RotationCascade, reference_cascade
-
-    dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
-    seed_everything(cfg.seed)
-    casc = {b: RotationCascade(256, 1, coupling=True, heads=1, dtype=dt, backend=b) for b in ("eager", "fused")}
-    casc["fused"].load_state_dict(casc["eager"].state_dict())
-    lin = nn.Linear(256, 256, bias=False, dtype=dt)
-    impls = {"reference": lambda x: reference_cascade(casc["eager"], x), "eager": casc["eager"],
-             "fused": casc["fused"], "dense": lin}
-    fl = cascade_flops(256, 1, 1, True)
-    flops = {"reference": fl, "eager": fl, "fused": fl, "dense": 2.0 * 256 * 256}
-    act = 256 * item
-    byts = dict.fromkeys(IMPLS, 3 * 2 * act)
-    return _case_rows("mixer", impls, flops, byts, cfg, roof, {})
+    return _bench_coupled("mixer", 256, 1, 1, cfg, roof)  # 1 stage across the whole d_model
 
 
 def bench_ffn(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
