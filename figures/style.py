@@ -3,7 +3,11 @@
 What would otherwise change between two runs, and how it is pinned:
 
 - SVG element ids are hashes salted with a random value per process unless
-  ``rcParams["svg.hashsalt"]`` is set; we fix it.
+  ``rcParams["svg.hashsalt"]`` is set; we fix it.  Clip-path ids also hash the
+  clip rectangle's floats at full precision, and constrained layout can land
+  an ulp apart depending on what the process drew before (seen under pytest-xdist):
+  the same picture, a different id.  So every hashed id (a letter + 10 hex digits)
+  is renamed to the letter + its order of first appearance.
 - SVG and PNG carry a creation date and the creating software's version in
   their metadata; ``savefig(metadata=...)`` with ``None`` values drops them.
 - Text is drawn as glyph paths (``svg.fonttype = "path"``) from DejaVu Sans, the
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 
 import matplotlib
@@ -84,7 +89,22 @@ def render(fig: Figure) -> dict[str, bytes]:
         buf = io.BytesIO()
         fig.savefig(buf, format=fmt, metadata=meta)
         out[fmt] = buf.getvalue()
+    out["svg"] = canonical_svg_ids(out["svg"])
     return out
+
+
+_HASHED_ID = re.compile(rb'(?<=id=")([a-z])([0-9a-f]{10})(?=")')
+
+
+def canonical_svg_ids(svg: bytes) -> bytes:
+    """Rename matplotlib's hashed SVG ids (``p05ebe82954``) to ``<letter><n>`` in order of definition."""
+    mapping: dict[bytes, bytes] = {}
+    for m in _HASHED_ID.finditer(svg):
+        mapping.setdefault(m.group(0), m.group(1) + str(len(mapping)).encode())
+    if not mapping:
+        return svg
+    refs = re.compile(rb"(?<=[\"#])(" + b"|".join(re.escape(k) for k in mapping) + rb')(?=[")])')
+    return refs.sub(lambda m: mapping[m.group(1)], svg)
 
 
 def save_figure(fig: Figure, out_dir: str | os.PathLike, stem: str) -> list[Path]:

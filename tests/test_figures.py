@@ -225,3 +225,28 @@ def test_byte_identical_regeneration(tmp_path, tiny_ckpt):
     side = json.loads((a / "grt.fig_gates.json").read_text(encoding="utf-8"))
     assert "tiny.pt" in side["caption"] and "steps of" in side["caption"] and "float32" in side["caption"]
     assert re.search(r"\b0 steps\b", side["caption"])
+
+
+def test_svg_ids_do_not_depend_on_layout_ulps():
+    """Clip-path ids hash the clip rectangle's floats; an ulp of layout noise must not change the file."""
+    import math
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from figures.style import canonical_svg_ids, new_figure, render
+
+    def svg_with_clip(width: float) -> bytes:
+        fig = new_figure(figsize=(3.0, 2.0), layout=None)
+        ax = fig.add_axes((0.1, 0.1, width, 0.8))
+        ax.plot([0, 1], [0, 1])
+        data = render(fig)["svg"]
+        plt.close(fig)
+        return data
+
+    a, b = svg_with_clip(0.8), svg_with_clip(math.nextafter(0.8, 1.0))
+    assert a == b
+    defined = set(re.findall(rb'id="([^"]+)"', a))
+    referenced = set(re.findall(rb'(?:url\(#|href="#)([^")]+)', a))
+    assert referenced and referenced <= defined  # every reference still resolves after the renaming
+    assert canonical_svg_ids(a) == a  # idempotent
