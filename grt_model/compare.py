@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from grt_model.checkpoint import build_model, config_to_dict
+from grt_model.compare_preset import PRESETS, Preset, run_preset
 from grt_model.dense import DenseConfig
 from grt_model.train import TrainConfig
 from rmsgauge import (
@@ -172,6 +173,7 @@ class Run:
     started: float = 0.0
     summary: dict = field(default_factory=dict)
     returncode: int | None = None
+    train_config: dict | None = None  # set: this run's own TrainConfig dict (the reference preset's phases)
 
 
 def _train_config(args: argparse.Namespace, block_size: int, out_dir: Path, lr: float) -> dict:
@@ -186,10 +188,13 @@ def _train_config(args: argparse.Namespace, block_size: int, out_dir: Path, lr: 
 def _launch(run: Run, tcfg: dict, env: dict) -> None:
     run.out_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run.out_dir / "config.json"
-    atomic_write_json(cfg_path, {"model": run.model, "model_config": run.model_config, "train": tcfg})
-    log = (run.out_dir / "stderr.txt").open("w")
+    resume = (run.out_dir / "ckpt.pt").exists() and not (run.out_dir / "summary.json").exists()
+    if not resume:
+        atomic_write_json(cfg_path, {"model": run.model, "model_config": run.model_config, "train": tcfg})
+    log = (run.out_dir / "stderr.txt").open("a" if resume else "w")
+    start = ["--resume"] if resume else ["--config", str(cfg_path)]
     run.proc = subprocess.Popen(
-        [sys.executable, "-m", "grt_model.train", "--config", str(cfg_path), "--out-dir", str(run.out_dir),
+        [sys.executable, "-m", "grt_model.train", *start, "--out-dir", str(run.out_dir),
          "--quiet", "--json", str(run.out_dir / "result.json")],
         stdout=subprocess.DEVNULL, stderr=log, env=env)
     run.started = time.perf_counter()
@@ -218,8 +223,11 @@ def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
     prev = torch.get_num_threads()
     try:
         for run in runs:
-            tcfg = TrainConfig(**_train_config(args, int(run.model_config["block_size"]), run.out_dir, run.lr))
-            run.summary = train(run.model, config_from_dict(run.model, run.model_config), tcfg, progress=False)
+            tcfg = TrainConfig(**(run.train_config or _train_config(args, int(run.model_config["block_size"]),
+                                                                    run.out_dir, run.lr)))
+            resume = (run.out_dir / "ckpt.pt").exists() and not (run.out_dir / "summary.json").exists()
+            run.summary = train(run.model, config_from_dict(run.model, run.model_config), tcfg, resume=resume,
+                                progress=False)
             run.returncode = 0
             say(f"  done {run.name}: val {run.summary['final_val_bpb']:.4f} bits/byte, "
                 f"{run.summary['tokens_per_s']:.0f} tok/s, {run.summary['wall_time_s']:.0f}s")
@@ -259,7 +267,7 @@ def _loop(pending: list[Run], active: list[Run], done: list[Run], runs: list[Run
         while pending and len(active) < args.jobs:
             run = pending.pop(0)
             block = int(run.model_config["block_size"])
-            _launch(run, _train_config(args, block, run.out_dir, run.lr), env)
+            _launch(run, run.train_config or _train_config(args, block, run.out_dir, run.lr), env)
             active.append(run)
         time.sleep(0.5)
         for run in list(active):
@@ -279,9 +287,14 @@ def _loop(pending: list[Run], active: list[Run], done: list[Run], runs: list[Run
         now = time.perf_counter()
         if active and now - last_print > args.progress_every:
             last_print = now
-            total = math.ceil(args.budget_tokens / (args.batch_size * int(active[0].model_config["block_size"])))
-            parts = [f"{r.name} {_last_step(r)}/{total}" for r in active]
+            parts = [f"{r.name} {_last_step(r)}/{_total_steps(r, args)}" for r in active]
             say(f"[{len(done)}/{len(runs)} done] " + ", ".join(parts))
+
+
+def _total_steps(run: Run, args: argparse.Namespace) -> int:
+    tokens = run.train_config["max_tokens"] if run.train_config else args.budget_tokens
+    batch = run.train_config["batch_size"] if run.train_config else args.batch_size
+    return math.ceil(tokens / (batch * int(run.model_config["block_size"])))
 
 
 def _best(runs: list[Run]) -> Run:
@@ -308,6 +321,7 @@ def _row(run: Run, sweep: list[Run]) -> dict:
         "sweep": {f"{r.lr:g}": r.summary.get("final_val_bpb") for r in sweep},
         "gauges": s.get("gauges", {}), "gauge_probe": s.get("gauge_probe", {}),
         "curve": [(e["tokens"], e["val_bpb"]) for e in s.get("evals", [])],
+        "evals_full": s.get("evals", []),
     }
 
 
@@ -330,12 +344,14 @@ def format_table(rows: list[dict], meta: dict) -> str:
         lines.append(fmt.format(
             r["model"], r["match"], r["model_config"]["d_model"], f"{p['embedding']:,}", f"{p['attention']:,}",
             f"{p['mixer']:,}", f"{p['ffn']:,}", f"{p['norm_gate']:,}", f"{p['total']:,}",
-            f"{r['lr']:g}" + ("*" if at_edge(r, meta["lrs"]) else ""),
+            f"{r['lr']:g}" + ("*" if at_edge(r, r.get("lr_grid", meta["lrs"])) else ""),
             f"{r['tokens_seen']:,}", f"{r['tokens_per_s']:.0f}", f"{r['final_val_bpb']:.4f}",
             f"{r['wall_time_s']:.0f}"))
-    if any(at_edge(r, meta["lrs"]) for r in rows):
+    if any(at_edge(r, r.get("lr_grid", meta["lrs"])) for r in rows):
         lines.append("* best lr at the edge of the sweep: the optimum may lie outside it (widen --lrs)")
-    lines += ["", "lr sweep, final validation bits per byte:"]
+    sweep_tokens = meta.get("sweep_tokens")
+    lines += ["", "lr sweep, final validation bits per byte"
+              + (f" (sweep runs: {sweep_tokens:,} tokens each; table above: the final runs):" if sweep_tokens else ":")]
     lrs = meta["lrs"]
     lines.append("{:<20}".format("model") + "".join(f"{lr:>10g}" for lr in lrs))
     for r in rows:
@@ -396,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-tokens", type=int, default=None,
                    help=f"training tokens per run (default {DEFAULT_BUDGET_TOKENS:,}; --quick {QUICK_BUDGET_TOKENS:,})")
     p.add_argument("--quick", action="store_true", help="tiny models, tiny budget, 2-point sweep: a ~1 minute smoke")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="a named two-phase comparison: an lr sweep that widens itself until each model's best lr is "
+                        "interior, then one final run per model at its best lr (reference: sweeps of 250k tokens, "
+                        "finals of 3M tokens; resumes where it stopped). --budget-tokens/--lrs/--evals do not apply")
     p.add_argument("--out", default="runs/compare", help="output folder")
     p.add_argument("--json", metavar="PATH", help="write the table and claim record here (atomic)")
     p.add_argument("--lrs", type=parse_float_list, default=None,
@@ -440,6 +460,14 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    preset = PRESETS[args.preset] if args.preset else None
+    if preset is not None:
+        if args.budget_tokens is not None or args.lrs is not None or args.quick:
+            parser.error("--preset fixes the budgets, the lr grids and the model sizes: drop --budget-tokens, "
+                         "--lrs and --quick")
+        args.quick = preset.quick
+        args.budget_tokens = preset.final_tokens
+        args.lrs = sorted({lr for v in preset.start_lrs.values() for lr in v})
     q = args.quick
     args.budget_tokens = args.budget_tokens if args.budget_tokens is not None else (
         QUICK_BUDGET_TOKENS if q else DEFAULT_BUDGET_TOKENS)
@@ -477,13 +505,13 @@ def main(argv: list[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None  # SIGTERM unwinds the cleanup
     try:
-        return _compare(args, gcfg)
+        return _compare(args, gcfg, preset)
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)
 
 
-def _compare(args: argparse.Namespace, gcfg) -> int:
+def _compare(args: argparse.Namespace, gcfg, preset: Preset | None = None) -> int:
     q = args.quick
     t0 = time.perf_counter()
 
@@ -507,6 +535,8 @@ def _compare(args: argparse.Namespace, gcfg) -> int:
     specs = [("grt", "-", config_to_dict(gcfg)), ("dense", "params", config_to_dict(dense_family(gcfg, d_param)))]
     if d_wall:
         specs.append(("dense", "wall-clock", config_to_dict(dense_family(gcfg, d_wall))))
+    if preset is not None:
+        return _finish_preset(args, preset, run_preset(args, gcfg, preset, specs, say), probes, grt_model_, t0)
     runs: dict[str, list[Run]] = {}
     order: list[Run] = []
     for lr in args.lrs:  # interleave models so a partial sweep still compares like with like
@@ -541,6 +571,96 @@ def _compare(args: argparse.Namespace, gcfg) -> int:
     if args.json:
         write_claims_json(args.json, [compare_claim(rows)], **doc)
     return 0
+
+
+def _finish_preset(args: argparse.Namespace, preset: Preset, result: dict, probes: list[dict],
+                   grt_model_: torch.nn.Module, t0: float) -> int:
+    """Table, curves (against tokens and against training seconds), compare.json and the claim record."""
+    rows = []
+    for info in result.values():
+        row = _row(info["final"], info["sweep"])
+        row.update(lr_grid=info["lr_grid"], lr_interior=info["interior"], lr_widened=info["widened"],
+                   sweep_tokens=preset.sweep_tokens, lr_at_edge=not info["interior"])
+        rows.append(row)
+    out = Path(args.out)
+    meta = {"preset": preset.name, "corpus": args.data or "bundled Shakespeare", "dtype": "float32",
+            "device": args.device, "budget_tokens": preset.final_tokens, "sweep_tokens": preset.sweep_tokens,
+            "batch_size": args.batch_size, "block_size": int(rows[0]["model_config"]["block_size"]),
+            "lrs": sorted({lr for r in rows for lr in r["lr_grid"]}), "seed": args.seed, "jobs": args.jobs,
+            "quick": args.quick, "wall_calibration": probes, "grt_param_kinds": _grt_kinds(grt_model_),
+            "machine": machine_description(), "commit": git_commit()}
+    table = format_table(rows, meta)
+    figs = plot_final_curves(rows, out, f"GRT vs dense QK-norm, final runs of {preset.final_tokens:,} tokens at each "
+                                        f"model's best lr (preset {preset.name})")
+    meta["total_wall_time_s"] = time.perf_counter() - t0
+    doc = {**meta, "rows": rows, "figures": [str(f) for f in figs]}
+    atomic_write_json(out / "compare.json", doc)
+    atomic_write_text(out / "table.txt", table + "\n")
+    print(table)
+    print(f"\ntotal wall time {meta['total_wall_time_s']:.0f}s; figures {', '.join(map(str, figs))}; "
+          f"json {out / 'compare.json'}")
+    if args.json:
+        write_claims_json(args.json, [compare_claim(rows)], **doc)
+    return 0
+
+
+def machine_description() -> str:
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {platform.system()}"
+
+
+def git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def plot_final_curves(rows: list[dict], out_dir: Path, title: str) -> list[Path]:
+    """Validation bits per byte of each final run against training tokens (left) and training seconds (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = SVG_HASH_SALT
+    colors = {"-": "#c0392b", "params": "#2471a3", "wall-clock": "#229954"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for r in rows:
+        evals = r.get("evals_full") or []
+        label = f"{'GRT' if r['model'] == 'grt' else 'dense'} {'' if r['match'] == '-' else r['match'] + '-matched '}" \
+                f"({r['params']['total']:,} params, lr {r['lr']:g})"
+        c = colors.get(r["match"], "k")
+        axes[0].plot([e["tokens"] for e in evals], [e["val_bpb"] for e in evals], color=c, lw=2, marker="o", ms=2.5,
+                     label=label)
+        axes[1].plot([e.get("train_time_s", math.nan) for e in evals], [e["val_bpb"] for e in evals], color=c, lw=2,
+                     marker="o", ms=2.5)
+    axes[0].set_xlabel("training tokens (bytes)")
+    axes[1].set_xlabel("training seconds (this machine, 1 thread per run)")
+    axes[0].set_ylabel("validation bits per byte")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.set_ylim(top=min(5.0, ax.get_ylim()[1]))
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    paths = []
+    for ext, meta in (("svg", {"Date": None}), ("png", {"Software": None})):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, metadata=meta, dpi=120)
+        paths.append(atomic_write_bytes(out_dir / f"final_curves.{ext}", buf.getvalue()))
+    plt.close(fig)
+    return paths
 
 
 def _raise_interrupt(signum, frame) -> None:

@@ -573,8 +573,9 @@ def _train(ctx: DistContext, model_kind: str, model_cfg: Any, cfg: TrainConfig, 
 
     def do_eval(step: int) -> None:
         vl = evaluate(model, sampler, cfg.eval_batches, ctx)
-        rec = {"event": "eval", "step": step, "tokens": step * tokens_per_step, "val_loss": vl, "val_bpb": vl / LN2}
-        evals.append({k: rec[k] for k in ("step", "tokens", "val_loss", "val_bpb")})
+        rec = {"event": "eval", "step": step, "tokens": step * tokens_per_step, "val_loss": vl, "val_bpb": vl / LN2,
+               "train_time_s": train_time}  # seconds of training so far: curves against wall-clock
+        evals.append({k: rec[k] for k in ("step", "tokens", "val_loss", "val_bpb", "train_time_s")})
         log.write(rec)
 
     def do_ckpt(step: int) -> None:
