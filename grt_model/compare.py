@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--device must be one of cpu, cuda, cuda:N, auto; got {args.device!r}")
         if args.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {args.device} but CUDA is not available")
-        gcfg = grt_config(q, **_parse_overrides(args.grt))
+        gcfg = grt_config(q, **{**(preset.grt if preset else {}), **_parse_overrides(args.grt)})
         if args.wall_d_model and args.wall_d_model % (2 * gcfg.n_heads):
             raise ValueError(f"--wall-d-model must be a multiple of 2 * n_heads = {2 * gcfg.n_heads}")
         from grt_model.corpus import ByteCorpus

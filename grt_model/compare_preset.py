@@ -41,11 +41,14 @@ class Preset:
     ckpt_steps: int = 100  # a final run interrupted by a session's end loses at most this many steps
     max_widen: int = 3  # ladder steps added per model at most, beyond the start grid
     quick: bool = False  # the tiny models of --quick (tests)
+    grt: dict = field(default_factory=dict)  # GRTConfig overrides of compare's GRT (grt_config)
 
 
 PRESETS = {
     "reference": Preset(
         "reference", sweep_tokens=250_000, final_tokens=3_000_000,
+        # 4 heads (head roles are a claim of the text) at d 128; 2 blocks keep a 3M-token final near 30 min
+        grt={"d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512, "block_size": 64},
         # start grids from the 80k-token sweep (GRT best 3e-2, dense 3e-3 / 1e-3): centred, one step each side
         start_lrs={"grt": (1e-2, 3e-2, 1e-1), "dense_params": (1e-3, 3e-3, 1e-2),
                    "dense_wallclock": (3e-4, 1e-3, 3e-3)}),
