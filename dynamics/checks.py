@@ -29,7 +29,7 @@ import torch
 from dynamics import laws
 from dynamics.problems import NoiseToy, PhaseToy, QKNormProblem, RegressionToy
 from dynamics.simulate import OptimConfig, Progress, Stepper, Trace, angle_between, run, stderr_progress
-from grt_model import ByteCorpus
+from lm import ByteCorpus
 from rmsgauge import Claim, seed_everything, tolerance
 
 SOURCE_ANGLES = (0.0025, 0.010, 0.040)  # the source's per-step rotations at norm scales 1, 1/2, 1/4
@@ -812,7 +812,7 @@ def check_angular_rate_scaling(ctx: Context) -> Claim:
     # the float64 toy, fixed minibatch
     toy = RegressionToy(seed=plan.seed, dtype=ctx.dtype_for("float64"))
     idx = torch.arange(toy.cfg.batch)
-    from grt_model import rms_norm
+    from lm import rms_norm
 
     def toy_loss() -> torch.Tensor:
         return (rms_norm(toy.x[idx] @ toy.weight) - toy.y[idx]).pow(2).sum(-1).mean()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grt_model import ByteCorpus, DenseConfig, DenseTransformer, rms_norm
+from lm import ByteCorpus, DenseConfig, DenseTransformer, rms_norm
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", metavar="DIR", type=Path, default=DEFAULT_OUT,
                     help=f"output folder for figures and the report (default: {DEFAULT_OUT})")
     ap.add_argument("--checkpoint", metavar="PATH", type=Path, default=None,
-                    help="a trained GRT checkpoint (from python -m grt_model.train) for the trained-model figures; "
+                    help="a trained GRT checkpoint (from python -m lm.train) for the trained-model figures; "
                          "default: train a small GRT once and cache it")
     ap.add_argument("--cache-dir", metavar="DIR", type=Path, default=None,
                     help="where the auto-trained checkpoint is cached (default: <out>/cache)")

@@ -1,7 +1,7 @@
 """The trained GRT behind the trained-model figures: ``--checkpoint``, or a small one trained once and cached.
 
 Without ``--checkpoint`` the figures train a small GRT with the project's own
-training pipeline (:func:`grt_model.train.train`) on the bundled corpus, under the
+training pipeline (:func:`lm.train.train`) on the bundled corpus, under the
 fixed budget :data:`FIGURE_BUDGET` (:data:`QUICK_BUDGET` with ``--quick``), and
 cache the checkpoint under ``<cache>/<budget name>-<hash>/ckpt.pt``; the hash
 covers every model and training setting, so a changed budget trains anew and an
@@ -97,10 +97,10 @@ class TrainedModel:
 
 def _imports():
     try:
-        from grt_model.checkpoint import load_checkpoint, model_from_checkpoint
         from grt_model.config import GRTConfig
         from grt_model.model import GRT  # noqa: F401  (the trace API lives there)
-        from grt_model.train import TrainConfig, train
+        from lm.checkpoint import load_checkpoint, model_from_checkpoint
+        from lm.train import TrainConfig, train
     except ModuleNotFoundError as e:
         raise FigureUnavailable(f"the GRT model or its training pipeline is not in this checkout ({e.name})") from None
     return GRTConfig, TrainConfig, train, load_checkpoint, model_from_checkpoint
@@ -149,7 +149,7 @@ def trained_model(ctx) -> TrainedModel:
         ck = load_checkpoint(path, map_location="cpu")
         if ck.get("model_kind") != "grt":
             raise ValueError(f"--checkpoint {path} holds a {ck.get('model_kind')!r} model; the figures need a GRT "
-                             f"(python -m grt_model.train --model grt)")
+                             f"(python -m lm.train --model grt)")
         model = model_from_checkpoint(ck, device="cpu").float().eval()
         model.requires_grad_(False)
         evals = ck.get("extra", {}).get("evals") or []
@@ -174,7 +174,7 @@ def sentence_trace(ctx) -> SentenceTrace:
     """The figure model's full trace of :data:`SENTENCE` (memoized)."""
 
     def run() -> SentenceTrace:
-        from grt_model.corpus import encode, load_text
+        from lm.corpus import encode, load_text
 
         tm = trained_model(ctx)
         if SENTENCE not in load_text():
@@ -202,9 +202,9 @@ def write_untrained_checkpoint(path, seed: int = 0, **overrides: Any) -> Path:
 
     ``overrides`` update ``GRTConfig.small(d_model=32, n_heads=2, n_blocks=1, d_ff=64, block_size=64)``.
     """
-    from grt_model.checkpoint import save_checkpoint
     from grt_model.config import GRTConfig
     from grt_model.model import GRT
+    from lm.checkpoint import save_checkpoint
     from rmsgauge import seed_everything
 
     cfg = GRTConfig.small(**{"d_model": 32, "n_heads": 2, "n_blocks": 1, "d_ff": 64, "block_size": 64, **overrides})

@@ -27,7 +27,7 @@ from gauge.laws import (
     predicted_radial_eps,
 )
 from gauge.model import DTYPES, GaugeConfig, GaugeSetup, build_setup, capture_q_path, loss_of, qk_eps, scaled
-from grt_model import rms_norm, rms_norm_jacobian
+from lm import rms_norm, rms_norm_jacobian
 from rmsgauge import Claim, Tolerance, eps_of, tolerance
 
 Progress = Callable[[str], None] | None

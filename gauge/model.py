@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from grt_model import ByteCorpus, DenseConfig, DenseTransformer
+from lm import ByteCorpus, DenseConfig, DenseTransformer
 from rmsgauge import seed_everything
 
 TORCH_EPS = "torch"  # in an eps list: torch.nn.RMSNorm's default, torch.finfo(dtype).eps

@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
           "(the text: 'about half')")
     forward = None
     if not args.no_forward:
-        from grt_model.corpus import ByteCorpus
         from grt_model.model import GRT
+        from lm.corpus import ByteCorpus
 
         t0 = time.perf_counter()
         model = GRT(cfg, dtype=dtype, device=dev)

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 class FusedSettings:
     """Knobs of the fused kernels (``fused.SETTINGS``; tests and the benchmark change them)."""
 
-    # Tile sizes (tokens per tile), measured with python -m grt_model.bench on a 2-core Sapphire Rapids: every
+    # Tile sizes (tokens per tile), measured with python -m lm.bench on a 2-core Sapphire Rapids: every
     # inner loop runs over the tile's tokens, and each (pair, loop) pays a fixed set-up (LLVM's overlap checks,
     # the per-pair sums), so long tiles win even past the L2 size.
     tile_tokens: int = 128  # coupling-off cascades

@@ -400,7 +400,7 @@ class GRTBlock(nn.Module):
 class GRT(nn.Module):
     """The Geometric Rotation Transformer; ``forward(idx, targets=None) -> (logits, loss)``.
 
-    Same interface as :class:`grt_model.dense.DenseTransformer`; ``model.config`` is
+    Same interface as :class:`lm.dense.DenseTransformer`; ``model.config`` is
     the :class:`GRTConfig`.  ``idx`` is ``[B, T]`` long token ids with
     ``T <= config.block_size``.
     """

@@ -1,6 +1,6 @@
 """Data parallel: 2 gloo processes reach the parameters of 1 process on the same global batch (issue 6).
 
-The two ranks run ``grt_model.train.train`` exactly as ``torchrun`` would (env RANK / WORLD_SIZE /
+The two ranks run ``lm.train.train`` exactly as ``torchrun`` would (env RANK / WORLD_SIZE /
 MASTER_ADDR / MASTER_PORT), spawned with ``torch.multiprocessing``.  Each rank trains on its half of
 every global batch; DDP averages the gradients.  The one-process run sums the same per-token terms in
 a different order (one mean over B*T tokens vs two means over B*T/2, averaged), so the parameters agree
@@ -21,10 +21,10 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from grt_model.checkpoint import load_checkpoint
-from grt_model.corpus import bundled_corpus_files
-from grt_model.dense import DenseConfig
-from grt_model.train import TrainConfig, read_log, train
+from lm.checkpoint import load_checkpoint
+from lm.corpus import bundled_corpus_files
+from lm.dense import DenseConfig
+from lm.train import TrainConfig, read_log, train
 from rmsgauge import tolerance
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}

@@ -33,7 +33,7 @@ from dynamics.checks import (
 )
 from dynamics.problems import NoiseToy, PhaseToy, QKNormProblem, QKNormSpec, RegressionConfig, RegressionToy
 from dynamics.simulate import OptimConfig, run
-from grt_model import DenseConfig, rms_norm
+from lm import DenseConfig, rms_norm
 from rmsgauge import tolerance
 
 SMALL_TOY = RegressionConfig(d_in=8, d_out=8, n_samples=64, batch=16)

@@ -338,7 +338,7 @@ def test_ffn_active_pairs_cover_the_signal():
 
 
 def test_bench_cli_help_and_errors(capsys):
-    from grt_model import bench
+    from lm import bench
 
     with pytest.raises(SystemExit) as ex:
         bench.main(["--help"])
@@ -354,7 +354,7 @@ def test_bench_cli_help_and_errors(capsys):
 
 @needs_numba
 def test_bench_runs_and_writes_json(tmp_path, capsys):
-    from grt_model import bench
+    from lm import bench
 
     out = tmp_path / "bench.json"
     assert bench.main(["--only", "mixer", "--tokens", "64", "--ref-tokens", "1", "--repeats", "1", "--warmup", "0",

@@ -11,8 +11,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grt_model import ByteCorpus, butterfly_pairs, decode, encode, load_text
+from grt_model import butterfly_pairs
 from grt_model.butterfly import from_pairs, pair_index, stage_stride, to_pairs
+from lm import ByteCorpus, decode, encode, load_text
 from rmsgauge import Claim, check_range, claims_table, eps_of, seed_everything, tolerance, write_claims_json
 
 ROOT = Path(__file__).resolve().parents[1]

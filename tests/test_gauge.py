@@ -30,7 +30,7 @@ from gauge import (
     scaled,
 )
 from gauge.__main__ import main
-from grt_model import rms_norm, rms_norm_jacobian
+from lm import rms_norm, rms_norm_jacobian
 from rmsgauge import assert_close, tolerance
 
 DT = {"float32": torch.float32, "float64": torch.float64}

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grt_model import GRT, ByteCorpus, GRTBlock, GRTConfig
+from grt_model import GRT, GRTBlock, GRTConfig
 from grt_model.claims import (
     CLAIM_IDS,
     cross_head_blocks,
@@ -29,6 +29,7 @@ from grt_model.claims import (
 )
 from grt_model.model import GATE_NAMES, causal_attention_with_weights
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm_jacobian_norm
+from lm import ByteCorpus
 from rmsgauge import assert_close, tolerance
 
 F64 = torch.float64

@@ -29,9 +29,9 @@ from grt_model.accounting import (
     stage_counts_from_model,
 )
 from grt_model.claims import flat_jacobian, gradcheck
-from grt_model.dense import DenseTransformer
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm, pearl_norm_jacobian_norm
 from grt_model.radial_gelu import radial_gelu
+from lm.dense import DenseTransformer
 from rmsgauge import assert_close, tolerance
 
 F64 = torch.float64

@@ -2,16 +2,16 @@ r"""Train the GRT or the dense baseline on bytes: one process or many (torchrun)
 
 Usage (see ``--help``)::
 
-    python -m grt_model.train --model dense                      # bundled Shakespeare, CPU-sized preset
-    python -m grt_model.train --model grt --data my_texts/ --set lr=1e-3 --set model.n_layers=6
-    python -m grt_model.train --config run.json --out-dir runs/a # JSON: {"model", "train", "model_config"}
-    python -m grt_model.train --out-dir runs/a --resume           # continue exactly where runs/a stopped
-    torchrun --nproc_per_node=4 -m grt_model.train --model grt    # data-parallel (gloo on CPU, nccl on CUDA)
-    python -m grt_model.train sample --ckpt runs/a/ckpt.pt --prompt "ROMEO:"   # = python -m grt_model.sample
+    python -m lm.train --model dense                      # bundled Shakespeare, CPU-sized preset
+    python -m lm.train --model grt --data my_texts/ --set lr=1e-3 --set model.n_layers=6
+    python -m lm.train --config run.json --out-dir runs/a # JSON: {"model", "train", "model_config"}
+    python -m lm.train --out-dir runs/a --resume           # continue exactly where runs/a stopped
+    torchrun --nproc_per_node=4 -m lm.train --model grt    # data-parallel (gloo on CPU, nccl on CUDA)
+    python -m lm.train sample --ckpt runs/a/ckpt.pt --prompt "ROMEO:"   # = python -m lm.sample
 
-**Configuration.**  The model config is the model's own dataclass (:class:`grt_model.dense.DenseConfig`
+**Configuration.**  The model config is the model's own dataclass (:class:`lm.dense.DenseConfig`
 or ``grt_model.config.GRTConfig``), starting from the CPU preset of
-:func:`grt_model.checkpoint.default_model_config`; the loop's is :class:`TrainConfig`.  Layers, later
+:func:`lm.checkpoint.default_model_config`; the loop's is :class:`TrainConfig`.  Layers, later
 wins: defaults < ``--config FILE`` < ``--set key=value`` (bare keys: TrainConfig first, then the model
 config; or ``train.key`` / ``model.key``) < explicit flags.  Unknown keys and out-of-range values fail
 before any work, naming the key and the allowed range.  On ``--resume`` the base is the checkpoint's
@@ -33,7 +33,7 @@ floating-point sum (``tests/test_ddp.py``).  Only rank 0 writes logs and checkpo
 **Logs.**  ``OUT/log.jsonl`` (one JSON object a line): ``start`` (configs, parameter counts, gauge
 probe), ``train`` (loss, lr, tokens, tokens/s), ``eval`` (val loss and bits per byte
 :math:`= \text{loss}/\ln 2`), ``gauge`` (norm and per-step angle of every gauge weight against the
-rotational-equilibrium predictions of :mod:`grt_model.equilibrium`), ``end`` (summary, also in
+rotational-equilibrium predictions of :mod:`lm.equilibrium`), ``end`` (summary, also in
 ``OUT/summary.json``).  ``OUT/ckpt.pt`` is the checkpoint.
 """
 
@@ -57,7 +57,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from grt_model.checkpoint import (
+from lm.checkpoint import (
     MODEL_KINDS,
     build_model,
     config_from_dict,
@@ -68,9 +68,9 @@ from grt_model.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from grt_model.corpus import ByteCorpus
-from grt_model.equilibrium import relaxation_steps
-from grt_model.scale_probe import GaugeTracker, expected_gauges, find_scale_gauges
+from lm.corpus import ByteCorpus
+from lm.equilibrium import relaxation_steps
+from lm.scale_probe import GaugeTracker, expected_gauges, find_scale_gauges
 from rmsgauge import (
     Claim,
     atomic_write_json,
@@ -805,10 +805,10 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m grt_model.train",
+        prog="python -m lm.train",
         description="Train the GRT or the dense QK-norm baseline on bytes (bundled Shakespeare by default). "
                     "Resumable bit for bit; data-parallel under torchrun. Subcommand: "
-                    "'python -m grt_model.train sample --help' generates text from a checkpoint.",
+                    "'python -m lm.train sample --help' generates text from a checkpoint.",
         epilog="precedence: defaults < --config < --set < explicit flags\n\ntrain keys (defaults):\n"
                + textwrap.fill(", ".join(f"{f.name}={f.default!r}" for f in fields(TrainConfig)), 100,
                                initial_indent="  ", subsequent_indent="  ")
@@ -844,9 +844,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sample":
-        from grt_model.sample import main as sample_main
+        from lm.sample import main as sample_main
 
-        return sample_main(argv[1:], prog="python -m grt_model.train sample")
+        return sample_main(argv[1:], prog="python -m lm.train sample")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.stop_after is not None and args.stop_after < 1:

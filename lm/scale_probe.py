@@ -17,7 +17,7 @@ and ``k_proj`` weights (:func:`expected_gauges`); for the GRT it reports whateve
 **Tracker.**  :class:`GaugeTracker` records, for each gauge tensor, its norm and the angle it turns
 through in one optimizer step, :math:`\varphi_t = \angle(W_t, W_{t+1})`, computed stably as
 :math:`2\,\operatorname{atan2}(\lVert\hat a-\hat b\rVert, \lVert\hat a+\hat b\rVert)` (no ``acos`` of a
-number near 1), next to the rotational-equilibrium predictions of :mod:`grt_model.equilibrium`.
+number near 1), next to the rotational-equilibrium predictions of :mod:`lm.equilibrium`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from grt_model.equilibrium import adamw_equilibrium_angle, adamw_equilibrium_norm, adamw_random_walk_angle
+from lm.equilibrium import adamw_equilibrium_angle, adamw_equilibrium_norm, adamw_random_walk_angle
 from rmsgauge import tolerance
 
 PROBE_SCALES = (0.5, 2.0)  # two scales on both sides of 1: a degree-0 law must hold for each

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from grt_model.dense import DenseConfig, DenseTransformer
+from lm.dense import DenseConfig, DenseTransformer
 from rmsgauge import atomic_write_bytes, reject_unknown_keys
 
 CKPT_FORMAT = 1  # bump when the payload layout changes
@@ -50,7 +50,7 @@ def model_classes(kind: str) -> tuple[type, type]:
 
 
 def default_model_config(kind: str):
-    """The CPU-sized preset for a model kind (what ``python -m grt_model.train --model KIND`` trains)."""
+    """The CPU-sized preset for a model kind (what ``python -m lm.train --model KIND`` trains)."""
     if kind == "dense":
         # about 0.8M parameters: trains at a few thousand tokens/s on one CPU core
         return DenseConfig(d_model=128, n_heads=4, n_layers=4, d_ff=512, block_size=128)

@@ -1,4 +1,4 @@
-r"""``python -m grt_model.bench``: the rotation cascade against the slow reference and against dense layers.
+r"""``python -m lm.bench``: the rotation cascade against the slow reference and against dense layers.
 
 One run measures, on the same inputs and in the same process (ratios, not absolute times, are what
 compare across runs on a shared machine):
@@ -12,7 +12,7 @@ compare across runs on a shared machine):
 * **ffn** -- the FFN (zero pad 256 -> 1024, 21 stages, RadialGELU, 21 stages, keep 256; coupling off) vs the
   dense ``256 -> 1024 -> 256`` FFN with GELU;
 * **block** -- one GRT block (:class:`grt_model.model.GRTBlock`, the reference widths) vs a dense pre-norm
-  block (:class:`grt_model.dense.DenseBlock`) as a training step: forward, backward, AdamW step.  While
+  block (:class:`lm.dense.DenseBlock`) as a training step: forward, backward, AdamW step.  While
   ``GRTFFN`` does not call :func:`grt_model.fused.fused_ffn` itself, a second GRT row routes its FFN
   through it (same parameters, same function), labelled ``grt+fused-ffn``.
 
@@ -32,7 +32,7 @@ twice that backward), the fused kernels only the cascade's input and output.
 
 Example::
 
-    python -m grt_model.bench --tokens 8192 --repeats 3 --threads 2 --json bench.json
+    python -m lm.bench --tokens 8192 --repeats 3 --threads 2 --json bench.json
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def bench_block(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
         return [Row("block", "grt", 0, math.nan, math.nan, math.nan, math.nan, math.nan, f"GRTBlock unavailable: {e}")]
     import inspect
 
-    from grt_model.dense import DenseBlock, DenseConfig
+    from lm.dense import DenseBlock, DenseConfig
 
     dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
     T = min(cfg.block_seq, cfg.tokens)
@@ -411,7 +411,7 @@ def run(cfg: BenchConfig) -> tuple[list[Row], dict[str, float], list[Claim]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m grt_model.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m lm.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=BenchConfig.tokens, help="tokens per timed call, in [1, 2^20]")
     ap.add_argument("--ref-tokens", type=int, default=BenchConfig.ref_tokens,
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(claims_table(claims))
     if args.json:
-        write_claims_json(args.json, claims, tool="grt_model.bench", machine=machine, config=asdict(cfg),
+        write_claims_json(args.json, claims, tool="lm.bench", machine=machine, config=asdict(cfg),
                           roofline=roof, rows=[asdict(r) for r in rows])
         _log(f"wrote {args.json}")
     return 0

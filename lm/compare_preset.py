@@ -1,7 +1,7 @@
 r"""Named comparison presets: an lr sweep that widens itself until each model's best value is interior,
-then one long final run per model at its best lr (``python -m grt_model.compare --preset reference``).
+then one long final run per model at its best lr (``python -m lm.compare --preset reference``).
 
-Phases (every run is ``python -m grt_model.train`` in its own folder, so an interrupted preset resumes:
+Phases (every run is ``python -m lm.train`` in its own folder, so an interrupted preset resumes:
 a finished run is reused, a checkpointed one continues bit-exactly with ``--resume``):
 
 1. **sweep** -- each model (GRT; dense matched in parameters; dense matched in wall-clock) trains
@@ -80,7 +80,7 @@ def is_interior(lr: float, lrs: list[float]) -> bool:
 
 def phase_train_config(args: argparse.Namespace, block_size: int, out_dir: Path, lr: float, tokens: int,
                        evals: int, eval_batches: int, ckpt_steps: int) -> dict:
-    from grt_model.train import TrainConfig
+    from lm.train import TrainConfig
 
     steps = max(1, math.ceil(tokens / (args.batch_size * block_size)))
     return TrainConfig(
@@ -107,7 +107,7 @@ def finished_summary(run) -> dict | None:
 
 def run_preset(args: argparse.Namespace, gcfg, preset: Preset, specs: list[tuple[str, str, dict]], say) -> dict:
     """Sweep (widening to an interior best), then the finals. Returns ``{tag: {"sweep": [Run], "final": Run}}``."""
-    from grt_model.compare import Run, _best, run_all
+    from lm.compare import Run, _best, run_all
 
     out = Path(args.out)
     result: dict[str, dict] = {}

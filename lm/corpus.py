@@ -23,7 +23,7 @@ TEXT_SUFFIXES = (".txt", ".md", ".text")
 
 
 def bundled_corpus_files() -> list[Path]:
-    root = resources.files("grt_model") / "data" / "shakespeare"
+    root = resources.files("lm") / "data" / "shakespeare"
     files = sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith(".txt") and p.name != "SOURCE.txt")
     if not files:
         raise FileNotFoundError(f"bundled corpus missing under {root}; reinstall rmsgauge")

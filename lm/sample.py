@@ -1,4 +1,4 @@
-"""Generate text from a checkpoint: ``python -m grt_model.sample`` (= ``python -m grt_model.train sample``).
+"""Generate text from a checkpoint: ``python -m lm.sample`` (= ``python -m lm.train sample``).
 
 Autoregressive byte sampling with temperature and top-k, seeded by its own generator (the same
 ``--seed`` gives the same text on the same machine).  The context is cropped to the model's
@@ -14,8 +14,8 @@ import sys
 import torch
 from torch import nn
 
-from grt_model.checkpoint import load_checkpoint, model_from_checkpoint
-from grt_model.corpus import decode, encode
+from lm.checkpoint import load_checkpoint, model_from_checkpoint
+from lm.corpus import decode, encode
 from rmsgauge import atomic_write_json, check_range
 
 
@@ -57,9 +57,9 @@ def sample_text(ckpt_path: str, prompt: str = "\n", n_tokens: int = 200, tempera
     return decode(out[0])
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m grt_model.sample") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m lm.sample") -> int:
     p = argparse.ArgumentParser(prog=prog, description="Generate bytes from a grt_model checkpoint "
-                                "(written by python -m grt_model.train).",
+                                "(written by python -m lm.train).",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint path, e.g. runs/train/ckpt.pt")
     p.add_argument("--prompt", default="\n", help="text to continue (UTF-8)")

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grt_model.rmsnorm import RMSNorm
 from grt_model.rope import apply_rope, rope_angles
+from lm.rmsnorm import RMSNorm
 
 
 @dataclass

@@ -1,11 +1,11 @@
-r"""GRT against a dense QK-norm transformer on the same bytes: ``python -m grt_model.compare``.
+r"""GRT against a dense QK-norm transformer on the same bytes: ``python -m lm.compare``.
 
 Three models, each trained on the same token budget, the same data order (batches are a function of
 ``(seed, step)``), the same schedule and the same learning-rate sweep:
 
 1. **GRT** -- :class:`grt_model.config.GRTConfig` at a CPU size (:func:`grt_config`), with the source
    text's stage counts (11 per Q/K/V/O, 1 mixer, 21 + 21 FFN) and couplings unchanged;
-2. **dense, parameter-matched** -- :class:`grt_model.dense.DenseConfig` with the GRT's depth, heads and
+2. **dense, parameter-matched** -- :class:`lm.dense.DenseConfig` with the GRT's depth, heads and
    context, ``d_ff = 4 d``, and the width whose total parameter count is nearest the GRT's
    (:func:`dense_params`, closed form, checked against the built model in the tests);
 3. **dense, wall-clock-matched** -- the same family, widened until its measured training throughput
@@ -24,7 +24,7 @@ fixed (AdamW betas (0.9, 0.95), weight decay 0.1 on matrices, warmup then cosine
 batch 16 windows).  The table reports each model at its best final validation bits per byte; the
 JSON keeps every sweep point.
 
-Each run is ``python -m grt_model.train`` in its own process (one torch thread, ``--jobs`` at a time),
+Each run is ``python -m lm.train`` in its own process (one torch thread, ``--jobs`` at a time),
 so the comparison exercises exactly the pipeline a user runs.  Outputs in ``--out``: ``compare.json``,
 ``table.txt``, ``loss_curves.svg`` / ``.png`` (deterministic bytes: fixed SVG hash salt, no dates,
 PNG metadata stripped; written atomically), and ``runs/<name>/`` per run (log, checkpoint, summary).
@@ -48,10 +48,10 @@ from typing import Any
 
 import torch
 
-from grt_model.checkpoint import build_model, config_to_dict
-from grt_model.compare_preset import PRESETS, Preset, run_preset
-from grt_model.dense import DenseConfig
-from grt_model.train import TrainConfig
+from lm.checkpoint import build_model, config_to_dict
+from lm.compare_preset import PRESETS, Preset, run_preset
+from lm.dense import DenseConfig
+from lm.train import TrainConfig
 from rmsgauge import (
     Claim,
     atomic_write_bytes,
@@ -194,7 +194,7 @@ def _launch(run: Run, tcfg: dict, env: dict) -> None:
     log = (run.out_dir / "stderr.txt").open("a" if resume else "w")
     start = ["--resume"] if resume else ["--config", str(cfg_path)]
     run.proc = subprocess.Popen(
-        [sys.executable, "-m", "grt_model.train", *start, "--out-dir", str(run.out_dir),
+        [sys.executable, "-m", "lm.train", *start, "--out-dir", str(run.out_dir),
          "--quiet", "--json", str(run.out_dir / "result.json")],
         stdout=subprocess.DEVNULL, stderr=log, env=env)
     run.started = time.perf_counter()
@@ -217,8 +217,8 @@ def _last_step(run: Run) -> int:
 
 def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
     """``--jobs 0``: the runs one after another in this process (no interpreter start-up per run)."""
-    from grt_model.checkpoint import config_from_dict
-    from grt_model.train import train
+    from lm.checkpoint import config_from_dict
+    from lm.train import train
 
     prev = torch.get_num_threads()
     try:
@@ -401,13 +401,13 @@ def plot_curves(rows: list[dict], all_runs: dict[str, list[Run]], out_dir: Path,
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m grt_model.compare",
+        prog="python -m lm.compare",
         description="Train a small GRT and dense QK-norm transformers matched in parameters and in wall-clock, "
                     "same token budget and the same lr sweep each; print and write the table and a loss-curve "
                     "figure.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Scale up: raise --budget-tokens, pass --grt d_model=128 --grt n_blocks=4 (etc.), --device cuda; "
-               "for multi-machine data parallel, run python -m grt_model.train under torchrun with the configs "
+               "for multi-machine data parallel, run python -m lm.train under torchrun with the configs "
                "this command writes to OUT/runs/*/config.json.")
     p.add_argument("--budget-tokens", type=int, default=None,
                    help=f"training tokens per run (default {DEFAULT_BUDGET_TOKENS:,}; --quick {QUICK_BUDGET_TOKENS:,})")
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         gcfg = grt_config(q, **{**(preset.grt if preset else {}), **_parse_overrides(args.grt)})
         if args.wall_d_model and args.wall_d_model % (2 * gcfg.n_heads):
             raise ValueError(f"--wall-d-model must be a multiple of 2 * n_heads = {2 * gcfg.n_heads}")
-        from grt_model.corpus import ByteCorpus
+        from lm.corpus import ByteCorpus
 
         corpus = ByteCorpus.load(args.data or None)
         TrainConfig(**_train_config(args, gcfg.block_size, Path(args.out), args.lrs[0]))  # validates early
