@@ -7,7 +7,17 @@ the same atomic writer.  Nothing here imports anything else of ours, so
 """
 
 from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_safe
-from rmsgauge.claims import Claim, claims_table, claims_to_json, write_claims_json
+from rmsgauge.claims import (
+    CLAIMS,
+    Claim,
+    ClaimSpec,
+    claim,
+    claims_table,
+    claims_to_json,
+    registered,
+    run_group,
+    write_claims_json,
+)
 from rmsgauge.cli import (
     check_choice,
     check_positive,
@@ -20,7 +30,9 @@ from rmsgauge.seeding import seed_everything
 from rmsgauge.tolerance import Tolerance, assert_close, eps_of, tolerance
 
 __all__ = [
+    "CLAIMS",
     "Claim",
+    "ClaimSpec",
     "Tolerance",
     "assert_close",
     "atomic_write_bytes",
@@ -29,13 +41,16 @@ __all__ = [
     "check_choice",
     "check_positive",
     "check_range",
+    "claim",
     "claims_table",
     "claims_to_json",
     "eps_of",
     "json_safe",
     "parse_dtype",
     "parse_float_list",
+    "registered",
     "reject_unknown_keys",
+    "run_group",
     "seed_everything",
     "tolerance",
     "write_claims_json",

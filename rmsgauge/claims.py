@@ -11,6 +11,7 @@ package's checks, never by parsing printed text.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,6 +48,55 @@ class Claim:
 
     def to_json(self) -> dict[str, Any]:
         return json_safe(asdict(self))
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One registered check: the claim id it measures, the group a CLI runs it in, and the function."""
+
+    id: str
+    group: str  # e.g. "gauge", "dynamics", "grt", "grt.trained": what one CLI run gathers
+    fn: Callable[..., Claim | list[Claim]]
+    title: str = ""
+
+
+CLAIMS: dict[str, ClaimSpec] = {}  # filled at import time by @claim, like proofs' @proof and figures' @figure
+
+
+def claim(id: str, *, group: str | None = None, title: str = "") -> Callable:
+    """Register a check function under its claim id (``@claim("gauge.forward_invariance")``).
+
+    The function returns the :class:`Claim` record(s) it measured (one per dtype where it runs in
+    several); its arguments are the group's context (the CLI decides what to pass).  Ids are unique:
+    registering one twice is an error that names both functions.
+    """
+    pkg, _, name = id.partition(".")
+    if not pkg or not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"claim id must be '<package>.<snake_case>', got {id!r}")
+
+    def register(fn: Callable[..., Claim | list[Claim]]) -> Callable[..., Claim | list[Claim]]:
+        old = CLAIMS.get(id)
+        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(f"claim id {id!r} registered twice: {old.fn.__module__}.{old.fn.__qualname__} and "
+                             f"{fn.__module__}.{fn.__qualname__}; ids name one check each")
+        CLAIMS[id] = ClaimSpec(id, group or pkg, fn, title)
+        return fn
+
+    return register
+
+
+def registered(group: str) -> list[ClaimSpec]:
+    """The checks of one group, in registration (= source) order."""
+    return [s for s in CLAIMS.values() if s.group == group]
+
+
+def run_group(group: str, *args: Any, **kwargs: Any) -> list[Claim]:
+    """Run every check of ``group`` with the same arguments; flatten their records."""
+    out: list[Claim] = []
+    for spec in registered(group):
+        res = spec.fn(*args, **kwargs)
+        out.extend(res if isinstance(res, list) else [res])
+    return out
 
 
 def claims_to_json(claims: list[Claim], **meta: Any) -> dict[str, Any]:
