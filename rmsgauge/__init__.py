@@ -19,11 +19,16 @@ from rmsgauge.claims import (
     write_claims_json,
 )
 from rmsgauge.cli import (
+    RENAMED_FLAGS,
+    SHARED_FLAGS,
     check_choice,
+    check_output_dir,
+    check_output_file,
     check_positive,
     check_range,
     parse_dtype,
     parse_float_list,
+    refuse_renamed_flags,
     reject_unknown_keys,
 )
 from rmsgauge.seeding import seed_everything
@@ -31,6 +36,8 @@ from rmsgauge.tolerance import Tolerance, assert_close, eps_of, tolerance
 
 __all__ = [
     "CLAIMS",
+    "RENAMED_FLAGS",
+    "SHARED_FLAGS",
     "Claim",
     "ClaimSpec",
     "Tolerance",
@@ -39,6 +46,8 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "check_choice",
+    "check_output_dir",
+    "check_output_file",
     "check_positive",
     "check_range",
     "claim",
@@ -48,6 +57,7 @@ __all__ = [
     "json_safe",
     "parse_dtype",
     "parse_float_list",
+    "refuse_renamed_flags",
     "registered",
     "reject_unknown_keys",
     "run_group",

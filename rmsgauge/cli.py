@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 DTYPES = ("float32", "float64")
@@ -63,3 +65,63 @@ def reject_unknown_keys(kind: str, given: Mapping[str, Any], allowed: Iterable[s
     unknown = sorted(set(given) - allowed)
     if unknown:
         raise ValueError(f"unknown {kind} key(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+# One spelling of the shared flags across every CLI; the old spellings are refused with the new name.
+SHARED_FLAGS = ("--d-model", "--n-heads", "--n-layers", "--batch-size", "--seq-len", "--seed", "--dtype",
+                "--threads", "--device", "--json", "--verbose", "--out-dir")
+RENAMED_FLAGS = {
+    "--heads": "--n-heads",
+    "--layers": "--n-layers",
+    "--n-blocks": "--n-layers",
+    "--batch": "--batch-size",
+    "--block": "--seq-len",
+    "--block-size": "--seq-len",
+}
+
+
+def refuse_renamed_flags(argv: Iterable[str], renamed: Mapping[str, str] = RENAMED_FLAGS) -> None:
+    """Raise ``ValueError`` (one line) when an old spelling of a shared flag is used, naming the new one."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in renamed:
+            raise ValueError(f"{flag} was renamed {renamed[flag]} (the same name in every rmsgauge CLI); "
+                             f"use {renamed[flag]}")
+
+
+def check_output_file(name: str, path: str | os.PathLike | None) -> Path | None:
+    """Before any work: ``path`` must name a file we can create or replace (not a directory, its folder
+    writable or creatable). Returns the path, or None when ``path`` is None."""
+    if path is None:
+        return None
+    p = Path(path)
+    if str(path) == "":
+        raise ValueError(f"{name} must be a file path, got an empty string")
+    if p.is_dir():
+        raise ValueError(f"{name} {p} is a directory; give a file path such as {p / 'claims.json'}")
+    parent = p.parent if str(p.parent) else Path(".")
+    probe = parent
+    while not probe.exists():  # the first existing ancestor decides whether the folders can be made
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{name} {p}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ValueError(f"{name} {p}: not writable (permissions of {p if p.exists() else probe})")
+    return p
+
+
+def check_output_dir(name: str, path: str | os.PathLike) -> Path:
+    """Before any work: ``path`` must be a folder we can create or write into."""
+    if str(path) == "":
+        raise ValueError(f"{name} must be a folder path, got an empty string")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{name} {p} is a file; give a folder")
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{name} {p}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {p}: not writable (permissions of {probe})")
+    return p
