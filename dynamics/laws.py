@@ -272,3 +272,88 @@ def fitted_exponent(c, angles) -> float:
     lc = np.log(np.asarray(c, dtype=np.float64))
     la = np.log(np.asarray(angles, dtype=np.float64))
     return float(np.polyfit(lc, la, 1)[0])
+
+
+# --------------------------------------------------------------------------- monitor-facing laws
+# (folded in from the trainer's former lm/equilibrium.py, in this module's conventions: one law, one place)
+def adamw_equilibrium_norm(lr: float, wd: float, numel: int, beta1: float = 0.9, decay: str = "torch") -> float:
+    r"""Equilibrium norm :math:`\sqrt{x^*}` of an AdamW gauge group of ``numel`` entries (random-walk regime).
+
+    :func:`fixed_point_adamw` with :math:`\nu = C` (= ``numel``: each entry of :math:`g/\sqrt{\hat v}` has unit
+    mean square once :math:`\hat v` tracks :math:`g^2`); small :math:`d`: Kosson et al.'s
+    :math:`\sqrt{\eta C/(2\lambda)}` (arXiv:2305.17212, Table 1).  Infinite without decay.
+    """
+    d = decoupled_decay(lr, wd, decay)
+    if d <= 0.0:
+        return math.inf
+    return float(np.sqrt(fixed_point_adamw(lr, d, beta1, float(numel))))
+
+
+def random_walk_angle(lr: float, norm: float, numel: int, beta1: float = 0.9, d: float = 0.0) -> float:
+    r"""AdamW's per-step angle at the *current* norm (valid in the transient):
+    :math:`\arctan\big(\eta\sqrt{C(1-\beta_1)/(1+\beta_1)}\,/\,((1-d)\lVert W\rVert)\big)`.
+
+    Random-walk update size :math:`\mathbb E\lVert\Delta W\rVert^2 = \eta^2 C(1-\beta_1)/(1+\beta_1)`
+    (Kosson et al., arXiv:2305.17212, §4); orthogonal to :math:`W` (Euler), so the angle is the arctangent.
+    At :func:`adamw_equilibrium_norm` it equals :func:`equilibrium_angle` to first order in :math:`d`.
+    """
+    if norm <= 0.0:
+        raise ValueError(f"norm must be in (0, inf), got {norm!r}")
+    return math.atan(lr * math.sqrt(numel * (1.0 - beta1) / (1.0 + beta1)) / ((1.0 - d) * norm))
+
+
+def equilibrium_norm(optimizer: str, decay: str, lr: float, wd: float, *, numel: int, G2: float | None = None,
+                     momentum: float = 0.9, betas: tuple[float, float] = (0.9, 0.999)) -> float:
+    r"""Predicted equilibrium norm :math:`\sqrt{x^*}` of a gauge group for any supported optimizer/convention.
+
+    AdamW: :func:`adamw_equilibrium_norm` (no gradient scale needed: Adam's step ignores it).  SGD and
+    SGD+momentum need :math:`G^2 = \mathbb E\lVert g\rVert^2\lVert W\rVert^2` (measured) and use
+    :func:`fixed_point_sgd` (decoupled) or :func:`fixed_point_l2` (coupled L2).  ``inf`` without decay.
+    """
+    if optimizer == "adamw":
+        return adamw_equilibrium_norm(lr, wd, numel, betas[0], decay)
+    if G2 is None:
+        raise ValueError("G2 (mean ||g||^2 ||W||^2) is needed for the SGD equilibrium norm")
+    mu = momentum_of(optimizer, momentum, betas)
+    if decay == "l2":
+        return math.inf if wd <= 0 else float(np.sqrt(fixed_point_l2(lr, wd, G2, mu)))
+    d = decoupled_decay(lr, wd, decay)
+    return math.inf if d <= 0 else float(np.sqrt(fixed_point_sgd(lr, d, G2, mu)))
+
+
+def relaxation_steps(optimizer: str, decay: str, lr: float, wd: float) -> float:
+    r"""Steps per e-fold of the squared-norm transient: :func:`relaxation_time` of :func:`relaxation_factor`.
+
+    AdamW: :math:`-1/(2\ln q)\approx 1/(2\eta\lambda)`; SGD: :math:`-1/\ln|2q^2-1| \approx 1/(4d)`.  Coupled L2
+    acts on the norm as a decoupled decay of :math:`\eta\lambda` (the decay term of ``u`` is radial).
+    """
+    d = lr * wd if decay == "l2" else decoupled_decay(lr, wd, decay)
+    if d <= 0.0:
+        return math.inf
+    if d >= 1.0:
+        raise ValueError(f"the per-step decay d must be in (0, 1), got {d!r}")
+    # log1p forms of relaxation_time(relaxation_factor(d, .)): ln(q^2) = 2 log1p(-d), 2q^2 - 1 = 1 - 4d + 2d^2
+    if optimizer == "adamw":
+        return -1.0 / (2.0 * math.log1p(-d))
+    return relaxation_time(relaxation_factor(d, "sgd")) if d >= 0.5 else -1.0 / math.log1p(-4.0 * d + 2.0 * d * d)
+
+
+def steps_to_equilibrium(x0: float, x_star: float, factor: float, band: float) -> float:
+    r"""Steps until the squared norm is within ``band`` (relative) of :math:`x^*`, from the linearized map:
+    :math:`\ln(\text{band}\,x^*/|x_0-x^*|)/\ln|f'(x^*)|` (0 when already inside; inf for :math:`|f'|\ge 1`)."""
+    gap = abs(x0 - x_star)
+    if gap <= band * x_star:
+        return 0.0
+    a = abs(factor)
+    if a >= 1.0 or not math.isfinite(x_star):
+        return math.inf
+    return math.log(band * x_star / gap) / math.log(a) if a > 0 else 1.0
+
+
+def tensor_angle(a, b) -> float:
+    r"""Angle between two vectors, stable near 0: :math:`2\,\operatorname{atan2}(\lVert\hat a-\hat b\rVert,
+    \lVert\hat a+\hat b\rVert)` (no ``acos`` of a number near 1)."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    ua, ub = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    return float(2.0 * np.arctan2(np.linalg.norm(ua - ub), np.linalg.norm(ua + ub)))

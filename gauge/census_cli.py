@@ -1,0 +1,202 @@
+"""python -m gauge census: which weights of YOUR model are scale gauges (float64, exact at eps = 0, deviation at eps).
+
+  python -m gauge census --model pkg.module:factory [--json PATH] [--all]
+  python -m gauge census --hf LlamaForCausalLM [--set num_key_value_heads=2] [--json PATH]
+  python -m gauge census --hf path/to/config_folder [--weights path/to/model.safetensors]
+
+``--model``: ``factory()`` returns ``(model, batch)`` or ``(model, loss_fn)`` where ``loss_fn(model)`` returns a
+scalar loss (called with the float64 copy), or a model with an ``example_batch()`` method.  ``--hf`` builds a
+Hugging Face causal LM (needs the ``hf`` extra: ``pip install -e ".[hf]"``) from a local ``config.json`` folder or
+from a class name with a tiny default config; weights are random unless ``--weights`` names a local file.
+Nothing is ever downloaded (``HF_HUB_OFFLINE=1`` is set before transformers is imported).
+
+Exit status 0 when the census ran (whatever it found), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gauge.census import DEFAULT_SCALES, census, census_table
+from rmsgauge import atomic_write_json, check_output_file, parse_float_list, seed_everything
+
+# tiny sizes for a class name: a few layers, several heads with fewer key/value heads (GQA), small vocabulary
+HF_TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 128,
+           "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128}
+HF_BATCH = (2, 16)  # (sequences, tokens) of the random example batch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m gauge census", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", metavar="PKG.MODULE:FACTORY", help="a callable returning (model, batch|loss_fn)")
+    src.add_argument("--hf", metavar="PATH_OR_CLASS",
+                     help="a local Hugging Face config folder/file, or a class name such as LlamaForCausalLM")
+    ap.add_argument("--weights", metavar="PATH", help="local weights for --hf (.safetensors or a torch state dict)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a Hugging Face config field (repeatable), e.g. --set num_key_value_heads=1")
+    ap.add_argument("--scales", type=parse_float_list, default=list(DEFAULT_SCALES),
+                    help="comma-separated c values, none a power of two "
+                         f"(default {','.join(map(str, DEFAULT_SCALES))})")
+    ap.add_argument("--no-partition", action="store_true", help="skip the row/column block search")
+    ap.add_argument("--no-eps", action="store_true", help="skip the report at the model's own eps")
+    ap.add_argument("--all", action="store_true", help="list every tensor, not only the gauges")
+    ap.add_argument("--seed", type=int, default=0, help="seed for random weights and the example batch (default 0)")
+    ap.add_argument("--json", metavar="PATH", help="write the census records to PATH (atomically)")
+    return ap
+
+
+def load_factory(spec: str) -> tuple[torch.nn.Module, Any, Any]:
+    """``pkg.module:factory`` -> ``(model, batch, loss_fn)`` (one of the last two None)."""
+    mod_name, sep, attr = spec.partition(":")
+    if not sep or not mod_name or not attr:
+        raise ValueError(f"--model must be 'pkg.module:factory', got {spec!r}")
+    try:
+        fn = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"--model {spec!r}: cannot import ({e})") from None
+    out = fn()
+    if isinstance(out, torch.nn.Module):
+        if not hasattr(out, "example_batch"):
+            raise ValueError(f"--model {spec!r} returned a bare model without example_batch(); return (model, batch)")
+        return out, out.example_batch(), None
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.nn.Module)):
+        raise ValueError(f"--model {spec!r} must return (model, batch) or (model, loss_fn)")
+    model, second = out
+    return (model, None, second) if callable(second) and not isinstance(second, torch.Tensor) else (model, second, None)
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set must be KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def build_hf(spec: str, weights: str | None, overrides: dict[str, Any], seed: int) -> tuple[torch.nn.Module, dict]:
+    """A Hugging Face causal LM from a local config (folder, file or class name), random init unless ``weights``."""
+    os.environ["HF_HUB_OFFLINE"] = "1"  # before the import: transformers must never reach the network
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError("--hf needs the optional transformers package: pip install -e '.[hf]'") from None
+    p = Path(spec)
+    if p.exists():
+        folder = p if p.is_dir() else p.parent
+        if not (folder / "config.json").is_file() or (p.is_file() and p.name != "config.json"):
+            raise ValueError(f"--hf {spec!r}: expected a folder holding config.json (or that file)")
+        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    else:
+        cls = getattr(transformers, spec, None)
+        if cls is None or not hasattr(cls, "config_class"):
+            raise ValueError(f"--hf {spec!r} is neither a local config path nor a transformers model class name")
+        cfg_cls = cls.config_class
+        known = cfg_cls().to_dict()
+        config = cfg_cls(**{k: v for k, v in HF_TINY.items() if k in known})
+    for k, v in overrides.items():
+        if not hasattr(config, k):
+            raise ValueError(f"--set {k}: not a field of {type(config).__name__}")
+        setattr(config, k, v)
+    seed_everything(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    if weights:
+        w = Path(weights)
+        if not w.is_file():
+            raise ValueError(f"--weights {weights!r}: no such file")
+        if w.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(w))
+        else:
+            state = torch.load(str(w), map_location="cpu", weights_only=True)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or [m for m in missing if "lm_head" not in m]:
+            raise ValueError(f"--weights {weights!r} does not fit the config: {len(missing)} missing, "
+                             f"{len(unexpected)} unexpected keys")
+    vocab = int(getattr(config, "vocab_size", HF_TINY["vocab_size"]))
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, HF_BATCH, generator=gen)
+    pad = getattr(config, "pad_token_id", None)
+    if isinstance(pad, int) and 0 <= pad < vocab:  # a padding row may be zero: 0/0 in a norm at eps = 0
+        ids = torch.where(ids == pad, (ids + 1) % vocab, ids)
+    return model, {"input_ids": ids, "labels": ids}
+
+
+# the project's own models as --model factories (lazy imports: this entry module may reach up, a library may not)
+def dense_qknorm() -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census_cli:dense_qknorm``: lm.dense with per-head QK-norm (eps 1e-6), random init."""
+    return _project("dense", qk_norm=True, qk_norm_eps=1e-6)
+
+
+def dense_plain() -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census_cli:dense_plain``: lm.dense without QK-norm."""
+    return _project("dense", qk_norm=False)
+
+
+def grt() -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census_cli:grt``: a small GRT (one block, 2 heads, short cascades)."""
+    return _project("grt")
+
+
+def _project(kind: str, **kw: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    seed_everything(0)
+    if kind == "dense":
+        from lm.dense import DenseConfig, DenseTransformer
+
+        model: torch.nn.Module = DenseTransformer(DenseConfig(d_model=64, n_heads=4, n_layers=2, d_ff=128,
+                                                              block_size=32, **kw))
+    else:
+        from grt_model import GRT
+        from grt_model.config import GRTConfig
+
+        model = GRT(GRTConfig(vocab_size=256, block_size=32, d_model=32, n_heads=2, n_blocks=1, d_ff=64,
+                              qkvo_stages=3, mixer_stages=1, ffn_stages=3))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, HF_BATCH, generator=gen)
+    return model, (x, torch.roll(x, -1, dims=1))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.json:
+            check_output_file("--json", args.json)
+        if args.weights and not args.hf:
+            raise ValueError("--weights needs --hf")
+        if args.model:
+            model, batch, loss_fn = load_factory(args.model)
+        else:
+            model, batch = build_hf(args.hf, args.weights, _parse_set(args.set), args.seed)
+            loss_fn = None
+        res = census(model, loss_fn, batch=batch if loss_fn is None else None, scales=args.scales,
+                     partition=not args.no_partition, own_eps=not args.no_eps, seed=args.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(census_table(res, all_tensors=args.all))
+    if args.json:
+        atomic_write_json(args.json, {"source": args.model or args.hf, **res.to_json()})
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""dynamics.monitor: the equilibrium monitor on any optimizer, and the laws it reads (dynamics.laws)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from dynamics import laws
+from dynamics.monitor import EquilibriumMonitor, optimizer_law
+from rmsgauge import tolerance
+
+
+class HeadNormToy(nn.Module):
+    """z = x W^T split into heads, each RMS-normalized (eps 0): every head's row block of W is an exact gauge."""
+
+    def __init__(self, d: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d, dtype=torch.float64))
+        self.out = nn.Parameter(torch.randn(d, dtype=torch.float64))
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = (x @ self.w.T).unflatten(-1, (self.heads, -1))  # (B, H, d/H)
+        y = z / z.pow(2).mean(-1, keepdim=True).sqrt()
+        return (y.flatten(-2) * self.out).sum(-1).sin().mean()
+
+
+def _blocks(d: int = 8, heads: int = 2):
+    return {"w": [(0, h * d // heads, (h + 1) * d // heads) for h in range(heads)]}
+
+
+def test_monitor_sgd_step_angle_is_the_exact_law(tmp_path):
+    # SGD with coupled L2 on a gauge: W' = (1 - lr wd) W - lr g with g _|_ W (Euler), so per block
+    # tan(phi) = lr ||g_I|| / ((1 - lr wd) ||W_I||) exactly (dynamics.laws.step_angle_sgd)
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    lr, wd = 0.05, 0.1
+    opt = torch.optim.SGD(m.parameters(), lr=lr, weight_decay=wd)
+    log = tmp_path / "eq.jsonl"
+    mon = EquilibriumMonitor(m, opt, _blocks(), log_path=log)
+    for _ in range(5):
+        x = torch.randn(16, 8, dtype=torch.float64)
+        m(x).backward()
+        expected = [laws.step_angle_sgd(lr, float(m.w.grad[s:e].norm()), float(m.w[s:e].detach().norm()), lr * wd)
+                    for _, s, e in _blocks()["w"]]
+        opt.step()
+        opt.zero_grad()
+        got = [r["angle"] for r in mon.history[-1]["groups"].values()]
+        tol = tolerance("float64", size=m.w.numel(), depth=4, scale=max(expected))
+        assert all(abs(a - b) <= tol.bound(b) for a, b in zip(got, expected))
+    rec = mon.history[-1]["groups"]["w[rows 0:4]"]
+    assert rec["law"] == "sgd/l2" and rec["angle_eq"] == math.acos(1.0 - lr * wd)  # cos phi* = 1 - lr wd (mu = 0)
+    assert len(log.read_text().splitlines()) == 5 and json.loads(log.read_text().splitlines()[0])["step"] == 1
+    assert "w[rows 4:8]" in mon.table()
+
+
+def test_monitor_adamw_predictions_interval_and_no_prediction(tmp_path):
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    lr, wd, b1 = 1e-2, 0.5, 0.9
+    opt = torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=wd, betas=(b1, 0.99))
+    mon = EquilibriumMonitor(m, opt, ["w"], interval=2)
+    hook = mon.as_train_hook()
+    assert hook.on_start()["equilibrium_groups"] == ["w"]
+    seen = 0
+    for step in range(6):
+        m(torch.randn(16, 8, dtype=torch.float64)).backward()
+        opt.step()
+        opt.zero_grad()
+        seen += hook.after_step(step) is not None
+    assert [h["step"] for h in mon.history] == [1, 2, 4, 6] and seen == 4
+    r = mon.history[-1]["groups"]["w"]
+    q = 1.0 - lr * wd
+    assert r["angle_eq"] == pytest.approx(math.acos((q + b1) / (1 + b1 * q)), rel=tolerance("float64").rtol)
+    # equilibrium norm^2 -> lr C / (2 wd) (Kosson et al.) as d -> 0; the exact one is the fixed point of dynamics.laws
+    assert r["norm_eq"] ** 2 == pytest.approx(float(laws.fixed_point_adamw(lr, lr * wd, b1, m.w.numel())),
+                                              rel=tolerance("float64").rtol)
+    summary = {}
+    assert hook.on_end(summary)["groups"]["w"]["law"] == "adamw/torch" and not mon._handles
+    assert summary["equilibrium"]["steps"] == 6
+    # the lazy form (the trainer's protocol): gauges decided from the model at on_start
+    from dynamics.monitor import TrainHook
+
+    lazy = TrainHook.lazy(lambda model, info: ["w"])
+    assert lazy.on_start(m, opt, None)["equilibrium_groups"] == ["w"]
+    m(torch.randn(4, 8, dtype=torch.float64)).backward()
+    opt.step()
+    assert lazy.after_step(7, lr)["groups"]["w"]["law"] == "adamw/torch"
+    lazy.on_end({})
+    # an optimizer without a law: recorded, with "no prediction"
+    opt2 = torch.optim.RMSprop(m.parameters(), lr=1e-3)
+    mon2 = EquilibriumMonitor(m, opt2, ["w"])
+    m(torch.randn(4, 8, dtype=torch.float64)).backward()
+    opt2.step()
+    assert mon2.history[0]["groups"]["w"]["law"] == "none" and mon2.history[0]["groups"]["w"]["angle_eq"] is None
+    assert optimizer_law(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True),
+                         {"nesterov": True})[0] == "none"
+    mon.plot(tmp_path / "eq.png")
+    assert (tmp_path / "eq.png").stat().st_size > 0
+
+
+def test_laws_folded_from_lm_equilibrium_agree_in_the_small_d_limit():
+    # the trainer's former AdamW forms are the small-d limits of the exact laws: sqrt(2 lr wd (1-b1)/(1+b1)) and
+    # sqrt(lr C/(2 wd)); relaxation -1/(2 ln(1 - lr wd)); the momentum angle is (q+mu)/(1+mu q), not sqrt(2d/(1+mu))
+    lr, wd, b1, C = 1e-4, 0.1, 0.9, 256
+    d = lr * wd
+    first = math.sqrt(2 * d * (1 - b1) / (1 + b1))
+    assert abs(laws.equilibrium_angle("adamw", "torch", lr, wd, betas=(b1, 0.999)) / first - 1) <= 2 * d
+    assert abs(laws.adamw_equilibrium_norm(lr, wd, C, b1) ** 2 / (lr * C / (2 * wd)) - 1) <= 2 * d / (1 - b1)
+    assert laws.relaxation_steps("adamw", "torch", lr, wd) == pytest.approx(-1 / (2 * math.log1p(-d)),
+                                                                             rel=tolerance("float64").rtol)
+    norm = laws.adamw_equilibrium_norm(lr, wd, C, b1)
+    assert abs(laws.random_walk_angle(lr, norm, C, b1, d) / first - 1) <= 2 * d / (1 - b1)  # via the norm's O(d)
