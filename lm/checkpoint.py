@@ -13,13 +13,21 @@ A checkpoint is one ``torch.save`` payload (a plain dict, loadable with ``weight
 
 Writes go through :func:`rmsgauge.atomic_write_bytes` (temp file in the same folder, fsync,
 ``os.replace``): a crash mid-write leaves the previous checkpoint intact.
+
+**Checksum.**  ``ckpt.pt.sha256`` beside the checkpoint holds its sha256 (``sha256sum`` format) and
+:func:`load_checkpoint` verifies it, so a flipped bit is an error that names the file, not a silently
+different model.  The sidecar is written before the checkpoint is replaced and lists the new hash and,
+until the replace is done, the previous one: a crash between the two renames leaves a pair that still
+verifies.  A checkpoint without a sidecar (written before checksums existed) loads unverified.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import pickle
 import random
+import zipfile
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +37,12 @@ import torch
 from torch import nn
 
 from lm.dense import DenseConfig, DenseTransformer
+from lm.errors import CheckpointError
 from rmsgauge import atomic_write_bytes, reject_unknown_keys
+from rmsgauge.atomic import sha256_bytes, sha256_file
 
 CKPT_FORMAT = 1  # bump when the payload layout changes
+CHECKSUM_SUFFIX = ".sha256"  # ckpt.pt -> ckpt.pt.sha256
 MODEL_KINDS = ("dense", "grt")
 
 
@@ -144,17 +155,85 @@ def save_checkpoint(path: str | os.PathLike, *, model_kind: str, model: nn.Modul
     }
     buf = io.BytesIO()
     torch.save(payload, buf)
-    return atomic_write_bytes(path, buf.getvalue())
+    return write_checksummed(path, buf.getvalue())
+
+
+def checksum_path(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def _sidecar(digests: list[str], name: str) -> str:
+    return "".join(f"{d}  {name}\n" for d in digests)
+
+
+def read_checksums(path: str | os.PathLike) -> list[str] | None:
+    """The sha256 digests the sidecar of ``path`` accepts, or None when there is no sidecar."""
+    side = checksum_path(path)
+    if not side.exists():
+        return None
+    try:
+        digests = [ln.split()[0].lower() for ln in side.read_text().splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError, IndexError) as e:
+        raise CheckpointError(f"{side}: unreadable checksum file ({e})") from None
+    return digests
+
+
+def write_checksummed(path: str | os.PathLike, data: bytes) -> Path:
+    """Atomically write ``data`` to ``path`` with its sha256 in ``path.sha256`` (see the module docstring)."""
+    path = Path(path)
+    new = sha256_bytes(data)
+    old: list[str] = []
+    if path.is_file():  # the file being replaced must verify until the replace is done
+        try:
+            have = read_checksums(path)
+        except CheckpointError:
+            have = None
+        old = [d for d in (have if have is not None else [sha256_file(path)]) if d != new][:1]
+    atomic_write_bytes(checksum_path(path), _sidecar([new, *old], path.name).encode())
+    atomic_write_bytes(path, data)
+    if old:
+        atomic_write_bytes(checksum_path(path), _sidecar([new], path.name).encode())
+    return path
+
+
+def read_verified(path: str | os.PathLike, what: str = "checkpoint") -> bytes:
+    """The bytes of ``path``, checked against its sha256 sidecar when there is one."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+    digests = read_checksums(path)
+    if digests is not None and sha256_bytes(data) not in digests:
+        raise CheckpointError(f"{path}: sha256 {sha256_bytes(data)[:16]}... does not match {checksum_path(path).name} "
+                              f"({digests[0][:16]}...): the file is corrupt or was changed after it was written")
+    return data
+
+
+def torch_load_bytes(data: bytes, path: str | os.PathLike, map_location: str | torch.device = "cpu",
+                     what: str = "checkpoint") -> Any:
+    """``torch.load(weights_only=True)`` of in-memory bytes; any unreadable payload is one error naming ``path``."""
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, KeyError, TypeError,
+            AttributeError, IndexError, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable {what} ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:160]})") from None
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read, checksum-verify and ``torch.load(weights_only=True)`` a checkpoint written by :func:`save_checkpoint`."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    ckpt = torch_load_bytes(read_verified(path), path, map_location)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CKPT_FORMAT:
-        raise ValueError(f"{path}: not a grt_model checkpoint of format {CKPT_FORMAT} "
-                         f"(got format {ckpt.get('format') if isinstance(ckpt, dict) else type(ckpt).__name__})")
+        raise CheckpointError(f"{path}: not an lm checkpoint of format {CKPT_FORMAT} "
+                              f"(got format {ckpt.get('format') if isinstance(ckpt, dict) else type(ckpt).__name__})")
+    missing = [k for k in ("model_kind", "model_config", "model", "step", "train_config") if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"{path}: checkpoint lacks {missing}")
     return ckpt
 
 
@@ -163,7 +242,11 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cp
     kind = ckpt["model_kind"]
     cfg = config_from_dict(kind, ckpt["model_config"])
     model = build_model(kind, cfg).to(device=device, dtype=getattr(torch, ckpt.get("dtype", "float32")))
-    model.load_state_dict(ckpt["model"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except (RuntimeError, KeyError) as e:
+        raise CheckpointError(f"the weights do not fit a {kind} model of the stored config "
+                              f"({' '.join(str(e).split())[:200]})") from None
     return model
 
 

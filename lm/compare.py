@@ -25,7 +25,7 @@ batch 16 windows).  The table reports each model at its best final validation bi
 JSON keeps every sweep point.
 
 Each run is ``python -m lm.train`` in its own process (one torch thread, ``--jobs`` at a time),
-so the comparison exercises exactly the pipeline a user runs.  Outputs in ``--out``: ``compare.json``,
+so the comparison exercises exactly the pipeline a user runs.  Outputs in ``--out-dir``: ``compare.json``,
 ``table.txt``, ``loss_curves.svg`` / ``.png`` (deterministic bytes: fixed SVG hash salt, no dates,
 PNG metadata stripped; written atomically), and ``runs/<name>/`` per run (log, checkpoint, summary).
 """
@@ -51,20 +51,25 @@ import torch
 from lm.checkpoint import build_model, config_to_dict
 from lm.compare_preset import PRESETS, Preset, run_preset
 from lm.dense import DenseConfig
-from lm.train import TrainConfig
+from lm.train import RUN_FILES, TrainConfig, machine_description, run_files, set_aside
 from rmsgauge import (
     Claim,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    check_output_dir,
+    check_output_file,
     check_range,
     parse_float_list,
+    refuse_renamed_flags,
     write_claims_json,
 )
+from rmsgauge.cli import OneLineArgumentParser, run_guarded
 
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2, 3e-2)  # half-decades: the GRT and the dense models peak at different lrs
 DEFAULT_BUDGET_TOKENS = 80_000  # default command: 615 s measured on 2 cores shared with other jobs (load 2-6)
 QUICK_BUDGET_TOKENS = 4_096
+DEFAULT_BATCH_SIZE = 16  # windows per step (--quick: 8)
 SVG_HASH_SALT = "rmsgauge-compare"  # fixed: SVG element ids stop depending on a random salt
 LN2 = math.log(2.0)
 
@@ -185,10 +190,22 @@ def _train_config(args: argparse.Namespace, block_size: int, out_dir: Path, lr: 
         data=args.data or "", out_dir=str(out_dir)).to_dict()
 
 
+def _resume_or_set_aside(run: Run, say=None) -> bool:
+    """True when ``run`` has a checkpoint to continue; otherwise a partial run left in its folder (a log without
+    a checkpoint: killed before its first one) is moved aside, never overwritten."""
+    if (run.out_dir / "ckpt.pt").exists() and not (run.out_dir / "summary.json").exists():
+        return True
+    if run.out_dir.exists() and run_files(run.out_dir):
+        moved = set_aside(run.out_dir)
+        if say is not None:
+            say(f"  {run.name}: an unfinished run without a checkpoint was moved to {moved}")
+    return False
+
+
 def _launch(run: Run, tcfg: dict, env: dict) -> None:
+    resume = _resume_or_set_aside(run)
     run.out_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run.out_dir / "config.json"
-    resume = (run.out_dir / "ckpt.pt").exists() and not (run.out_dir / "summary.json").exists()
     if not resume:
         atomic_write_json(cfg_path, {"model": run.model, "model_config": run.model_config, "train": tcfg})
     log = (run.out_dir / "stderr.txt").open("a" if resume else "w")
@@ -225,7 +242,7 @@ def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
         for run in runs:
             tcfg = TrainConfig(**(run.train_config or _train_config(args, int(run.model_config["block_size"]),
                                                                     run.out_dir, run.lr)))
-            resume = (run.out_dir / "ckpt.pt").exists() and not (run.out_dir / "summary.json").exists()
+            resume = _resume_or_set_aside(run, say)
             run.summary = train(run.model, config_from_dict(run.model, run.model_config), tcfg, resume=resume,
                                 progress=False)
             run.returncode = 0
@@ -279,8 +296,9 @@ def _loop(pending: list[Run], active: list[Run], done: list[Run], runs: list[Run
             done.append(run)
             summ = run.out_dir / "summary.json"
             if rc != 0 or not summ.exists():
-                err = (run.out_dir / "stderr.txt").read_text()[-2000:]
-                raise RuntimeError(f"run {run.name} failed (exit {rc}):\n{err}")
+                tail = [ln for ln in (run.out_dir / "stderr.txt").read_text().splitlines() if ln.strip()]
+                raise RuntimeError(f"run {run.name} failed (exit {rc}): {tail[-1] if tail else 'no message'} "
+                                   f"(its log: {run.out_dir / 'stderr.txt'})")
             run.summary = json.loads(summ.read_text())
             say(f"  done {run.name}: val {run.summary['final_val_bpb']:.4f} bits/byte, "
                 f"{run.summary['tokens_per_s']:.0f} tok/s, {run.summary['wall_time_s']:.0f}s")
@@ -400,7 +418,7 @@ def plot_curves(rows: list[dict], all_runs: dict[str, list[Run]], out_dir: Path,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineArgumentParser(
         prog="python -m lm.compare",
         description="Train a small GRT and dense QK-norm transformers matched in parameters and in wall-clock, "
                     "same token budget and the same lr sweep each; print and write the table and a loss-curve "
@@ -416,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a named two-phase comparison: an lr sweep that widens itself until each model's best lr is "
                         "interior, then one final run per model at its best lr (reference: sweeps of 250k tokens, "
                         "finals of 3M tokens; resumes where it stopped). --budget-tokens/--lrs/--evals do not apply")
-    p.add_argument("--out", default="runs/compare", help="output folder")
+    p.add_argument("--out-dir", default="runs/compare", help="output folder (every run in its own subfolder)")
     p.add_argument("--json", metavar="PATH", help="write the table and claim record here (atomic)")
     p.add_argument("--lrs", type=parse_float_list, default=None,
                    help="comma-separated peak learning rates swept for every model (default 1e-3,3e-3,1e-2,3e-2;"
@@ -457,9 +475,18 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+RENAMED = {"--out": "--out-dir"}  # the shared spelling of every rmsgauge CLI
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        refuse_renamed_flags(argv, RENAMED)
+    except ValueError as e:
+        parser.error(str(e))
     args = parser.parse_args(argv)
+    args.out = args.out_dir
     preset = PRESETS[args.preset] if args.preset else None
     if preset is not None:
         if args.budget_tokens is not None or args.lrs is not None or args.quick:
@@ -472,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     args.budget_tokens = args.budget_tokens if args.budget_tokens is not None else (
         QUICK_BUDGET_TOKENS if q else DEFAULT_BUDGET_TOKENS)
     args.lrs = args.lrs or ([3e-3, 1e-2] if q else list(DEFAULT_LRS))
-    args.batch_size = args.batch_size or (8 if q else 16)
+    args.batch_size = args.batch_size or (8 if q else DEFAULT_BATCH_SIZE)
     args.eval_batches = args.eval_batches or (2 if q else 4)
     try:
         check_range("--budget-tokens", args.budget_tokens, 1, 10**12)
@@ -496,7 +523,14 @@ def main(argv: list[str] | None = None) -> int:
         from lm.corpus import ByteCorpus
 
         corpus = ByteCorpus.load(args.data or None)
-        TrainConfig(**_train_config(args, gcfg.block_size, Path(args.out), args.lrs[0]))  # validates early
+        for lr in args.lrs:  # every sweep point's config is valid (e.g. lr * wd < 1) before any run starts
+            TrainConfig(**_train_config(args, gcfg.block_size, Path(args.out), lr))
+        check_output_dir("--out-dir", args.out)
+        check_output_file("--json", args.json)
+        for name in RUN_FILES:
+            if (Path(args.out) / name).exists():
+                raise ValueError(f"--out-dir {args.out} holds a training run ({name}); a comparison needs its own "
+                                 f"folder")
         if min(len(corpus.split("val")), len(corpus.split("train"))) < gcfg.block_size + 2:
             raise ValueError(f"--data: a split is shorter than block_size + 2 = {gcfg.block_size + 2} bytes")
     except (ValueError, FileNotFoundError, RuntimeError) as e:
@@ -505,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     in_main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None  # SIGTERM unwinds the cleanup
     try:
-        return _compare(args, gcfg, preset)
+        return run_guarded(parser.prog, lambda: _compare(args, gcfg, preset))
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, old)
@@ -604,20 +638,6 @@ def _finish_preset(args: argparse.Namespace, preset: Preset, result: dict, probe
     return 0
 
 
-def machine_description() -> str:
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {platform.system()}"
-
-
 def git_commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
@@ -672,9 +692,9 @@ def compare_claim(rows: list[dict]) -> Claim:
     dp = next(r for r in rows if r["match"] == "params")
     measured = {f"{r['model']} ({r['match']})": r["final_val_bpb"] for r in rows}
     return Claim(
-        "grt_model.matched_params_bits_per_byte",
-        "Benchmark results at scale -- HellaSwag, MMLU, ARC, PIQA, perplexity (the text gives no numbers; "
-        "its 'space-efficient by math' implies GRT >= a dense model of equal size).",
+        id="grt_model.matched_params_bits_per_byte",
+        statement="Benchmark results at scale -- HellaSwag, MMLU, ARC, PIQA, perplexity (the text gives no numbers; "
+                  "its 'space-efficient by math' implies GRT >= a dense model of equal size).",
         stated=None, measured=measured, tolerance=None,
         holds=bool(g["final_val_bpb"] <= dp["final_val_bpb"]),
         dtype="float32", source_status="unstated",

@@ -101,7 +101,7 @@ def finished_summary(run) -> dict | None:
     have = {k: s.get("train_config", {}).get(k) for k in want}
     if have != want or s.get("model_config") != run.model_config:
         raise ValueError(f"{run.out_dir} holds a finished run with another configuration ({have} vs {want}); "
-                         f"choose a fresh --out")
+                         f"choose a fresh --out-dir")
     return s if s.get("complete") else None
 
 

@@ -47,8 +47,11 @@ class DenseConfig:
             raise ValueError(f"DenseConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if (self.d_model // self.n_heads) % 2:
             raise ValueError("DenseConfig: head dim d_model/n_heads must be even (rotary pairs)")
-        if self.qk_norm_eps < 0 or self.norm_eps < 0:
-            raise ValueError("DenseConfig: qk_norm_eps and norm_eps must be >= 0")
+        for name in ("qk_norm_eps", "norm_eps", "init_std"):
+            v = getattr(self, name, 0.0)
+            # `nan < 0` is False: test finiteness explicitly so a NaN never reaches a norm or an init
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"DenseConfig.{name} must be a finite number in [0, inf), got {v!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from rmsgauge import atomic_write_json
+from rmsgauge import atomic_write_json, check_output_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,6 +14,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="run only proofs whose name starts with this prefix (e.g. gauge.)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
+    try:  # before any proof runs: a bad --json path must not cost the whole run
+        check_output_file("--json", args.json)
+    except ValueError as e:
+        ap.error(str(e))
     from proofs import PROOFS, run_all
 
     if args.only and not any(n.startswith(args.only) for n in PROOFS):

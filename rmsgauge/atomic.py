@@ -2,25 +2,47 @@
 
 A reader (or a crash) never sees a half-written output: ``os.replace`` is atomic
 on POSIX and Windows when source and target share a filesystem, which a sibling
-temp file guarantees.
+temp file guarantees.  The temp file is named ``.<name>.<random>.tmp``; a process
+killed mid-write leaves one behind, which :func:`clean_orphan_tmp` removes.  The
+finished file gets the mode any new file gets under the user's umask (``mkstemp``
+alone would leave it at 0600).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+TMP_SUFFIX = ".tmp"
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the OS allows (os.umask itself must set one)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no read-only query elsewhere: set and restore at once
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
+            if hasattr(os, "fchmod"):
+                os.fchmod(fh.fileno(), 0o666 & ~_umask())  # what open(path, "w") would have given
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -36,6 +58,33 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def clean_orphan_tmp(folder: str | os.PathLike, names: Iterable[str]) -> list[Path]:
+    """Remove the temp files a killed :func:`atomic_write_bytes` left beside ``folder/<name>`` for each name;
+    returns what was removed.  Only call it where no other process is writing those files."""
+    folder = Path(folder)
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for name in names:
+        for tmp in folder.glob(f".{name}.*{TMP_SUFFIX}"):
+            if tmp.is_file():
+                tmp.unlink()
+                removed.append(tmp)
+    return removed
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def json_safe(x: Any) -> Any:
     """Plain JSON values: numpy/torch arrays and scalars become lists/numbers, and non-finite floats become
     their ``repr`` (``'inf'``, ``'nan'``), since strict JSON has no inf/nan."""
@@ -48,6 +97,26 @@ def json_safe(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return repr(x)
     return x
+
+
+def json_nulls(x: Any, path: str = "") -> tuple[Any, list[str]]:
+    """Strict JSON values for a log record: non-finite floats become ``null``, and the dotted paths of the
+    values that did are returned beside (a reader can tell a missing value from a NaN one)."""
+    bad: list[str] = []
+
+    def walk(v: Any, at: str) -> Any:
+        if isinstance(v, dict):
+            return {str(k): walk(w, f"{at}.{k}" if at else str(k)) for k, w in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(w, f"{at}[{i}]") for i, w in enumerate(v)]
+        if hasattr(v, "tolist"):
+            return walk(v.tolist(), at)
+        if isinstance(v, float) and not math.isfinite(v):
+            bad.append(at)
+            return None
+        return v
+
+    return walk(x, path), bad
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:

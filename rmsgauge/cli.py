@@ -125,3 +125,52 @@ def check_output_dir(name: str, path: str | os.PathLike) -> Path:
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"{name} {p}: not writable (permissions of {probe})")
     return p
+
+
+# ---------------------------------------------------------------------------------------------
+# One-line errors: exit 2 for usage errors, 1 for failures, a traceback only with --debug
+# ---------------------------------------------------------------------------------------------
+
+EXIT_FAILURE = 1  # the run could not complete (non-finite loss, corrupt file, disk full, ...)
+EXIT_USAGE = 2  # a flag, config key or path is wrong (argparse's own status for usage errors)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``prog: error: message (see --help)`` on stderr, exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see --help)\n")
+
+
+def one_line(message: object) -> str:
+    """``message`` on one line: newlines and runs of spaces become single spaces."""
+    return " ".join(str(message).split())
+
+
+def run_guarded(prog: str, fn: Any, *, debug: bool = False,
+                usage_errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError),
+                failure_errors: tuple[type[BaseException], ...] = ()) -> int:
+    """Call ``fn()`` and turn what escapes it into one line on stderr and an exit status: the classes in
+    ``failure_errors`` -> 1 (checked first: a failure may subclass ValueError), ``usage_errors`` -> 2,
+    Ctrl-C -> 130, anything else -> 1.  ``debug``: re-raise instead, with the traceback."""
+    import sys
+
+    try:
+        return int(fn() or 0)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return EXIT_INTERRUPTED
+    except Exception as e:  # the one place every error becomes a line
+        if debug:
+            raise
+        if isinstance(e, failure_errors) or not isinstance(e, usage_errors):
+            kind = "" if isinstance(e, failure_errors) else f"{type(e).__name__}: "
+            sys.stderr.write(f"{prog}: error: {kind}{one_line(e)} (--debug shows the traceback)\n")
+            return EXIT_FAILURE
+        sys.stderr.write(f"{prog}: error: {one_line(e)}\n")
+        return EXIT_USAGE

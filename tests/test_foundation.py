@@ -68,8 +68,8 @@ def test_tolerance_scales_with_eps_and_size():
 
 
 def test_claim_record_json_and_table(tmp_path):
-    c = Claim("gauge.example_claim", "x is zero", 0.0, 1e-17, 1e-15, True, source_status="approximate",
-              exact_law="x = 0 exactly", details={"n": 3})
+    c = Claim(id="gauge.example_claim", statement="x is zero", stated=0.0, measured=1e-17, tolerance=1e-15,
+              holds=True, source_status="approximate", exact_law="x = 0 exactly", details={"n": 3})
     path = tmp_path / "c.json"
     write_claims_json(path, [c], dtype="float64")
     rec = json.loads(path.read_text())["claims"][0]
@@ -77,7 +77,7 @@ def test_claim_record_json_and_table(tmp_path):
         assert key in rec
     assert "HOLDS" in claims_table([c]) and c.test_name == "test_example_claim"
     with pytest.raises(ValueError, match="claim id"):
-        Claim("nodot", "s", None, 0, None, True)
+        Claim(id="nodot", statement="s", stated=None, measured=0, tolerance=None, holds=True)
 
 
 def test_check_range_names_parameter():

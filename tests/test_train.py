@@ -37,7 +37,7 @@ from lm.train import TrainConfig, main, read_log, summary_claims, train
 from rmsgauge import assert_close, tolerance
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
-TIMING_KEYS = {"tok_per_s", "elapsed_s", "train_time_s"}  # wall-clock fields: the only ones allowed to differ between runs
+TIMING_KEYS = {"tok_per_s", "elapsed_s", "train_time_s"}  # wall-clock fields: the only ones that differ between runs
 
 
 @pytest.fixture(scope="module")
@@ -381,7 +381,7 @@ def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
 
     out = tmp_path / "cmp"
     argv = ["--quick", "--jobs", "0", "--wall-d-model", "48", "--budget-tokens", "512", "--lrs", "3e-3,1e-2",
-            "--out", str(out), "--json", str(tmp_path / "cmp.json")]
+            "--out-dir", str(out), "--json", str(tmp_path / "cmp.json")]
     assert compare_main(argv) == 0
     printed = capsys.readouterr().out
     assert "val bpb" in printed and "wall-clock" in printed and "lr sweep" in printed
@@ -416,6 +416,6 @@ def test_compare_rejects_bad_flags(tmp_path, capsys):
                       (["--grt", "width=3"], "--grt expects KEY=VALUE"),
                       (["--wall-d-model", "50"], "--wall-d-model must be a multiple of 2 * n_heads")):
         with pytest.raises(SystemExit):
-            compare_main([*argv, "--out", str(tmp_path / "x")])
+            compare_main([*argv, "--out-dir", str(tmp_path / "x")])
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

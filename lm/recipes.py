@@ -1,0 +1,80 @@
+"""Named training recipes: the exact configuration that made each shipped reference model.
+
+``python -m lm.train --recipe reference-grt`` (or ``reference-dense``) trains it again.  A recipe is the
+final-phase run of ``python -m lm.compare --preset reference`` (:mod:`lm.compare_preset`) for one model:
+
+- ``reference-grt``: the preset's GRT (d_model 128, 4 heads, 2 blocks, d_ff 512, context 64 bytes, the
+  source text's stage counts), at its best sweep learning rate;
+- ``reference-dense``: the dense QK-norm transformer matched to it in parameters (same depth, heads and
+  context, ``d_ff = 4 d``, the width whose parameter count is nearest the GRT's: d_model 136), at its own
+  best sweep learning rate;
+
+each for 3,000,000 training bytes (batch 16 x 64), with the evaluation, logging and checkpoint intervals
+:func:`lm.compare_preset.phase_train_config` gives the final phase, seed 0, one CPU thread, the bundled
+corpus.  Everything but the learning rates is computed from the preset, so the recipe and the preset cannot
+drift apart; the learning rates are the sweep's results (:data:`REFERENCE_BEST_LRS`).  The shipped model
+cards (``lm/reference_models/*.json``) record the configuration that actually ran, and
+``tests/test_reference_models.py`` checks that each recipe equals it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Best final validation bits per byte of the reference preset's lr sweep (250k tokens per point, bundled corpus,
+# runs/compare-reference/sweep): GRT 3e-3 (3.197 bpb; 1e-3: 3.667, 1e-2: 3.320), dense params-matched 3e-3
+# (3.081 bpb; 1e-3: 3.149, 1e-2: 3.216). Both interior.
+REFERENCE_BEST_LRS = {"grt": 3e-3, "dense_params": 3e-3}
+RECIPE_NAMES = ("reference-grt", "reference-dense")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    model: str  # "grt" | "dense"
+    model_config: dict[str, Any]
+    train_config: dict[str, Any]  # lm.train.TrainConfig as a dict; out_dir is default_out_dir
+    description: str
+
+    @property
+    def default_out_dir(self) -> str:
+        return f"runs/{self.name}"
+
+    def config_json(self) -> dict[str, Any]:
+        """The ``--config`` file form: ``{"model", "model_config", "train"}``."""
+        return {"model": self.model, "model_config": dict(self.model_config), "train": dict(self.train_config)}
+
+
+def _reference_recipes() -> dict[str, Recipe]:
+    import torch
+
+    from lm.checkpoint import build_model, config_to_dict
+    from lm.compare import DEFAULT_BATCH_SIZE, dense_family, grt_config, n_params, param_matched_width
+    from lm.compare_preset import PRESETS, phase_train_config
+
+    preset = PRESETS["reference"]
+    gcfg = grt_config(preset.quick, **preset.grt)
+    with torch.device("meta"):  # a parameter count, nothing allocated
+        n_grt = n_params(build_model("grt", gcfg))
+    dcfg = dense_family(gcfg, param_matched_width(gcfg, n_grt))
+    ns = argparse.Namespace(batch_size=DEFAULT_BATCH_SIZE, seed=0, device="cpu", data=None)
+    out = {}
+    for name, kind, tag, mcfg in (("reference-grt", "grt", "grt", gcfg),
+                                  ("reference-dense", "dense", "dense_params", dcfg)):
+        tc = phase_train_config(ns, int(mcfg.block_size), Path(f"runs/{name}"), REFERENCE_BEST_LRS[tag],
+                                preset.final_tokens, preset.final_evals, preset.final_eval_batches, preset.ckpt_steps)
+        out[name] = Recipe(name, kind, config_to_dict(mcfg), tc,
+                           f"the {'GRT' if kind == 'grt' else 'parameter-matched dense model'} of python -m "
+                           f"lm.compare --preset reference, {preset.final_tokens:,} tokens at lr "
+                           f"{REFERENCE_BEST_LRS[tag]:g}")
+    return out
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe called ``name``; an unknown name is a one-line error listing the known ones."""
+    if name not in RECIPE_NAMES:
+        raise ValueError(f"--recipe must be one of {', '.join(RECIPE_NAMES)}; got {name!r}")
+    return _reference_recipes()[name]

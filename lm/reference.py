@@ -1,0 +1,234 @@
+"""Shipped reference models: load (checksum-verified), list, verify, and ship them from a finished run.
+
+The package folder ``lm/reference_models/`` holds, per model name (``grt``, ``dense``):
+
+- ``<name>.pt`` -- the weights only (no optimizer state): ``{"format", "model_kind", "model_config",
+  "dtype", "model"}``, loadable with ``torch.load(weights_only=True)``;
+- ``<name>.json`` -- its model card: the configs, tokens seen, training and wall seconds, the machine,
+  the final validation bits per byte, the exact command that made it, the recipe that reproduces it
+  (``python -m lm.train --recipe reference-<name>``) and the sha256 of the weights (and of the log);
+- ``<name>.log.jsonl`` -- the run's training log (what ``tests/test_reference_models.py`` replays).
+
+:func:`load_reference` checks the weights' sha256 against the card before unpickling anything (a mismatch
+is one error naming the file), loads with ``weights_only=True`` and rebuilds the config with
+``Config(**d)``.  Each file is at most 10 MB (:data:`MAX_FILE_BYTES`); :func:`ship_run` refuses more.
+
+    python -m lm.reference list                      # what is shipped
+    python -m lm.reference verify                    # every checksum (exit 1 on a mismatch)
+    python -m lm.reference ship RUN_DIR --name grt --command "python -m lm.compare --preset reference"
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lm.checkpoint import build_model, config_from_dict, load_checkpoint, torch_load_bytes
+from lm.errors import CheckpointError, RunFailure
+from rmsgauge import atomic_write_bytes, atomic_write_json, check_output_dir
+from rmsgauge.atomic import sha256_bytes
+from rmsgauge.cli import OneLineArgumentParser, run_guarded
+
+REFERENCE_FORMAT = 1  # bump when the weights payload layout changes
+MAX_FILE_BYTES = 10 * 1024 * 1024  # each shipped file: small enough for the package (issue 10)
+NAMES = ("grt", "dense")  # the shipped models; reproduced by the recipes reference-<name>
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def reference_dir() -> Path:
+    """The package folder of the shipped models (inside the installed package, not only the repo)."""
+    return Path(str(resources.files("lm") / "reference_models"))
+
+
+def _paths(name: str, root: str | Path | None) -> tuple[Path, Path, Path]:
+    if not _NAME_RE.match(name or ""):
+        raise ValueError(f"reference model name must be lower-case letters, digits, '-' or '_' (e.g. "
+                         f"{', '.join(NAMES)}); got {name!r}")
+    base = Path(root) if root is not None else reference_dir()
+    return base / f"{name}.pt", base / f"{name}.json", base / f"{name}.log.jsonl"
+
+
+def shipped_names(root: str | Path | None = None) -> list[str]:
+    base = Path(root) if root is not None else reference_dir()
+    return sorted(p.name[:-5] for p in base.glob("*.json") if _NAME_RE.match(p.name[:-5])) if base.is_dir() else []
+
+
+def reference_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
+    """The model card of a shipped model (no checksum check: see :func:`verify_reference`)."""
+    _, card_path, _ = _paths(name, root)
+    if not card_path.is_file():
+        have = shipped_names(root)
+        raise FileNotFoundError(f"no shipped reference model {name!r} (no {card_path}); shipped: "
+                                f"{', '.join(have) or 'none yet'}")
+    try:
+        card = json.loads(card_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{card_path}: unreadable model card ({' '.join(str(e).split())})") from None
+    if not isinstance(card, dict) or "sha256" not in card or "model_kind" not in card:
+        raise CheckpointError(f"{card_path}: not a model card (needs sha256, model_kind, model_config)")
+    return card
+
+
+def _verified_weights(name: str, root: str | Path | None) -> tuple[bytes, dict[str, Any], Path]:
+    weights_path, card_path, _ = _paths(name, root)
+    card = reference_card(name, root)
+    if not weights_path.is_file():
+        raise FileNotFoundError(f"{weights_path}: missing (its card {card_path.name} is there); reinstall rmsgauge")
+    data = weights_path.read_bytes()
+    actual = sha256_bytes(data)
+    if actual != card["sha256"]:
+        raise CheckpointError(f"{weights_path}: sha256 {actual[:16]}... does not match its model card "
+                              f"{card_path.name} ({str(card['sha256'])[:16]}...): the file is corrupt or was "
+                              f"replaced; reinstall rmsgauge or ship it again")
+    return data, card, weights_path
+
+
+def verify_reference(name: str, root: str | Path | None = None) -> dict[str, Any]:
+    """Check the weights (and the shipped log, when the card lists one) against the card; returns the card."""
+    _, card, _ = _verified_weights(name, root)
+    _, _, log_path = _paths(name, root)
+    if card.get("log_sha256") is not None:
+        if not log_path.is_file():
+            raise FileNotFoundError(f"{log_path}: missing (its card lists it); reinstall rmsgauge")
+        if sha256_bytes(log_path.read_bytes()) != card["log_sha256"]:
+            raise CheckpointError(f"{log_path}: sha256 does not match its model card: the log is corrupt or was "
+                                  f"replaced")
+    return card
+
+
+def load_reference(name: str, *, root: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:
+    """The shipped model ``name`` ("grt" | "dense"), checksum-verified, in eval mode; its card is
+    ``model.reference_card``."""
+    data, card, weights_path = _verified_weights(name, root)
+    payload = torch_load_bytes(data, weights_path, what="reference model")
+    if not isinstance(payload, dict) or payload.get("format") != REFERENCE_FORMAT:
+        raise CheckpointError(f"{weights_path}: not a reference model of format {REFERENCE_FORMAT}")
+    if payload.get("model_config") != card.get("model_config") or payload.get("model_kind") != card["model_kind"]:
+        raise CheckpointError(f"{weights_path}: its config differs from its card's")
+    kind = payload["model_kind"]
+    cfg = config_from_dict(kind, payload["model_config"])  # Config(**d)
+    model = build_model(kind, cfg).to(device=device, dtype=getattr(torch, payload.get("dtype", "float32")))
+    try:
+        model.load_state_dict(payload["model"])
+    except (RuntimeError, KeyError) as e:
+        raise CheckpointError(f"{weights_path}: the weights do not fit the config ({' '.join(str(e).split())[:200]})"
+                              ) from None
+    model.eval()
+    model.reference_card = card
+    return model
+
+
+def reference_log(name: str, root: str | Path | None = None) -> list[dict]:
+    """The shipped training log of ``name`` (one dict per line)."""
+    _, _, log_path = _paths(name, root)
+    return [json.loads(ln) for ln in log_path.read_text().splitlines() if ln.strip()]
+
+
+def ship_run(run_dir: str | Path, name: str, command: str, *, dest: str | Path | None = None) -> dict[str, Any]:
+    """Write ``<name>.pt`` (weights only), ``<name>.log.jsonl`` and the card ``<name>.json`` into ``dest``
+    (default: the package folder) from the finished training run in ``run_dir``; each written atomically,
+    the card last.  Refuses an unfinished run, a file over :data:`MAX_FILE_BYTES`, an empty command."""
+    from lm.train import machine_description
+
+    run_dir = Path(run_dir)
+    weights_path, card_path, log_path = _paths(name, dest)
+    if not command or not command.strip():
+        raise ValueError("--command must be the exact command that trained the run (not empty)")
+    check_output_dir("--dest", weights_path.parent)
+    summ_path = run_dir / "summary.json"
+    if not summ_path.is_file():
+        raise FileNotFoundError(f"{run_dir} holds no finished run (no summary.json)")
+    summary = json.loads(summ_path.read_text())
+    if not summary.get("complete"):
+        raise ValueError(f"{run_dir}: the run is not finished ({summary.get('steps')}/{summary.get('total_steps')} "
+                         f"steps); resume it first")
+    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    payload = {"format": REFERENCE_FORMAT, "model_kind": ckpt["model_kind"], "model_config": ckpt["model_config"],
+               "dtype": ckpt.get("dtype", "float32"), "model": ckpt["model"]}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    weights = buf.getvalue()
+    log = (run_dir / "log.jsonl").read_bytes()
+    for what, data in (("weights", weights), ("log", log)):
+        if len(data) > MAX_FILE_BYTES:
+            raise ValueError(f"the {what} of {run_dir} are {len(data) / 2**20:.1f} MiB, over the "
+                             f"{MAX_FILE_BYTES / 2**20:.0f} MiB a shipped file may take")
+    card = {
+        "name": name, "format": REFERENCE_FORMAT, "model_kind": ckpt["model_kind"],
+        "model_config": ckpt["model_config"], "train_config": ckpt["train_config"],
+        "recipe": f"reference-{name}", "reproduce": f"python -m lm.train --recipe reference-{name}",
+        "command": command.strip(), "params": summary.get("params"), "steps": summary.get("steps"),
+        "tokens_seen": summary.get("tokens_seen"), "train_time_s": summary.get("train_time_s"),
+        "wall_time_s": summary.get("wall_time_s"), "final_val_loss": summary.get("final_val_loss"),
+        "final_val_bpb": summary.get("final_val_bpb"),
+        "machine": summary.get("machine") or machine_description(),
+        "machine_recorded": "by the run" if summary.get("machine") else "at shipping (the run did not record it)",
+        "torch_version": torch.__version__, "corpus_sha256": summary.get("corpus_sha256"),
+        "weights_file": weights_path.name, "weights_bytes": len(weights), "sha256": sha256_bytes(weights),
+        "log_file": log_path.name, "log_sha256": sha256_bytes(log),
+    }
+    atomic_write_bytes(weights_path, weights)
+    atomic_write_bytes(log_path, log)
+    atomic_write_json(card_path, card)
+    return card
+
+
+def _format_list(root: str | Path | None) -> str:
+    names = shipped_names(root)
+    if not names:
+        return f"no reference models shipped yet in {Path(root) if root else reference_dir()}"
+    lines = [f"{'name':<8} {'model':<6} {'params':>10} {'tokens':>11} {'val bpb':>8}  reproduce"]
+    for n in names:
+        c = reference_card(n, root)
+        total = (c.get("params") or {}).get("total")
+        lines.append(f"{n:<8} {c['model_kind']:<6} {total or 0:>10,} {c.get('tokens_seen') or 0:>11,} "
+                     f"{c.get('final_val_bpb') or float('nan'):>8.4f}  {c.get('reproduce', '')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineArgumentParser(prog="python -m lm.reference", description="The shipped reference models: list, verify "
+                              "their checksums, or ship a finished training run as one.")
+    p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineArgumentParser)
+    ls = sub.add_parser("list", help="the shipped models and their model cards' headline numbers")
+    ls.add_argument("--root", default=None, help="folder to read instead of the package's")
+    v = sub.add_parser("verify", help="check every shipped file against its card's sha256 (exit 1 on a mismatch)")
+    v.add_argument("names", nargs="*", help="models to verify (default: all shipped)")
+    v.add_argument("--root", default=None, help="folder to read instead of the package's")
+    s = sub.add_parser("ship", help="write a finished run's weights, log and model card into the package")
+    s.add_argument("run_dir", help="the run folder (with ckpt.pt, log.jsonl, summary.json)")
+    s.add_argument("--name", required=True, help=f"model name ({', '.join(NAMES)})")
+    s.add_argument("--command", required=True, help="the exact command that trained the run (for the card)")
+    s.add_argument("--dest", default=None, help="folder to write into instead of the package's")
+    args = p.parse_args(argv)
+
+    def run() -> int:
+        if args.cmd == "list":
+            print(_format_list(args.root))
+        elif args.cmd == "verify":
+            names = args.names or shipped_names(args.root)
+            for n in names:
+                card = verify_reference(n, args.root)
+                print(f"{n}: ok (sha256 {card['sha256'][:16]}...)")
+            if not names:
+                print("no reference models shipped yet")
+        else:
+            card = ship_run(args.run_dir, args.name, args.command, dest=args.dest)
+            print(f"shipped {args.name}: {card['weights_bytes']:,} bytes, sha256 {card['sha256'][:16]}..., val bpb "
+                  f"{card['final_val_bpb']:.4f}")
+        return 0
+
+    return run_guarded(p.prog, run, debug=args.debug, failure_errors=(RunFailure,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Shipped reference models (issue 10 section 1): loading, checksum failure, shipping, and the recipe replay.
+
+The shipping pipeline is tested on a tiny run of its own; the tests of the shipped files themselves
+(``lm/reference_models/{grt,dense}.*``) skip, saying so, while those files are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from lm.checkpoint import config_from_dict, model_from_checkpoint
+from lm.corpus import bundled_corpus_files
+from lm.dense import DenseConfig
+from lm.errors import CheckpointError
+from lm.recipes import RECIPE_NAMES, get_recipe
+from lm.reference import (
+    MAX_FILE_BYTES,
+    NAMES,
+    load_reference,
+    main,
+    reference_card,
+    reference_dir,
+    reference_log,
+    ship_run,
+    verify_reference,
+)
+from lm.train import TrainConfig, read_log, train
+from rmsgauge import tolerance
+
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ref")
+    data = root / "c.txt"
+    data.write_bytes(bundled_corpus_files()[0].read_bytes()[:20_000])
+    out = root / "run"
+    train("dense", DenseConfig(**TINY), TrainConfig(lr=1e-2, warmup_steps=1, batch_size=4, max_steps=3,
+                                                     eval_interval=0, eval_batches=1, log_interval=1, device="cpu",
+                                                     threads=1, data=str(data), out_dir=str(out)), progress=False)
+    return out
+
+
+@pytest.fixture
+def shipped(tmp_path, tiny_run) -> Path:
+    dest = tmp_path / "models"
+    ship_run(tiny_run, "dense", "python -m lm.train (test)", dest=dest)
+    return dest
+
+
+def test_ship_then_load_gives_the_trained_weights(shipped, tiny_run):
+    from lm.checkpoint import load_checkpoint
+
+    model = load_reference("dense", root=shipped)
+    card = model.reference_card
+    assert not model.training and model.config == DenseConfig(**card["model_config"])
+    trained = model_from_checkpoint(load_checkpoint(tiny_run / "ckpt.pt"))
+    for (n, a), (_, b) in zip(model.state_dict().items(), trained.state_dict().items()):
+        assert torch.equal(a, b), n
+    summary = json.loads((tiny_run / "summary.json").read_text())
+    for key in ("tokens_seen", "train_time_s", "wall_time_s", "final_val_bpb", "machine", "command", "sha256"):
+        assert card[key] is not None, key
+    assert card["tokens_seen"] == summary["tokens_seen"] and card["final_val_bpb"] == summary["final_val_bpb"]
+    payload = torch.load(shipped / "dense.pt", weights_only=True)
+    assert "optimizer" not in payload and set(payload) == {"format", "model_kind", "model_config", "dtype", "model"}
+    assert reference_log("dense", root=shipped) == read_log(tiny_run / "log.jsonl")
+
+
+def test_a_tampered_copy_fails_its_checksum_naming_the_file(shipped, capsys):
+    data = bytearray((shipped / "dense.pt").read_bytes())
+    data[-100] ^= 0x04
+    (shipped / "dense.pt").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"dense\.pt: sha256 .* does not match its model card"):
+        load_reference("dense", root=shipped)
+    assert main(["verify", "--root", str(shipped)]) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "dense.pt" in err[0]
+
+
+def test_ship_refuses_unfinished_runs_and_empty_commands(tmp_path, tiny_run):
+    with pytest.raises(ValueError, match="--command"):
+        ship_run(tiny_run, "dense", "  ", dest=tmp_path / "m")
+    partial = tmp_path / "partial"
+    shutil.copytree(tiny_run, partial)
+    s = json.loads((partial / "summary.json").read_text())
+    (partial / "summary.json").write_text(json.dumps({**s, "complete": False}))
+    with pytest.raises(ValueError, match="not finished"):
+        ship_run(partial, "dense", "cmd", dest=tmp_path / "m")
+    assert not (tmp_path / "m" / "dense.json").exists()
+
+
+def test_recipes_are_the_reference_preset_finals():
+    """Each recipe is the final phase of ``python -m lm.compare --preset reference`` for its model."""
+    from lm.compare import dense_family, grt_config, n_params, param_matched_width
+    from lm.compare_preset import PRESETS
+
+    preset = PRESETS["reference"]
+    grt, dense = get_recipe("reference-grt"), get_recipe("reference-dense")
+    assert grt.model_config == config_from_dict("grt", grt.model_config).to_dict()
+    for key, value in preset.grt.items():
+        assert grt.model_config[key] == value
+    gcfg = grt_config(False, **preset.grt)
+    with torch.device("meta"):
+        from lm.checkpoint import build_model
+
+        width = param_matched_width(gcfg, n_params(build_model("grt", gcfg)))
+    assert dense.model_config == dense_family(gcfg, width).to_dict()
+    for r in (grt, dense):
+        tc = TrainConfig(**r.train_config)
+        assert tc.max_tokens == preset.final_tokens and tc.seed == 0 and tc.threads == 1 and tc.data == ""
+        assert tc.ckpt_interval == preset.ckpt_steps and tc.eval_batches == preset.final_eval_batches
+    with pytest.raises(ValueError, match="--recipe must be one of"):
+        get_recipe("reference-gpt")
+
+
+def _shipped_or_skip(name: str) -> dict:
+    if not (reference_dir() / f"{name}.json").exists():
+        pytest.skip(f"lm/reference_models/{name}.json is not shipped yet (python -m lm.reference ship ...)")
+    return reference_card(name)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shipped_model_loads_verified_and_matches_its_recipe(name):
+    card = _shipped_or_skip(name)
+    verify_reference(name)
+    model = load_reference(name)
+    assert (reference_dir() / f"{name}.pt").stat().st_size <= MAX_FILE_BYTES
+    assert card["tokens_seen"] >= 3_000_000
+    recipe = get_recipe(f"reference-{name}")
+    assert card["model_config"] == recipe.model_config and card["model_kind"] == recipe.model
+    ran = {k: v for k, v in card["train_config"].items() if k != "out_dir"}
+    assert ran == {k: v for k, v in recipe.train_config.items() if k != "out_dir"}
+    x = torch.arange(16).unsqueeze(0)
+    assert torch.isfinite(model(x)[0]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_recipe_replay_matches_the_shipped_log(tmp_path, name):
+    """Train the recipe to its first logged step (the log's train records are every log_interval steps) and
+    compare the step-0 validation loss and that step's loss and running mean with the shipped log.  Same
+    machine and torch: bit for bit; elsewhere float32 round-off of that many steps (tolerance helper)."""
+    card = _shipped_or_skip(name)
+    recipe = get_recipe(f"reference-{name}")
+    log = reference_log(name)
+    ev0 = next(r for r in log if r["event"] == "eval" and r["step"] == 0)
+    first = next(r for r in log if r["event"] == "train")
+    tc = TrainConfig(**{**recipe.train_config, "out_dir": str(tmp_path / "replay"), "probe_gauges": False})
+    train(recipe.model, config_from_dict(recipe.model, recipe.model_config), tc, stop_after=first["step"],
+          progress=False)  # the probe leaves weights and RNG alone: skipping it does not change the trajectory
+    mine = read_log(tmp_path / "replay" / "log.jsonl")
+    my_ev0 = next(r for r in mine if r["event"] == "eval" and r["step"] == 0)
+    my_first = next(r for r in mine if r["event"] == "train")
+    assert my_first["step"] == first["step"]
+    cfg = card["model_config"]
+    layers = cfg.get("n_layers", cfg.get("n_blocks"))
+    tokens = tc.batch_size * cfg["block_size"]
+    tol = tolerance("float32", size=tokens * cfg["d_model"], depth=first["step"] * (layers + 2))
+    for key, want, got in (("step-0 val_loss", ev0["val_loss"], my_ev0["val_loss"]),
+                           ("loss", first["loss"], my_first["loss"]), ("loss_avg", first["loss_avg"],
+                                                                       my_first["loss_avg"])):
+        assert tol.holds(got - want, want), f"{name} {key}: replay {got!r} vs shipped {want!r} (rtol {tol.rtol:.2g})"
+
+
+def test_reference_cli_lists_and_verifies(shipped, capsys):
+    assert main(["list", "--root", str(shipped)]) == 0
+    assert "python -m lm.train --recipe reference-dense" in capsys.readouterr().out
+    assert main(["verify", "--root", str(shipped)]) == 0
+    assert RECIPE_NAMES == tuple(f"reference-{n}" for n in NAMES)
