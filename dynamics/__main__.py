@@ -11,15 +11,28 @@ setting on every problem, and every record reflects it (--seed and --quick do no
 
 Decay conventions: source (decay wd per step, independent of lr), torch (lr*wd per step, as
 torch.optim.AdamW / SGD-W), l2 (wd*W added to the gradient, torch.optim.SGD's weight_decay; sgd/sgdm).
+
+Prints one row per claim and the verdict last; --verbose adds each claim's source, law and data.
+Exit status 0 when every claim holds, 1 when one fails, 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import textwrap
 import time
 
-from rmsgauge import check_range, claims_table, parse_dtype, write_claims_json
+from rmsgauge import (
+    check_output_file,
+    check_range,
+    claims_table,
+    parse_dtype,
+    refuse_renamed_flags,
+    write_claims_json,
+)
+from rmsgauge.claims import WIDTH
 
 SETTING_FLAGS = ("optimizer", "decay", "lr", "wd", "momentum", "betas", "steps", "dtype")
 
@@ -37,7 +50,7 @@ def _betas(value: str) -> tuple[float, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python dynamics.py", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python dynamics.py", description=__doc__, usage="%(prog)s [options]",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--optimizer", choices=("sgd", "sgdm", "adamw"), default=None,
                     help="sgd, sgd with momentum (torch.optim.SGD), or adamw (torch.optim.AdamW); default sgd")
@@ -57,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="float32 or float64 for every run; default float64 toys and a float32 model")
     ap.add_argument("--quick", action="store_true", help="shorter runs and grids (default reproduction only)")
     ap.add_argument("--json", metavar="PATH", help="also write the claim records as JSON (atomic)")
-    ap.add_argument("--no-laws", action="store_true", help="omit the exact-law lines from the table")
+    ap.add_argument("--verbose", action="store_true",
+                    help="add each claim's source, law and data (wrapped at 100 columns)")
+    ap.add_argument("--no-laws", action="store_true", help="with --verbose: omit the exact-law lines")
     return ap
 
 
@@ -85,12 +100,21 @@ def validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                  "AdamW's decay is decoupled: use --decay source or torch")
     if args.decay == "torch" and args.lr is not None and args.wd is not None and args.lr * args.wd >= 1.0:
         ap.error(f"--decay torch needs --lr * --wd < 1 (the per-step decay), got {args.lr * args.wd:g}")
+    try:
+        check_output_file("--json", args.json)
+    except ValueError as e:
+        ap.error(str(e))
     if args.quick and any(getattr(args, f) is not None for f in SETTING_FLAGS):
         ap.error("--quick shortens the default reproduction; with a setting flag use --steps instead")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
+    try:
+        refuse_renamed_flags(argv)
+    except ValueError as e:
+        ap.error(str(e))
     args = ap.parse_args(argv)
     validate(ap, args)
     from dynamics.checks import DynamicsPlan, run_all  # heavy imports only after the flags are valid
@@ -104,15 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     claims = run_all(plan)
     seconds = time.perf_counter() - t0
-    print(f"dynamics: {plan.describe()}")
-    print("weight decay conventions: source W <- W - lr g - wd W (d = wd); torch decay lr*wd per step (d = lr wd); "
-          "l2 wd*W in the gradient")
-    print(claims_table(claims, show_laws=not args.no_laws))
-    print(f"({seconds:.1f} s)")
     if args.json:
         write_claims_json(args.json, claims, package="dynamics", mode="single" if single else "default",
                           plan=plan.describe(), seed=plan.seed, seconds=round(seconds, 2))
         print(f"wrote {args.json}", file=sys.stderr)
+    print(textwrap.fill(f"dynamics ({seconds:.1f} s): {plan.describe()}", WIDTH))
+    print("decay: source W <- W - lr g - wd W (d = wd); torch lr*wd per step (d = lr wd); l2 wd*W in gradient")
+    print("--verbose: each claim's source, law and data")
+    print()
+    claims_shown = [dataclasses.replace(c, exact_law="") for c in claims] if args.no_laws else claims
+    print(claims_table(claims_shown, verbose=args.verbose))
     return 0 if all(c.holds for c in claims) else 1
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from lm import ByteCorpus, DenseConfig, DenseTransformer, rms_norm
+from rmsgauge.claims import dtype_name
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -55,7 +56,7 @@ class GaugeProblem:
 
     @property
     def dtype(self) -> str:
-        return str(self.weight.dtype).replace("torch.", "")
+        return dtype_name(self.weight.dtype)
 
     def set_group_norms(self, norms_sq: torch.Tensor) -> None:
         """Rescale each gauge group to the given squared norms (allowed: the loss cannot see it)."""

@@ -78,6 +78,9 @@ def _validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[li
                  f"(or a group: gauge, dynamics, grt)")
     raw = args.claims.strip().lower()
     sources: tuple[str, ...] = () if raw == "none" else tuple(s.strip() for s in raw.split(",") if s.strip())
+    if raw == "none" and not (args.out / "claims.json").is_file():
+        ap.error(f"--claims none reuses {args.out / 'claims.json'} from an earlier run, but there is none; "
+                 f"run without --claims none first")
     bad = [s for s in sources if s not in ALL_SOURCES]
     if bad or (raw != "none" and not sources):
         ap.error(f"--claims must be 'none' or a comma-separated subset of {', '.join(ALL_SOURCES)}, "

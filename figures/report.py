@@ -152,7 +152,9 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;m
 padding:1em 2em;color:#222;line-height:1.4}
 h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;width:100%;font-size:.85em} th,td{border:1px solid #ddd;padding:4px 6px;
-vertical-align:top;text-align:left} th{background:#f4f4f4;position:sticky;top:0}
+vertical-align:top;text-align:left;overflow-wrap:anywhere} th{background:#f4f4f4;position:sticky;top:0}
+table.claims{table-layout:fixed} table.claims td.fig{width:170px} td.fig img{width:160px;height:auto}
+.dt{display:block;margin-bottom:.3em} .dt b{font-weight:600;color:#555}
 tr.fails td{background:#fff0f0} .v-holds{color:#176d17;font-weight:bold} .v-fails{color:#b00;font-weight:bold}
 .st-approximate{color:#8a5a00;font-weight:bold} .st-wrong{color:#b00;font-weight:bold} code{font-size:.95em}
 figure{margin:1.5em 0;padding:1em;border:1px solid #e4e4e4;border-radius:6px} figure img{max-width:100%;
@@ -179,6 +181,8 @@ LOADER_JS = """
       root.dataset.imagesTotal=imgs.length;
       root.dataset.imagesOk=imgs.filter(function(i){return i.complete && i.naturalWidth>0;}).length;
       root.dataset.claimRows=document.querySelectorAll('tr.claim').length;
+      root.dataset.scrollWidth=document.documentElement.scrollWidth;
+      root.dataset.viewWidth=window.innerWidth;
       root.dataset.proofRows=document.querySelectorAll('tr.proof').length;
       root.dataset.ivTotal=ivs.length;
       root.dataset.ivOk=document.querySelectorAll('div.iv.js-plotly-plot').length;
@@ -193,21 +197,44 @@ def _e(s: Any) -> str:
     return html.escape(str(s), quote=True)
 
 
-def _claim_row(c: Claim, fig_names: set[str], proofs_for: dict[str, list[Any]], anchor: str) -> str:
-    verdict = '<span class="v-holds">HOLDS</span>' if c.holds else '<span class="v-fails">FAILS</span>'
+def _claim_row(group: list[Claim], fig_names: set[str], proofs_for: dict[str, list[Any]], anchor: str,
+               figure_files: dict[str, str]) -> str:
+    """One row per claim id: its records (one per dtype) side by side in the "ours" cell, the statement, law
+    and details collapsed under ``<details>``, and the claim's figure beside it (a thumbnail linking to it)."""
+    c = group[0]
+    holds = all(r.holds for r in group)
+    verdict = '<span class="v-holds">HOLDS</span>' if holds else '<span class="v-fails">FAILS</span>'
     status = f'<span class="st-{_e(c.source_status)}">{_e(STATUS_NOTE.get(c.source_status, c.source_status))}</span>'
-    fig = (f'<a href="#fig-{_e(c.figure)}">{_e(c.figure)}</a>' if c.figure in fig_names
-           else '<span class="muted">–</span>')
+    if c.figure in fig_names:
+        src = figure_files.get(c.figure, f"{c.figure}.svg")
+        fig = (f'<a href="#fig-{_e(c.figure)}"><img src="{_e(src)}" alt="{_e(c.figure)}" loading="eager"></a>')
+    else:
+        fig = '<span class="muted">–</span>'
     pr = ", ".join("proved" if p.holds else "NOT proved" for p in proofs_for.get(c.id, [])) or "–"
-    details = ""
-    if c.details:
-        items = "".join(f"<li><code>{_e(k)}</code>: {_e(fmt(v))}</li>" for k, v in c.details.items())
-        details = f"<details><summary>details</summary><ul>{items}</ul></details>"
-    cells = [verdict, f"<code>{_e(c.id)}</code>", _e(c.statement), _e(fmt(c.stated)), status,
-             _e(fmt(c.measured)) + details, _e(fmt(c.tolerance)), _e(c.dtype), _e(c.exact_law or "–"), fig, _e(pr)]
-    cls = "claim" + ("" if c.holds else " fails")
-    return (f'<tr class="{cls}" id="{_e(anchor)}" data-claim-id="{_e(c.id)}" data-dtype="{_e(c.dtype)}">'
-            + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
+    ours = "".join(
+        f'<span class="dt"><b>{_e(r.dtype)}</b> {"" if r.holds else "<b class=v-fails>FAILS</b> "}'
+        f"{_e(fmt(r.measured))} <span class=muted>(tol {_e(fmt(r.tolerance))})</span></span>" for r in group)
+    more = [f"<p><b>Source:</b> {_e(c.statement)}</p>"]
+    if c.exact_law:
+        more.append(f"<p><b>Exact law:</b> {_e(c.exact_law)}</p>")
+    for r in group:
+        if r.details:
+            items = "".join(f"<li><code>{_e(k)}</code>: {_e(fmt(v))}</li>" for k, v in r.details.items())
+            more.append(f"<p><b>Details ({_e(r.dtype)}):</b></p><ul>{items}</ul>")
+    cells = [verdict, f"<code>{_e(c.id)}</code><details><summary>source, law, details</summary>{''.join(more)}"
+             "</details>", _e(fmt(c.stated)), status, ours, _e(pr), fig]
+    cls = "claim" + ("" if holds else " fails")
+    classes = ["", "", "", "", "", "", ' class="fig"']
+    return (f'<tr class="{cls}" id="{_e(anchor)}" data-claim-id="{_e(c.id)}" '
+            f'data-dtype="{_e(" ".join(r.dtype for r in group))}">'
+            + "".join(f"<td{k}>{x}</td>" for k, x in zip(classes, cells)) + "</tr>")
+
+
+def _grouped(claims: list[Claim]) -> list[list[Claim]]:
+    out: dict[str, list[Claim]] = {}
+    for c in claims:
+        out.setdefault(c.id, []).append(c)
+    return list(out.values())
 
 
 def render_html(claims: list[Claim], proofs: list[Any], sidecars: list[dict[str, Any]], meta: dict[str, Any],
@@ -232,14 +259,14 @@ def render_html(claims: list[Claim], proofs: list[Any], sidecars: list[dict[str,
     H.append(f"<tr><th>all</th><th>{sum(c.holds for c in claims)}</th><th>{len(claims)}</th></tr></table>")
     for src, why in meta.get("missing", {}).items():
         H.append(f'<p class="v-fails">Not gathered: <code>{_e(src)}</code>: {_e(why)}</p>')
-    H += ['<h2 id="claims">Claims</h2>', "<table>",
-          "<tr><th>verdict</th><th>id</th><th>source says</th><th>stated</th><th>source status</th><th>ours</th>"
-          "<th>tolerance</th><th>dtype</th><th>exact law</th><th>figure</th><th>proof</th></tr>"]
-    anchors: set[str] = set()
-    for c in claims:  # the first record of an id owns the #claim-<id> anchor (gauge emits one per dtype)
-        anchor = f"claim-{c.id}" if f"claim-{c.id}" not in anchors else f"claim-{c.id}-{c.dtype}".replace(", ", "-")
-        anchors.add(anchor)
-        H.append(_claim_row(c, fig_names, proofs_for, anchor))
+    H += ['<h2 id="claims">Claims</h2>', '<table class="claims">',
+          '<colgroup><col style="width:70px"><col style="width:22%"><col style="width:12%"><col style="width:10%">'
+          '<col><col style="width:70px"><col style="width:170px"></colgroup>',
+          "<tr><th>verdict</th><th>id</th><th>stated</th><th>source status</th><th>ours (per dtype)</th>"
+          "<th>proof</th><th>figure</th></tr>"]
+    figure_files = {s["name"]: s["svg"] for s in sidecars}
+    for group in _grouped(claims):  # one row per claim id; gauge's float64 and float32 records side by side
+        H.append(_claim_row(group, fig_names, proofs_for, f"claim-{group[0].id}", figure_files))
     H.append("</table>")
     H += ['<h2 id="proofs">Symbolic proofs (sympy)</h2>', "<table>",
           "<tr><th>verdict</th><th>claim id</th><th>identity</th><th>residual</th><th>dimension</th></tr>"]

@@ -11,7 +11,9 @@ measures on a held-out batch, for W = blocks[LAYER].attn.q_proj.weight:
   gauge.per_row_scaling        one neuron is not a gauge; one head's row block is
   gauge.census                 which parameter tensors are gauges, with and without QK-norm
 
-Every record says its precision. Exit status 0 when every claim holds, 1 otherwise.
+Prints one row per claim (both precisions side by side) and the verdict last; --verbose adds each
+claim's source, law and measurements, --census the per-tensor census. Exit status 0 when every claim
+holds, 1 when one fails, 2 for a usage error (reported in one line before any work).
 """
 
 from __future__ import annotations
@@ -23,10 +25,18 @@ from collections.abc import Sequence
 
 import torch
 
-from gauge.checks import run_all
+from gauge.checks import is_power_of_two, run_all
 from gauge.model import TORCH_EPS, GaugeConfig
-from rmsgauge import check_range, claims_table, parse_dtype, parse_float_list, write_claims_json
-from rmsgauge.claims import Claim
+from rmsgauge import (
+    check_output_file,
+    check_range,
+    claims_table,
+    parse_dtype,
+    parse_float_list,
+    refuse_renamed_flags,
+    write_claims_json,
+)
+from rmsgauge.claims import Claim, verdict_line
 
 C_LIMITS = (1e-8, 1e8)  # float32 squares of c * z stay normal numbers far inside this range
 
@@ -59,18 +69,18 @@ def _eps_list(value: str) -> list[float | str]:
 
 def build_parser() -> argparse.ArgumentParser:
     d = GaugeConfig()
-    ap = argparse.ArgumentParser(prog="python gauge.py", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python gauge.py", description=__doc__, usage="%(prog)s [options]",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", type=_dtype_choice, default="both",
                     help="float64, float32 or both (default: both; the model trains in float32 either way)")
     m = ap.add_argument_group("model and data")
     m.add_argument("--d-model", type=int, default=d.d_model, help=f"model width (default {d.d_model})")
-    m.add_argument("--heads", type=int, default=d.n_heads,
-                   help=f"attention heads; d-model/heads must be even (default {d.n_heads})")
-    m.add_argument("--layers", type=int, default=d.n_layers, help=f"blocks (default {d.n_layers})")
+    m.add_argument("--n-heads", type=int, default=d.n_heads,
+                   help=f"attention heads; d-model/n-heads must be even (default {d.n_heads})")
+    m.add_argument("--n-layers", type=int, default=d.n_layers, help=f"blocks (default {d.n_layers})")
     m.add_argument("--layer", type=int, default=d.layer, help=f"which block's q_proj is W (default {d.layer})")
-    m.add_argument("--batch", type=int, default=d.batch, help=f"sequences per batch (default {d.batch})")
-    m.add_argument("--block", type=int, default=d.block, help=f"tokens per sequence (default {d.block})")
+    m.add_argument("--batch-size", type=int, default=d.batch, help=f"sequences per batch (default {d.batch})")
+    m.add_argument("--seq-len", type=int, default=d.block, help=f"tokens per sequence (default {d.block})")
     m.add_argument("--train-steps", type=int, default=d.train_steps,
                    help=f"float32 AdamW steps before measuring; 0 = the initialization (default {d.train_steps})")
     m.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate for those steps (default {d.lr:g})")
@@ -86,10 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated eps >= 0 for the eps-breaking study; 'torch' = torch.nn.RMSNorm's default "
                         "torch.finfo(dtype).eps (default: 1e-6,1e-5,torch)")
     g.add_argument("--census-c", type=parse_float_list, default=list(d.census_c),
-                   help="scales applied to each tensor in the census and per-row checks; avoid powers of two, "
-                        "which scale floats exactly (default: 10,0.1)")
+                   help="scales applied to each tensor in the census and per-row checks; not 1 and not powers of "
+                        "two, which scale floats exactly and would prove nothing (default: 10,0.1)")
     o = ap.add_argument_group("output")
     o.add_argument("--json", metavar="PATH", help="also write the claim records as JSON (atomic)")
+    o.add_argument("--verbose", action="store_true",
+                   help="add each claim's source, law and measurements, and the census (wrapped at 100 columns)")
+    o.add_argument("--census", action="store_true", help="add the per-tensor census table")
     o.add_argument("--quiet", action="store_true", help="no progress on stderr; one line per claim")
     o.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: machines are shared)")
     return ap
@@ -99,11 +112,11 @@ def config_from_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> G
     """Validate every flag (before any work) and build the config; ``ap.error`` names the flag and its range."""
     checks: list[tuple[str, float, float | None, float | None]] = [
         ("--d-model", args.d_model, 2, 4096),
-        ("--heads", args.heads, 1, args.d_model),
-        ("--layers", args.layers, 1, 64),
-        ("--layer", args.layer, 0, args.layers - 1),
-        ("--batch", args.batch, 1, 4096),
-        ("--block", args.block, 2, 8192),
+        ("--n-heads", args.n_heads, 1, args.d_model),
+        ("--n-layers", args.n_layers, 1, 64),
+        ("--layer", args.layer, 0, args.n_layers - 1),
+        ("--batch-size", args.batch_size, 1, 4096),
+        ("--seq-len", args.seq_len, 2, 8192),
         ("--train-steps", args.train_steps, 0, 100_000),
         ("--seed", args.seed, 0, 2**32 - 1),
         ("--c-min", args.c_min, *C_LIMITS),
@@ -124,15 +137,19 @@ def config_from_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> G
             check_range("--census-c", c, *C_LIMITS)
             if c == 1.0:
                 raise ValueError("--census-c must not contain 1 (it changes nothing), got 1")
-        cfg = GaugeConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, batch=args.batch,
-                          block=args.block, seed=args.seed, train_steps=args.train_steps, lr=args.lr,
+            if is_power_of_two(c):
+                raise ValueError(f"--census-c must not be a power of two (2^k scales floats exactly and proves "
+                                 f"nothing; e.g. 10 or 0.1), got {c:g}")
+        check_output_file("--json", args.json)
+        cfg = GaugeConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, batch=args.batch_size,
+                          block=args.seq_len, seed=args.seed, train_steps=args.train_steps, lr=args.lr,
                           layer=args.layer, c_min=args.c_min, c_max=args.c_max, c_points=args.c_points,
                           eps=tuple(args.eps), census_c=tuple(args.census_c), corpus=args.corpus)
         cfg.dense_config()  # the model's own validation (divisibility, even head dim)
     except ValueError as e:
         msg = str(e)
         if msg.startswith("DenseConfig"):
-            msg = f"--d-model/--heads: {msg}"
+            msg = f"--d-model/--n-heads: {msg}"
         ap.error(msg)
     if args.corpus is not None:
         from pathlib import Path
@@ -143,26 +160,31 @@ def config_from_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> G
 
 
 def census_lines(claims: list[Claim]) -> list[str]:
-    """The per-tensor census, one line per tensor (the table's details are truncated)."""
+    """The per-tensor census, one line per tensor, read from each census record's structured details."""
     lines = []
     for c in claims:
         if c.id != "gauge.census":
             continue
-        for key, rows in c.details.items():
-            if not key.endswith("per tensor [max |dL|, radial cos, gauge]"):
+        for label in ("QK-norm", "no QK-norm"):
+            d = c.details.get(label)
+            if d is None:
                 continue
-            label = key.split(":")[0]
-            tol, rtol = c.details[f"{label}: loss tol, radial-cosine tol"]
-            lines.append(f"census ({c.dtype}), {label}: max |L(cp) - L(p)| over c in {c.details['scales c']} "
-                         f"(tol {tol:.3g}) and <grad_p L, p>/(||grad_p L|| ||p||) (tol {rtol:.3g})")
-            for name, (dl, cos, is_gauge) in rows.items():
-                mark = "GAUGE" if is_gauge else "  -  "
-                lines.append(f"    {mark}  {name:34s} max|dL| {dl:9.3g}   radial cos {cos:10.3g}")
+            lines.append(f"census ({c.dtype}, {label}): max |L(cp) - L(p)|, c in {c.details['scales_c']} "
+                         f"(tol {d['loss_tol']:.3g}); radial cos (tol {d['radial_cos_tol']:.3g})")
+            for name, row in d["per_tensor"].items():
+                mark = "GAUGE" if row["gauge"] else "  -  "
+                lines.append(f"    {mark}  {name:34s} max|dL| {row['max |dL|']:9.3g}   radial cos "
+                             f"{row['radial cos']:10.3g}")
     return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
+    try:
+        refuse_renamed_flags(argv)
+    except ValueError as e:
+        ap.error(str(e))
     args = ap.parse_args(argv)
     cfg = config_from_args(ap, args)
     dtypes = ("float64", "float32") if args.dtype == "both" else (args.dtype,)
@@ -178,22 +200,24 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"measuring in {' and '.join(dtypes)}")
     claims = run_all(cfg, dtypes, progress=progress)
     elapsed = time.perf_counter() - t0
-    if args.quiet:
-        for c in claims:
-            print(f"[{'HOLDS' if c.holds else 'FAILS'}] {c.id} ({c.dtype})")
-        print(f"{sum(c.holds for c in claims)} of {len(claims)} claims hold")
-    else:
-        print(f"RMSNorm scale gauge, W = blocks.{cfg.layer}.attn.q_proj.weight of a QK-norm dense transformer "
-              f"(d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers) after {cfg.train_steps} "
-              f"AdamW steps (float32) on {'the bundled Shakespeare' if cfg.corpus is None else cfg.corpus}; "
-              f"loss = next-byte cross-entropy on a held-out {cfg.batch}x{cfg.block} batch; "
-              f"measured in {', '.join(dtypes)}.")
-        print(claims_table(claims))
-        print("\n".join(census_lines(claims)))
-        print(f"({elapsed:.1f} s)")
     if args.json:
         write_claims_json(args.json, claims, tool="gauge", config=cfg.__dict__, dtypes=list(dtypes),
                           torch=torch.__version__, seconds=elapsed)
+    if args.quiet:
+        for c in claims:
+            print(f"[{'HOLDS' if c.holds else 'FAILS'}] {c.id} ({c.dtype})")
+        print(verdict_line(claims))
+        return 0 if all(c.holds for c in claims) else 1
+    corpus = "the bundled Shakespeare" if cfg.corpus is None else cfg.corpus
+    print(f"RMSNorm scale gauge: W = blocks.{cfg.layer}.attn.q_proj.weight of a QK-norm transformer")
+    print(f"(d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers) after {cfg.train_steps} AdamW "
+          f"steps (float32) on {corpus};")
+    print(f"loss: next-byte cross-entropy on a held-out {cfg.batch}x{cfg.block} batch; measured in "
+          f"{' | '.join(dtypes)} in {elapsed:.1f} s.")
+    print("--verbose: each claim's source, law and details; --census: the census per tensor.")
+    print()
+    extra = census_lines(claims) if args.census or args.verbose else []
+    print(claims_table(claims, verbose=args.verbose, extra=extra))
     return 0 if all(c.holds for c in claims) else 1
 
 

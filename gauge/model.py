@@ -54,6 +54,7 @@ class GaugeConfig:
     c_points: int = 101  # log-spaced; odd so that c = 1 is on the grid for a symmetric range
     eps: tuple[float | str, ...] = (1e-6, 1e-5, TORCH_EPS)  # the eps-breaking study; "torch" = finfo(dtype).eps
     census_c: tuple[float, ...] = (10.0, 0.1)  # not powers of two: 2^k scaling is bit-exact and would prove nothing
+    # (the census claim fails on such scales; tests/test_gauge.py pins these defaults)
     corpus: str | None = None  # a text file or folder; None = the bundled Shakespeare
 
     def dense_config(self, qk_norm: bool = True) -> DenseConfig:
@@ -79,6 +80,7 @@ class GaugeSetup:
     idx: torch.Tensor  # (B, T) int64 input bytes
     targets: torch.Tensor  # (B, T) next bytes
     train_losses: list[float] = field(default_factory=list)  # float32 training curve (first, ..., last)
+    plain: GaugeSetup | None = None  # the same model without QK-norm (the census compares the two)
 
     @property
     def qk_norm(self) -> bool:

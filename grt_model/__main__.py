@@ -1,11 +1,14 @@
-"""``python -m grt_model``: the GRT's config, stage counts, parameter table (GRT vs dense), a forward pass on the
-bundled corpus, and optionally every structural claim measured (``--claims``).
+"""python -m grt_model: the GRT's config, stage counts, parameter table (GRT vs dense), a forward pass on the
+bundled corpus, and optionally every structural claim measured (--claims).
 
-Examples::
+Examples:
 
     python -m grt_model                              # the text's reference config (vocab 50,000, 12 blocks)
     python -m grt_model --preset small --seq-len 128 # the byte-level preset
     python -m grt_model --claims --json out/grt.json # + the structural claims (float64), all written as JSON
+
+The claims print as one row each with the verdict last; --verbose adds each claim's source, law and
+details. Exit status 0 when every claim holds, 1 when one fails, 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ import time
 
 import torch
 
-from rmsgauge import claims_table, parse_dtype, write_claims_json
+from rmsgauge import check_output_file, claims_table, parse_dtype, refuse_renamed_flags, write_claims_json
 
-CONFIG_FLAGS = ("vocab_size", "block_size", "d_model", "n_heads", "n_blocks", "d_ff", "qkvo_stages",
-                "mixer_stages", "ffn_stages")
+# GRTConfig fields with a flag of their own; n_blocks is spelled --n-layers like every rmsgauge CLI, and the
+# context length block_size is --set block_size=N (--seq-len is the forward pass's tokens per sequence)
+CONFIG_FLAGS = {"vocab_size": "--vocab-size", "d_model": "--d-model", "n_heads": "--n-heads", "n_blocks": "--n-layers",
+                "d_ff": "--d-ff", "qkvo_stages": "--qkvo-stages", "mixer_stages": "--mixer-stages",
+                "ffn_stages": "--ffn-stages"}
 
 
 def _parse_set(items: list[str]) -> dict:
@@ -52,13 +58,12 @@ def _parse_set(items: list[str]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m grt_model", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m grt_model", description=__doc__, usage="%(prog)s [options]",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="reference", choices=("reference", "small"),
                     help="base config: the text's reference (vocab 50,000, d 256, 12 blocks) or the byte-level small")
-    for name in CONFIG_FLAGS:
-        ap.add_argument("--" + name.replace("_", "-"), type=int, default=None, metavar="N",
-                        help=f"override GRTConfig.{name}")
+    for name, flag in CONFIG_FLAGS.items():
+        ap.add_argument(flag, dest=name, type=int, default=None, metavar="N", help=f"override the config's {name}")
     ap.add_argument("--no-rope", action="store_true", help="disable rotary position on Q/K")
     ap.add_argument("--untied-head", action="store_true", help="dense output head instead of the tied phase table")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -72,12 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-forward", action="store_true", help="skip building the model and the forward pass")
     ap.add_argument("--claims", action="store_true", help="also measure every structural claim (float64, ~30 s)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--verbose", action="store_true", help="with --claims: each claim's source, law and details")
     ap.add_argument("--json", metavar="PATH", help="write config, stage counts, parameter table, forward, claims")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
+    try:
+        refuse_renamed_flags(argv)
+    except ValueError as e:
+        ap.error(str(e))
     args = ap.parse_args(argv)
     from grt_model.config import GRTConfig
 
@@ -90,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides.update(_parse_set(args.set))
         cfg = GRTConfig.preset(args.preset, **overrides)
+        check_output_file("--json", args.json)
     except (ValueError, TypeError) as e:
         ap.error(str(e))
     if not 0 <= args.seed < 2**32:
@@ -162,13 +174,14 @@ def main(argv: list[str] | None = None) -> int:
 
         print("\nstructural claims (float64 unless marked):", flush=True)
         claims = run_all(args.seed, progress=lambda cid: print(f"  measuring {cid} ...", file=sys.stderr, flush=True))
-        print(claims_table(claims))
     if args.json:
         write_claims_json(args.json, claims, tool="grt_model", preset=args.preset, config=cfg.to_dict(),
                           stage_counts=sc, param_table=[r.to_json() for r in rows],
                           embedding_ratio={"exact": f"{ratio.numerator}/{ratio.denominator}", "value": float(ratio)},
                           forward=forward)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json}", file=sys.stderr)
+    if claims:
+        print(claims_table(claims, verbose=args.verbose))
     return 0 if all(c.holds for c in claims) else 1
 
 

@@ -32,32 +32,19 @@ from grt_model.accounting import (
     param_table,
     stage_counts_from_model,
 )
-from grt_model.butterfly import n_strides
-from grt_model.cascade import UNIT_RAW_SCALE, RotationCascade, materialize
+from grt_model.butterfly import butterfly_pairs, n_strides, pair_index, stage_stride, to_pairs
+from grt_model.cascade import UNIT_RAW_SCALE, RotationCascade, materialize, reference_cascade
 from grt_model.config import GRTConfig
 from grt_model.embedding import PhaseEmbedding, from_polar, to_polar
 from grt_model.model import GRT, GRTBlock, explicit_attention
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm, pearl_norm_jacobian_norm
 from grt_model.radial_gelu import radial_gelu
-from rmsgauge import Claim, eps_of, seed_everything, tolerance
+from rmsgauge import Claim, claim, eps_of, seed_everything, tolerance
+from rmsgauge.claims import select
 from rmsgauge.tolerance import DEFAULT_SAFETY, Tolerance
 
 SOURCE = "001_cfb910613b442095.txt"
 
-CLAIM_IDS = (
-    "grt.det_positive",
-    "grt.length_preservation",
-    "grt.jacobian",
-    "grt.residual_det_sign",
-    "grt.mixing",
-    "grt.embedding_rebuild",
-    "grt.pearlnorm_invariance",
-    "grt.radial_gelu_angle",
-    "grt.mixer_crosses_heads",
-    "grt.model_trains",
-    "grt.stage_counts",
-    "grt.param_accounting",
-)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -84,7 +71,9 @@ def gradcheck(fn: Callable, inputs: tuple[torch.Tensor, ...], *, size: int, dept
     """``torch.autograd.gradcheck`` with the FD step and tolerance derived above (float64 inputs)."""
     dt = inputs[0].dtype
     tol = fd_tolerance(dt, size=size, depth=depth)
-    return bool(torch.autograd.gradcheck(fn, inputs, eps=fd_step(dt), atol=tol.atol, rtol=tol.rtol))
+    # raise_exception=False: a wrong backward is a FAILS verdict with numbers, never a GradcheckError traceback
+    return bool(torch.autograd.gradcheck(fn, inputs, eps=fd_step(dt), atol=tol.atol, rtol=tol.rtol,
+                                         raise_exception=False))
 
 
 def flat_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
@@ -170,6 +159,7 @@ def tiny_config(**overrides) -> GRTConfig:
 # ---------------------------------------------------------------------------------------------------
 
 
+@claim("grt.det_positive", group="grt")
 def claim_det_positive(dtype=torch.float64) -> Claim:
     width, stages, heads = 16, 7, 3
     c = RotationCascade(width, stages, coupling=False, heads=heads, dtype=dtype)
@@ -193,10 +183,10 @@ def claim_det_positive(dtype=torch.float64) -> Claim:
     init_signs = [num(torch.linalg.slogdet(flat_jacobian(q, x))[0]) for x in xs]
     holds = bool((sign > 0).all()) and tol.holds(err)
     return Claim(
-        "grt.det_positive",
-        "the projection-level det > 0 guarantee (rotations times positive softplus scales)",
-        "det > 0", {"min_sign": num(sign.min()), "max_logdet_error": err},
-        tol.atol, holds, dtype=str(dtype).replace("torch.", ""),
+        id="grt.det_positive",
+        statement="the projection-level det > 0 guarantee (rotations times positive softplus scales)",
+        stated="det > 0", measured={"min_sign": num(sign.min()), "max_logdet_error": err},
+        tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="coupling off: det C = prod over stages and pairs of s0*s1 > 0 exactly (slogdet of the "
                   "materialized matrix). Coupling on: C is not linear; its Jacobian det is "
                   "prod(s0 s1) * prod_stages det(I_P + V^T U) and CAN be negative (witness below).",
@@ -208,6 +198,7 @@ def claim_det_positive(dtype=torch.float64) -> Claim:
     )
 
 
+@claim("grt.length_preservation", group="grt")
 def claim_length_preservation(dtype=torch.float64) -> Claim:
     width, stages, heads, n = 64, 11, 4, 32
     x = torch.randn(n, heads * width, dtype=dtype)
@@ -236,11 +227,12 @@ def claim_length_preservation(dtype=torch.float64) -> Claim:
     worst = max(*norms.values(), orth, num(logabs.abs().max()))
     holds = tol.holds(worst) and bool((sign > 0).all()) and slack >= -tol.rtol
     return Claim(
-        "grt.length_preservation",
-        "a rotation can only turn a signal, never amplify or collapse it: length-preserving by construction",
-        "||C x|| = ||x||", {"max_norm_ratio_error": max(norms.values()), "max_orthogonality_error": orth,
+        id="grt.length_preservation",
+        statement="a rotation can only turn a signal, never amplify or collapse it: length-preserving by construction",
+        stated="||C x|| = ||x||",
+        measured={"max_norm_ratio_error": max(norms.values()), "max_orthogonality_error": orth,
                             "det_coupling_off": num(sign.min()) * math.exp(num(logabs.max()))},
-        tol.atol, holds, dtype=str(dtype).replace("torch.", ""),
+        tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="unit scales: ||C(x)|| = ||x|| for every x, coupling on or off; coupling off: C in SO(d) "
                   "(det +1). General scales: prod_s min s <= ||C(x)||/||x|| <= prod_s max s -- "
                   "the scales CAN amplify (e.g. 2^11 = 2048x over 11 stages at s = 2).",
@@ -252,6 +244,7 @@ def claim_length_preservation(dtype=torch.float64) -> Claim:
     )
 
 
+@claim("grt.jacobian", group="grt")
 def claim_jacobian(dtype=torch.float64) -> Claim:
     checks: dict[str, bool] = {}
     c = RotationCascade(8, 3, coupling=True, heads=2, coupling_init_std=0.5, dtype=dtype)
@@ -287,13 +280,13 @@ def claim_jacobian(dtype=torch.float64) -> Claim:
     tol = tolerance(dtype, size=16, depth=6)
     holds = all(checks.values()) and tol.holds(lin_err) and far["coupling_std_0.02"]["JtJ_minus_I_2norm"] > tol.atol
     return Claim(
-        "grt.jacobian",
-        "autograd Jacobians equal finite differences; coupling off the Jacobian is the linear map, "
+        id="grt.jacobian",
+        statement="autograd Jacobians equal finite differences; coupling off the Jacobian is the linear map, "
         "coupling on it is not orthogonal",
-        None, {"gradcheck_passed": sum(checks.values()), "gradcheck_total": len(checks),
+        stated=None, measured={"gradcheck_passed": sum(checks.values()), "gradcheck_total": len(checks),
                "coupling_off_jacobian_vs_matrix": lin_err,
                "coupling_on_init_JtJ_minus_I": far["coupling_std_0.02"]["JtJ_minus_I_2norm"]},
-        tol.atol, holds, dtype=str(dtype).replace("torch.", ""),
+        tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="J_C(x) = M (coupling off). Coupling on, unit scales: J = A(I + U V^T) with A orthogonal, "
                   "U_p = rotated pair direction, V_p = grad of the nudge: ||J^T J - I|| > 0.",
         source_status="unstated",
@@ -302,6 +295,7 @@ def claim_jacobian(dtype=torch.float64) -> Claim:
     )
 
 
+@claim("grt.residual_det_sign", group="grt")
 def claim_residual_det_sign(dtype=torch.float64) -> Claim:
     cfg = GRTConfig()  # the reference widths: d = 256
     d = cfg.d_model
@@ -340,12 +334,12 @@ def claim_residual_det_sign(dtype=torch.float64) -> Claim:
     s_init, _, n_init = residual_det(ref, "mixer", emb(torch.tensor(0)))
     holds = sign0 < 0 and out[True][0] < 0 and closed_sign < 0 and tol.holds(err) and violations == 0 and n_below > 0
     return Claim(
-        "grt.residual_det_sign",
-        "the residual Jacobian I + J_f can go negative",
-        "det(I + J_f) can be < 0",
-        {"witness_det_sign": sign0, "witness_log_abs_det": logabs0, "closed_form_log_abs_det": closed,
+        id="grt.residual_det_sign",
+        statement="the residual Jacobian I + J_f can go negative",
+        stated="det(I + J_f) can be < 0",
+        measured={"witness_det_sign": sign0, "witness_log_abs_det": logabs0, "closed_form_log_abs_det": closed,
          "coupled_witness_det_sign": out[True][0], "sufficient_condition_violations": violations},
-        tol.atol, holds, dtype=str(dtype).replace("torch.", ""),
+        tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="||J_f||_2 < 1 => det(I + J_f) > 0 (eigenvalues |lambda| < 1; conjugate pairs give |1+lambda|^2). "
                   "Mixer sublayer with angle pi, unit scales, coupling off, gain 1: det(I + J_f) = (1 - g/mu)^(d-1), "
                   "negative for even d whenever the token's mean pair radius mu < gate g.",
@@ -357,6 +351,7 @@ def claim_residual_det_sign(dtype=torch.float64) -> Claim:
     )
 
 
+@claim("grt.mixing", group="grt")
 def claim_mixing(dtype=torch.float64) -> Claim:
     profiles = {d: mixing_profile(d, n_strides(d), dtype) for d in (4, 8, 16, 64)}
     expected = {d: [2**k for k in range(1, n_strides(d) + 1)] for d in profiles}
@@ -367,11 +362,12 @@ def claim_mixing(dtype=torch.float64) -> Claim:
     J1 = flat_jacobian(c, torch.randn(16, dtype=dtype))
     coupled_min = int((J1.abs() > 0).sum(dim=1).min())
     return Claim(
-        "grt.mixing",
-        "the butterfly routing hands each pair a new partner, so a local pair reaches across the whole vector "
+        id="grt.mixing",
+        statement=
+            "the butterfly routing hands each pair a new partner, so a local pair reaches across the whole vector "
         "within a few stages",
-        "a few stages", {"stages_to_full_dependence": {str(d): v for d, v in first_dense.items()}},
-        None, holds, dtype=str(dtype).replace("torch.", ""),
+        stated="a few stages", measured={"stages_to_full_dependence": {str(d): v for d, v in first_dense.items()}},
+        tolerance=None, holds=holds, dtype=dtype,
         exact_law="coupling off: after k <= log2 d stages each output depends on exactly 2^k inputs; every output "
                   "depends on every input after exactly log2 d stages (6 at d_head = 64, 8 at d = 256, 10 at 1024).",
         source_status="approximate",
@@ -380,6 +376,7 @@ def claim_mixing(dtype=torch.float64) -> Claim:
     )
 
 
+@claim("grt.embedding_rebuild", group="grt")
 def claim_embedding_rebuild(dtype=torch.float64) -> Claim:
     V, P = 64, 16
     emb = PhaseEmbedding(V, P, dtype=dtype)
@@ -396,16 +393,18 @@ def claim_embedding_rebuild(dtype=torch.float64) -> Claim:
     ratio = embedding_ratio(GRTConfig())
     holds = tol.holds(max(r_err, a_err, table_err)) and n == V * (P + 1)
     return Claim(
-        "grt.embedding_rebuild",
-        "x0 = r cos theta, x1 = r sin theta rebuilt every forward pass, never saved",
-        None, {"radius_error": r_err, "angle_error": a_err, "param_count": n, "expected_count": V * (P + 1)},
-        tol.atol, holds, dtype=str(dtype).replace("torch.", ""),
+        id="grt.embedding_rebuild",
+        statement="x0 = r cos theta, x1 = r sin theta rebuilt every forward pass, never saved",
+        stated=None,
+        measured={"radius_error": r_err, "angle_error": a_err, "param_count": n, "expected_count": V * (P + 1)},
+        tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="rebuilt pair p of token v has radius r_v and angle theta_{v,p} exactly; V(P+1) parameters",
         details={"reference_embedding_ratio": f"{ratio.numerator}/{ratio.denominator} = {num(ratio)}",
                  "table_vs_lookup_error": table_err},
     )
 
 
+@claim("grt.pearlnorm_invariance", group="grt")
 def claim_pearlnorm_invariance(dtype=torch.float64) -> Claim:
     d = 256
     x = torch.randn(4, d, dtype=dtype)
@@ -432,12 +431,13 @@ def claim_pearlnorm_invariance(dtype=torch.float64) -> Claim:
     tol = tolerance(dtype, size=d, depth=3)
     holds = tol.holds(max(inv, euler, abs(radial), jn_err)) and brk > tol.atol
     return Claim(
-        "grt.pearlnorm_invariance",
-        "PearlNorm rescales by a single per-token factor read from the pair radii so depth can't let magnitude "
+        id="grt.pearlnorm_invariance",
+        statement=
+            "PearlNorm rescales by a single per-token factor read from the pair radii so depth can't let magnitude "
         "run away",
-        None, {"max_relative_change_c_in_1e-6..1e6": inv, "euler_Jx_relative": euler,
+        stated=None, measured={"max_relative_change_c_in_1e-6..1e6": inv, "euler_Jx_relative": euler,
                "gauge_cos_gradW_W": radial, "jacobian_norm_closed_form_rel_error": jn_err},
-        tol.atol, holds, dtype=str(dtype).replace("torch.", ""),
+        tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="mu(x) = mean_p r_p; PearlNorm(cx) = PearlNorm(x) for c > 0 (eps = 0); J x = 0; a weight feeding it "
                   "is a scale gauge (<grad_W L, W> = 0); ||J||_2 = rho/mu^2 (gain 1); eps > 0 breaks it by "
                   "eps x/(mu+eps)^2 per unit log-scale",
@@ -446,6 +446,7 @@ def claim_pearlnorm_invariance(dtype=torch.float64) -> Claim:
     )
 
 
+@claim("grt.radial_gelu_angle", group="grt")
 def claim_radial_gelu_angle(dtype=torch.float64) -> Claim:
     x = torch.randn(16, 64, dtype=dtype) * 3
     y = radial_gelu(x)
@@ -460,15 +461,17 @@ def claim_radial_gelu_angle(dtype=torch.float64) -> Claim:
     tol = tolerance(dtype, size=2, depth=4, scale=num(r.max()))
     holds = tol.holds(max(a_err, r_err, j0_err)) and bool(torch.isfinite(g0).all())
     return Claim(
-        "grt.radial_gelu_angle",
-        "RadialGELU applies GELU to each pair's radius while preserving its angle",
-        "angle preserved", {"angle_error": a_err, "radius_vs_gelu_error": r_err, "jacobian_at_zero_vs_I/2": j0_err},
-        tol.atol, holds, dtype=str(dtype).replace("torch.", ""),
+        id="grt.radial_gelu_angle",
+        statement="RadialGELU applies GELU to each pair's radius while preserving its angle",
+        stated="angle preserved",
+        measured={"angle_error": a_err, "radius_vs_gelu_error": r_err, "jacobian_at_zero_vs_I/2": j0_err},
+        tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="y_p = Phi(r_p) x_p: angle unchanged (Phi > 0), radius GELU(r_p) = r_p Phi(r_p); C^1 at r = 0 "
                   "with Jacobian I/2",
     )
 
 
+@claim("grt.mixer_crosses_heads", group="grt")
 def claim_mixer_crosses_heads(dtype=torch.float64) -> Claim:
     cfg = GRTConfig()
     H, dh = cfg.n_heads, cfg.d_head
@@ -497,13 +500,13 @@ def claim_mixer_crosses_heads(dtype=torch.float64) -> Claim:
     holds = (path_cross == 0.0 and max(r_attn_sub) == 1 and min(r_mix) == cfg.head_pairs
              and uncoupled_cross == 0.0)
     return Claim(
-        "grt.mixer_crosses_heads",
-        "after the mixer, what head 0 learned is visible to heads 1, 2, and 3",
-        "Q, K, V, O never cross heads; the mixer does",
-        {"attn_path_cross_head_max_abs": path_cross, "attn_sublayer_cross_rank_max": max(r_attn_sub),
+        id="grt.mixer_crosses_heads",
+        statement="after the mixer, what head 0 learned is visible to heads 1, 2, and 3",
+        stated="Q, K, V, O never cross heads; the mixer does",
+        measured={"attn_path_cross_head_max_abs": path_cross, "attn_sublayer_cross_rank_max": max(r_attn_sub),
          "mixer_cross_rank_min": min(r_mix), "mixer_cross_rank_max": max(r_mix),
          "mixer_cross_over_within_fro_min": rel, "uncoupled_mixer_cross_head_max_abs": uncoupled_cross},
-        tol.rtol, holds, dtype=str(dtype).replace("torch.", ""),
+        tolerance=tol.rtol, holds=holds, dtype=dtype,
         exact_law="one token: Q/K/V/O + attention have exactly zero cross-head Jacobian blocks; with PearlNorm in "
                   "front the blocks have rank 1 (its single per-token factor); after the mixer they have rank "
                   f"P_head = {cfg.head_pairs} (one nudged angle per output pair). The mixer's stride-1 stage never "
@@ -514,6 +517,7 @@ def claim_mixer_crosses_heads(dtype=torch.float64) -> Claim:
     )
 
 
+@claim("grt.model_trains", group="grt")
 def claim_model_trains(dtype=torch.float32, steps: int = 8) -> Claim:
     from lm.corpus import ByteCorpus
 
@@ -543,10 +547,10 @@ def claim_model_trains(dtype=torch.float32, steps: int = 8) -> Claim:
     same = bool(torch.equal(clone(x)[0], model(x)[0])) and clone.config == cfg
     holds = all(math.isfinite(v) for v in losses) and finite_grads and losses[-1] < losses[0] and same
     return Claim(
-        "grt.model_trains",
-        "training stays stable from the first step",
-        None, {"loss_first": losses[0], "loss_last": losses[-1], "steps": steps},
-        None, holds, dtype=str(dtype).replace("torch.", ""),
+        id="grt.model_trains",
+        statement="training stays stable from the first step",
+        stated=None, measured={"loss_first": losses[0], "loss_last": losses[-1], "steps": steps},
+        tolerance=None, holds=holds, dtype=dtype,
         exact_law="forward/backward finite, every parameter's gradient finite, AdamW lowers the loss on a fixed "
                   "corpus batch, the checkpoint {config, state_dict} rebuilds an identical model",
         source_status="approximate",
@@ -555,6 +559,7 @@ def claim_model_trains(dtype=torch.float32, steps: int = 8) -> Claim:
     )
 
 
+@claim("grt.stage_counts", group="grt")
 def claim_stage_counts() -> Claim:
     cfg = GRTConfig()
     model = GRT(cfg, device="meta")  # no memory: only the module structure is read
@@ -563,15 +568,17 @@ def claim_stage_counts() -> Claim:
               "per_block": 87, "n_blocks": 12, "total": 1044}
     holds = counts == stated == cfg.stage_counts()
     return Claim(
-        "grt.stage_counts",
-        "Q (11) + K (11) + V (11) + O (11) + Mixer (1) + FFN expand (21) + FFN contract (21) = 87 rotation stages "
+        id="grt.stage_counts",
+        statement=
+            "Q (11) + K (11) + V (11) + O (11) + Mixer (1) + FFN expand (21) + FFN contract (21) = 87 rotation stages "
         "per block ... 12 blocks ... 1,044 rotation stages total",
-        {"per_block": 87, "total": 1044}, {"per_block": counts["per_block"], "total": counts["total"]},
-        None, holds, dtype="n/a", exact_law="4*S_qkvo + S_mix + 2*S_ffn per block, times n_blocks",
+        stated={"per_block": 87, "total": 1044}, measured={"per_block": counts["per_block"], "total": counts["total"]},
+        tolerance=None, holds=holds, dtype="n/a", exact_law="4*S_qkvo + S_mix + 2*S_ffn per block, times n_blocks",
         details={"from_modules": counts, "from_config": cfg.stage_counts()},
     )
 
 
+@claim("grt.param_accounting", group="grt")
 def claim_param_accounting() -> Claim:
     cfg = GRTConfig()
     with torch.device("meta"):
@@ -584,10 +591,11 @@ def claim_param_accounting() -> Claim:
     holds = mod == closed and rows["embedding"].grt * cfg.d_model == rows["embedding"].dense * (
         cfg.pairs + 1)
     return Claim(
-        "grt.param_accounting",
-        "tokens stored as phases, compressing the embedding to about half the numbers a full vector would take",
-        "about half", {"embedding_ratio": num(ratio), "total_ratio": rows["total"].ratio},
-        None, holds, dtype="n/a",
+        id="grt.param_accounting",
+        statement=
+            "tokens stored as phases, compressing the embedding to about half the numbers a full vector would take",
+        stated="about half", measured={"embedding_ratio": num(ratio), "total_ratio": rows["total"].ratio},
+        tolerance=None, holds=holds, dtype="n/a",
         exact_law=f"embedding V(P+1) vs V d: ratio (P+1)/d = {ratio.numerator}/{ratio.denominator}. A coupled stage of "
                   "width w stores w^2 coupling numbers (one dense w x w matrix per stage): Q/K/V/O cost "
                   f"{rows['q'].ratio:.3f}x a dense projection at the reference config; the FFN "
@@ -598,33 +606,153 @@ def claim_param_accounting() -> Claim:
     )
 
 
-CLAIM_FUNCTIONS: dict[str, Callable[[], Claim]] = {
-    "grt.det_positive": claim_det_positive,
-    "grt.length_preservation": claim_length_preservation,
-    "grt.jacobian": claim_jacobian,
-    "grt.residual_det_sign": claim_residual_det_sign,
-    "grt.mixing": claim_mixing,
-    "grt.embedding_rebuild": claim_embedding_rebuild,
-    "grt.pearlnorm_invariance": claim_pearlnorm_invariance,
-    "grt.radial_gelu_angle": claim_radial_gelu_angle,
-    "grt.mixer_crosses_heads": claim_mixer_crosses_heads,
-    "grt.model_trains": claim_model_trains,
-    "grt.stage_counts": claim_stage_counts,
-    "grt.param_accounting": claim_param_accounting,
+# ---------------------------------------------------------------------------------------------------
+# Claims a planted bug must flip: the fast paths against the written-out reference, and the wiring itself
+# ---------------------------------------------------------------------------------------------------
+
+WIRING_WIDTH = 8  # small enough to write every stage's pairs out by hand; 3 distinct strides
+WIRING_EXPECTED = {  # stage -> the (x0, x1) coordinate pairs in pair order, written out (not computed)
+    0: [(0, 1), (2, 3), (4, 5), (6, 7)],  # stride 1
+    1: [(0, 2), (1, 3), (4, 6), (5, 7)],  # stride 2
+    2: [(0, 4), (1, 5), (2, 6), (3, 7)],  # stride 4
+    3: [(0, 1), (2, 3), (4, 5), (6, 7)],  # stride 1 again: the strides cycle with period log2 d
 }
+
+
+def wired_pairs(cascade: RotationCascade, stage: int) -> list[tuple[int, int]]:
+    r"""The pairs one stage of ``cascade`` *actually* rotates, read off its matrix (coupling off, unit scales).
+
+    With angle :math:`\theta_p = (p+1)\,\delta` on pair :math:`p` (all distinct, small), the stage's matrix has
+    ``M[i1, i0] = +sin(theta_p)`` for its pair ``(i0, i1)`` (x1' = x0 sin + x1 cos: a counter-clockwise turn);
+    the pairs come back in the order of their angles, so a wrong pairing, a wrong order or a flipped rotation
+    sign all change the list."""
+    M = materialize(cascade)[0]  # (d, d) of a one-stage cascade
+    P = cascade.pairs
+    delta = 0.5 / P
+    sines = torch.sin(delta * torch.arange(1, P + 1, dtype=M.dtype))  # (P,) the expected M[i1, i0]
+    match = (M.unsqueeze(-1) - sines).abs() <= tolerance(M.dtype, size=cascade.width).atol  # (d, d, P)
+    i1, i0, p = match.nonzero(as_tuple=True)
+    order = torch.argsort(p)
+    return [(int(a), int(b)) for a, b in zip(i0[order], i1[order])]
+
+
+def one_stage_cascade(width: int, stage: int, backend: str, dtype=torch.float64) -> RotationCascade:
+    """A coupling-off, unit-scale, one-stage cascade at ``stage`` with angles (p+1)/(2P) on pair p."""
+    c = RotationCascade(width, 1, coupling=False, first_stage=stage, dtype=dtype, backend=backend)
+    with torch.no_grad():
+        c.angles.copy_((0.5 / c.pairs) * torch.arange(1, c.pairs + 1, dtype=dtype).view(1, 1, -1))
+        c.raw_scales.fill_(UNIT_RAW_SCALE)
+    return c
+
+
+@claim("grt.butterfly_wiring", group="grt")
+def claim_butterfly_wiring(dtype=torch.float64) -> Claim:
+    """Each stage's pairs at width 8, from the one place that says it (``grt_model.butterfly``), from the fast
+    reshape (``to_pairs``) and from the matrices the eager and the default cascade compute, against the
+    written-out :data:`WIRING_EXPECTED`; and the stride of every stage of a 64-wide, 11-stage cascade."""
+    d = WIRING_WIDTH
+    ids = torch.arange(d, dtype=dtype)
+    found: dict[str, dict[str, list]] = {"butterfly_pairs": {}, "to_pairs": {}, "eager_matrix": {}, "auto_matrix": {}}
+    for s in WIRING_EXPECTED:
+        found["butterfly_pairs"][str(s)] = butterfly_pairs(d, s)
+        x0, x1 = to_pairs(ids, stage_stride(d, s))  # the coordinates' own indices, split as the fast path does
+        found["to_pairs"][str(s)] = [(int(a), int(b)) for a, b in zip(x0, x1)]
+        found["eager_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, "eager", dtype), s)
+        found["auto_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, "auto", dtype), s)
+    wrong = {src: [s for s, pairs in by_stage.items() if pairs != WIRING_EXPECTED[int(s)]]
+             for src, by_stage in found.items()}
+    strides = RotationCascade(64, 11, coupling=False, dtype=dtype, backend="eager").strides()
+    expected_strides = [1, 2, 4, 8, 16, 32, 1, 2, 4, 8, 16]  # 2^(s mod 6), written out
+    partners_distinct = all(len(set(p)) == d for p in (sum(WIRING_EXPECTED[s], ()) for s in WIRING_EXPECTED))
+    index_ok = all(pair_index(d, s).tolist() == [list(p) for p in WIRING_EXPECTED[s]] for s in WIRING_EXPECTED)
+    holds = not any(wrong.values()) and strides == expected_strides and partners_distinct and index_ok
+    return Claim(
+        id="grt.butterfly_wiring",
+        statement="an FFT butterfly routing hands each pair a new partner at every stage",
+        stated="FFT butterfly wiring",
+        measured={"stages_wrong": {k: v for k, v in wrong.items()}, "strides_64_11": strides},
+        tolerance=None, holds=holds, dtype=dtype,
+        exact_law="stage s has stride h = 2^(s mod log2 d) and pairs (2hj + k, 2hj + h + k), j < d/2h, k < h; a "
+                  "pair turns counter-clockwise by its angle (x1' = x0 sin + x1 cos)",
+        source_status="approximate",
+        details={"width": d, "expected": {str(s): p for s, p in WIRING_EXPECTED.items()},
+                 "expected_strides_64_11": expected_strides, "pair_index_matches": index_ok, **found},
+    )
+
+
+def _grads(c: RotationCascade, x: torch.Tensor, u: torch.Tensor, fn: Callable | None = None
+           ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``y = fn(x)`` (default ``c(x)``) and the gradients of ``<u, y>`` w.r.t. ``x`` and every parameter."""
+    x = x.detach().requires_grad_(True)
+    y = (fn or c)(x)
+    params = [p for p in (c.angles, c.raw_scales, c.coupling) if p is not None]
+    return y.detach(), [g.detach() for g in torch.autograd.grad((u * y).sum(), [x, *params])]
+
+
+@claim("grt.fast_equals_reference", group="grt")
+def claim_fast_equals_reference(dtype=torch.float64) -> Claim:
+    """The fused (numba) and eager cascades against the explicit-matrix reference (``reference_cascade``:
+    d x d Givens and scale matrices, Clifford features written out pair by pair), in values and gradients
+    (w.r.t. the input, angles, scales and coupling), coupling on and off, across a stride cycle (width 8,
+    2 heads, 5 stages).  The reference's gradients are autograd's through explicit matrices, so a wrong
+    hand-written backward (fused) or a wrong feature (any path) shows as a gradient or value error."""
+    from grt_model.fused import fused_available
+
+    backends = ["eager"] + (["fused"] if fused_available() else [])
+    errors: dict[str, dict[str, float]] = {}
+    tol = tolerance(dtype, size=8, depth=5 * 4)  # 5 stages, each a feature GEMM, tanh, rotation and scale
+    for coupling in (False, True):
+        ref = RotationCascade(8, 5, coupling=coupling, heads=2, coupling_init_std=0.5, dtype=dtype, backend="eager")
+        with torch.no_grad():
+            ref.raw_scales.normal_(0.0, 0.5)
+        x = torch.randn(6, 16, dtype=dtype)
+        u = torch.randn(6, 16, dtype=dtype)
+        y_ref, g_ref = _grads(ref, x, u, lambda t, c=ref: reference_cascade(c, t))
+        scale = max(1.0, num(y_ref.abs().max()))
+        for b in backends:
+            c = RotationCascade(8, 5, coupling=coupling, heads=2, dtype=dtype, backend=b)
+            c.load_state_dict(ref.state_dict())
+            y, g = _grads(c, x, u)
+            errors[f"{b}_coupling_{'on' if coupling else 'off'}"] = {
+                "value": num((y - y_ref).abs().max()) / scale,
+                "grad": max(num((a - r).abs().max()) / max(1.0, num(r.abs().max())) for a, r in zip(g, g_ref))}
+    worst = max(max(e.values()) for e in errors.values())
+    holds = tol.holds(worst)
+    return Claim(
+        id="grt.fast_equals_reference",
+        statement="the fast cascade is the same function as the written-out product of Givens rotations",
+        stated=None,
+        measured={"max_rel_error": worst, "backends_compared": len(backends)},
+        tolerance=tol.atol, holds=holds, dtype=dtype,
+        exact_law="fused(x) = eager(x) = prod_s D_s G_s(x) x (reference), and the same for every gradient; errors "
+                  "relative to max(1, max|reference|)",
+        source_status="not_a_source_claim",
+        details={"backends": backends, "width": 8, "heads": 2, "stages": 5, "errors": errors},
+    )
+
+
+def _failed(spec_id: str, e: BaseException) -> Claim:
+    """A check that raised: FAILS with the error in one line (a broken check must not hide as a traceback)."""
+    return Claim(id=spec_id, statement="(the check raised before measuring)", stated=None, measured=None,
+                 tolerance=None, holds=False, dtype=None, source_status="not_a_source_claim",
+                 details={"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"})
+
+
+CLAIM_IDS = tuple(spec.id for spec in select("grt"))  # from the registry, in source order
 
 
 def run_all(seed: int = 0, only: tuple[str, ...] | None = None, progress: Callable[[str], None] | None = None
             ) -> list[Claim]:
-    """Measure every GRT claim (or those in ``only``); each starts from ``seed``. One thread is up to the caller."""
-    ids = CLAIM_IDS if only is None else only
-    unknown = [i for i in ids if i not in CLAIM_FUNCTIONS]
-    if unknown:
-        raise ValueError(f"unknown claim id(s) {unknown}; known: {', '.join(CLAIM_IDS)}")
+    """Measure every GRT claim (or those in ``only``); each starts from ``seed``. One thread is up to the caller.
+
+    A check that raises becomes a FAILS record naming the error (``details["error"]``), never a traceback."""
     out = []
-    for cid in ids:
+    for spec in select("grt", only):
         if progress is not None:
-            progress(cid)
+            progress(spec.id)
         seed_everything(seed)
-        out.append(CLAIM_FUNCTIONS[cid]())
+        try:
+            out.append(spec.fn())
+        except Exception as e:
+            out.append(_failed(spec.id, e))
     return out

@@ -1,26 +1,59 @@
-"""The claim record: one small type shared by every package that checks a claim.
+"""The claim record: one small type shared by every package that checks a claim, its registry, and how it prints.
 
-A record says what the source text claims (``statement``, ``stated``), what this
-run measured (``measured``), the tolerance the verdict used and the verdict
-(``holds``).  Where the source is imprecise, ``source_status`` says so
-(``exact`` / ``approximate`` / ``wrong`` / ``unstated``) and ``exact_law`` states
-the law we verified instead.  The report gathers these records by calling each
-package's checks, never by parsing printed text.
+A record says what the source text claims (``statement``, ``stated``), what this run measured
+(``measured``), the tolerance the verdict used and the verdict (``holds``).  Where the source is
+imprecise, ``source_status`` says so (``exact`` / ``approximate`` / ``wrong`` / ``unstated``) and
+``exact_law`` states the law we verified instead.  ``details`` is structured data (names -> numbers,
+lists, small dicts; units in the name where there is one, e.g. ``seconds``, ``ulps``), never prose to
+be parsed back.  The report gathers these records by calling each package's checks, never by parsing
+printed text.
+
+Checks register with :func:`claim` (``@claim("gauge.forward_invariance")``) beside proofs' ``@proof``
+and figures' ``@figure``; a CLI runs one group with :func:`run_group` and prints the records with
+:func:`claims_table` (a one-screen table, the verdict line last; ``verbose=True`` adds each claim's
+source, law, tolerance and details wrapped at 100 columns, never cut inside a value).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsgauge.atomic import atomic_write_json, json_safe
 
 SOURCE_STATUSES = ("exact", "approximate", "wrong", "unstated", "not_a_source_claim")
+NO_DTYPE = "n/a"  # a claim about structure (counts, wiring) that runs in no floating precision
+WIDTH = 100  # columns of every printed table and wrapped line
+_DTYPE_ALIASES = {"f32": "float32", "f64": "float64", "double": "float64", "float": "float32", "half": "float16"}
 
 
-@dataclass
+def dtype_name(dtype: Any) -> str:
+    """The one spelling of a precision in records: ``torch.float64``, ``np.float64``, ``np.dtype('float64')``
+    and ``"float64"`` all give ``"float64"``; ``None`` gives ``"n/a"``; a list of precisions measured in one
+    record (``"float64, float32"`` or a sequence of dtypes) stays a comma-separated list, in the given order."""
+    if dtype is None:
+        return NO_DTYPE
+    if isinstance(dtype, (list, tuple)):
+        return ", ".join(dtype_name(d) for d in dtype)
+    if isinstance(dtype, type):  # numpy scalar types: np.float64
+        dtype = dtype.__name__
+    name = str(dtype).strip()
+    if "," in name:
+        return ", ".join(dtype_name(part) for part in name.split(","))
+    name = name.replace("torch.", "")
+    return _DTYPE_ALIASES.get(name, name)
+
+
+def _check_id(id: str) -> None:
+    pkg, _, name = id.partition(".")
+    if not pkg or not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"claim id must be '<package>.<snake_case>', got {id!r}")
+
+
+@dataclass(kw_only=True)
 class Claim:
     id: str  # "<package>.<snake_case>", e.g. "gauge.forward_invariance"
     statement: str  # the source's claim, in its own words where possible
@@ -28,19 +61,18 @@ class Claim:
     measured: Any  # our value from this run (number, or a small dict of numbers)
     tolerance: float | None  # the threshold the verdict used (None for qualitative verdicts)
     holds: bool  # the verdict
-    dtype: str = "float64"  # precision the measurement ran in
+    dtype: Any = "float64"  # precision the measurement ran in (any spelling; stored as dtype_name(dtype))
     exact_law: str = ""  # the law we state where the source's is loose
     source_status: str = "exact"  # is the source's statement exact, approximate, wrong?
-    details: dict[str, Any] = field(default_factory=dict)  # supporting measurements
+    details: dict[str, Any] = field(default_factory=dict)  # supporting measurements: names -> numbers
     figure: str | None = None  # figure file stem (same as the id) once figures/ draws it
 
     def __post_init__(self) -> None:
-        pkg, _, name = self.id.partition(".")
-        if not pkg or not name or not name.replace("_", "").isalnum():
-            raise ValueError(f"claim id must be '<package>.<snake_case>', got {self.id!r}")
+        _check_id(self.id)
         if self.source_status not in SOURCE_STATUSES:
             raise ValueError(f"source_status must be one of {SOURCE_STATUSES}, got {self.source_status!r}")
         self.holds = bool(self.holds)
+        self.dtype = dtype_name(self.dtype)
 
     @property
     def test_name(self) -> str:
@@ -48,6 +80,9 @@ class Claim:
 
     def to_json(self) -> dict[str, Any]:
         return json_safe(asdict(self))
+
+
+# ------------------------------------------------------------------------------------------- registry
 
 
 @dataclass(frozen=True)
@@ -68,18 +103,17 @@ def claim(id: str, *, group: str | None = None, title: str = "") -> Callable:
 
     The function returns the :class:`Claim` record(s) it measured (one per dtype where it runs in
     several); its arguments are the group's context (the CLI decides what to pass).  Ids are unique:
-    registering one twice is an error that names both functions.
+    registering one twice is an error that names both functions.  ``group`` defaults to the id's package.
     """
-    pkg, _, name = id.partition(".")
-    if not pkg or not name or not name.replace("_", "").isalnum():
-        raise ValueError(f"claim id must be '<package>.<snake_case>', got {id!r}")
+    _check_id(id)
 
     def register(fn: Callable[..., Claim | list[Claim]]) -> Callable[..., Claim | list[Claim]]:
         old = CLAIMS.get(id)
         if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(f"claim id {id!r} registered twice: {old.fn.__module__}.{old.fn.__qualname__} and "
                              f"{fn.__module__}.{fn.__qualname__}; ids name one check each")
-        CLAIMS[id] = ClaimSpec(id, group or pkg, fn, title)
+        CLAIMS[id] = ClaimSpec(id, group or id.partition(".")[0], fn, title)
+        fn.claim_id = id  # type: ignore[attr-defined]  # the record's id, readable from the function
         return fn
 
     return register
@@ -90,10 +124,29 @@ def registered(group: str) -> list[ClaimSpec]:
     return [s for s in CLAIMS.values() if s.group == group]
 
 
-def run_group(group: str, *args: Any, **kwargs: Any) -> list[Claim]:
-    """Run every check of ``group`` with the same arguments; flatten their records."""
+def select(group: str, only: Iterable[str] | None = None) -> list[ClaimSpec]:
+    """The group's checks, or those named in ``only`` (in the group's order); unknown ids are a ``ValueError``
+    that lists the known ones."""
+    specs = registered(group)
+    if only is None:
+        return specs
+    only = tuple(only)
+    known = [s.id for s in specs]
+    unknown = [i for i in only if i not in known]
+    if unknown:
+        raise ValueError(f"unknown claim id(s) {unknown}; known: {', '.join(known)}")
+    return [s for s in specs if s.id in only]
+
+
+def run_group(group: str, *args: Any, only: Iterable[str] | None = None,
+              before: Callable[[ClaimSpec], None] | None = None, **kwargs: Any) -> list[Claim]:
+    """Run every check of ``group`` (or those in ``only``) with the same arguments; flatten their records.
+
+    ``before(spec)`` runs ahead of each check (progress messages, reseeding)."""
     out: list[Claim] = []
-    for spec in registered(group):
+    for spec in select(group, only):
+        if before is not None:
+            before(spec)
         res = spec.fn(*args, **kwargs)
         out.extend(res if isinstance(res, list) else [res])
     return out
@@ -107,39 +160,168 @@ def write_claims_json(path: str | os.PathLike, claims: list[Claim], **meta: Any)
     atomic_write_json(path, claims_to_json(claims, **meta))
 
 
-def _fmt(v: Any) -> str:
+# ------------------------------------------------------------------------------------------- printing
+
+
+STATUS_SHORT = {"exact": "exact", "approximate": "approx.", "wrong": "WRONG", "unstated": "unstated",
+                "not_a_source_claim": "ours"}
+MAX_CELL_LINES = 3  # a compact-table cell longer than this ends at a whole value with "... (--verbose)"
+
+
+def fmt_value(v: Any, digits: int = 3) -> str:
+    """Compact text of a value: numbers to ``digits`` significant figures, dicts as ``key value; ...``."""
     if v is None:
         return "-"
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float):
-        return f"{v:.3g}"
+        return f"{v:.{digits}g}"
     if isinstance(v, int):
         return str(v)
     if isinstance(v, dict):
-        return ", ".join(f"{k}={_fmt(x)}" for k, x in v.items())
+        return "; ".join(f"{k} {fmt_value(x, digits)}" for k, x in v.items())
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+        return "[" + ", ".join(fmt_value(x, digits) for x in v) + "]"
     return str(v)
 
 
-def claims_table(claims: list[Claim], *, width: int = 60, show_laws: bool = True) -> str:
-    """Human table: one block per claim (id, dtype, stated vs measured, tolerance, verdict)."""
-    lines = []
+def _wrap(text: str, width: int) -> list[str]:
+    """Wrap at spaces only, so a value is never split (a value wider than ``width`` keeps its own line)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def _cell(text: str, width: int, max_lines: int | None = MAX_CELL_LINES) -> list[str]:
+    """A table cell: wrapped at spaces; a single name wider than the cell is split so the table keeps its
+    width (the full text is in ``--verbose``)."""
+    lines = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
+        more = "..."
+        if len(lines[-1]) + len(more) + 1 <= width:
+            lines[-1] += " " + more
+        else:
+            lines.append(more)
+    return lines
+
+
+def _groups(claims: Sequence[Claim]) -> list[list[Claim]]:
+    """Records grouped by id (one per dtype where a check runs in several), in first-seen order."""
+    out: dict[str, list[Claim]] = {}
     for c in claims:
-        verdict = "HOLDS" if c.holds else "FAILS"
-        lines.append(f"[{verdict}] {c.id}  ({c.dtype})")
-        lines.append(f"    source : {c.statement}")
-        lines.append(f"    stated : {_fmt(c.stated)}   [{c.source_status}]")
-        lines.append(f"    ours   : {_fmt(c.measured)}")
-        lines.append(f"    tol    : {_fmt(c.tolerance)}")
-        if show_laws and c.exact_law:
-            lines.append(f"    law    : {c.exact_law}")
-        for k, v in c.details.items():
-            s = _fmt(v)
-            if len(s) > 4 * width:
-                s = s[: 4 * width] + " ..."
-            lines.append(f"      {k}: {s}")
+        out.setdefault(c.id, []).append(c)
+    return list(out.values())
+
+
+def verdict_line(claims: Sequence[Claim], what: str = "claims") -> str:
     n_ok = sum(c.holds for c in claims)
-    lines.append(f"{n_ok} of {len(claims)} claims hold")
+    failing = [f"{c.id} ({c.dtype})" for c in claims if not c.holds]
+    tail = "" if not failing else "; FAILS: " + ", ".join(failing)
+    return f"{n_ok} of {len(claims)} {what} hold{tail}"
+
+
+def fmt_cell(v: Any) -> str:
+    """A value for a table cell: like :func:`fmt_value`, but a list of names is counted (the names are in
+    ``--verbose``) and a long list of numbers shows its first three and its length."""
+    if isinstance(v, dict):
+        return "; ".join(f"{k} {fmt_cell(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        if v and all(isinstance(x, str) for x in v):
+            return f"{len(v)} names"
+        if len(v) > 3:
+            return "[" + ", ".join(fmt_value(x) for x in v[:3]) + f", ... {len(v)} values]"
+    return fmt_value(v)
+
+
+def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
+    """One row per claim id: id, dtypes side by side, stated, ours, verdict with the source status under it.
+
+    Where a check runs in several precisions (gauge), each precision gets its own ``ours`` column; otherwise a
+    ``dtype`` column says which precision the record ran in.  Cells wrap at spaces, at most
+    ``MAX_CELL_LINES`` lines, ending at a whole value (``--verbose`` prints everything)."""
+    groups = _groups(claims)
+    if not groups:
+        return ["(no claims)"]
+    multi = [g for g in groups if len(g) > 1]
+    cols = list(dict.fromkeys(c.dtype for g in multi for c in g))  # the precisions side by side
+    head = ["claim"] + ([] if cols else ["dtype"]) + ["stated"] + ([f"ours {d}" for d in cols] or ["ours"]) \
+        + ["verdict"]
+    rows = []
+    for g in groups:
+        by_dtype = {c.dtype: c for c in g}
+        ours = [fmt_cell(by_dtype[d].measured) if d in by_dtype else "" for d in cols]
+        if not any(ours):  # a record in a precision of its own (or no columns at all): the first column
+            ours = [fmt_cell(g[0].measured)] + [""] * (len(cols) - 1)
+        verdict = "HOLDS" if all(c.holds for c in g) else "FAILS"
+        status = STATUS_SHORT.get(g[0].source_status, g[0].source_status)
+        rows.append([g[0].id] + ([] if cols else [g[0].dtype]) + [fmt_cell(g[0].stated)] + ours
+                    + [f"{verdict} {status}"])
+    n_ours = max(1, len(cols))
+    fixed = {"claim": max(len(head[0]), max(len(r[0]) for r in rows)), "dtype": 8, "stated": 10, "verdict": 8}
+    widths = [fixed.get(h, 0) for h in head]
+    gaps = 2 * (len(head) - 1)
+    if sum(widths) + gaps + 30 * n_ours > width:  # a long id wraps after its package so "ours" keeps room
+        widths[0] = max(len(r[0].partition(".")[2]) + 1 for r in rows)
+    ours_w = max(12, (width - sum(widths) - gaps) // n_ours)
+    widths = [ours_w if w == 0 else w for w in widths]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), "-" * min(width, sum(widths) + gaps)]
+    for r in rows:
+        cid = r[0] if len(r[0]) <= widths[0] else r[0].replace(".", ". ", 1)
+        cells = [_cell(cid, widths[0], None)] + [_cell(x, w) for x, w in zip(r[1:-1], widths[1:-1])] \
+            + [_cell(r[-1], widths[-1], None)]
+        for i in range(max(map(len, cells))):
+            out.append("  ".join((c[i] if i < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip())
+    return out
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested dicts as dotted names (``a.b``) so every printed line is one name and its value."""
+    out: list[tuple[str, Any]] = []
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v and any(isinstance(x, dict) for x in v.values()):
+            out += _flatten(v, name + ".")
+        else:
+            out.append((name, v))
+    return out
+
+
+def _labelled(label: str, text: str, indent: int, width: int) -> list[str]:
+    pad = " " * indent
+    lines = textwrap.wrap(text, width, initial_indent=f"{pad}{label}", subsequent_indent=pad + "    ",
+                          break_long_words=False, break_on_hyphens=False)
+    return lines or [f"{pad}{label}"]
+
+
+def claim_details(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
+    """Per claim id: source statement, stated, ours, tolerance and law once, then each dtype's details, all
+    wrapped at ``width`` columns at spaces (never inside a value)."""
+    out: list[str] = []
+    for grp in _groups(claims):
+        first = grp[0]
+        out.append("")
+        out.append(f"{first.id}  [{first.source_status}]")
+        out += _labelled("source: ", first.statement, 2, width)
+        out += _labelled("stated: ", fmt_value(first.stated, 4), 2, width)
+        if first.exact_law:
+            out += _labelled("law   : ", first.exact_law, 2, width)
+        for c in grp:
+            verdict = "HOLDS" if c.holds else "FAILS"
+            out += _labelled(f"{c.dtype}: {verdict}, tol {fmt_value(c.tolerance, 4)}, ours: ",
+                             fmt_value(c.measured, 4), 2, width)
+            for k, v in _flatten(c.details):
+                out += _labelled(f"{k}: ", fmt_value(v, 4), 6, width)
+    return out
+
+
+def claims_table(claims: Sequence[Claim], *, verbose: bool = False, extra: Iterable[str] = (),
+                 what: str = "claims", width: int = WIDTH) -> str:
+    """The printed claims: the compact table, then (``verbose``) each claim's source, law and details, then
+    ``extra`` lines (a CLI's own section, e.g. gauge's census), and the verdict line last."""
+    lines = compact_table(claims, width)
+    if verbose:
+        lines += claim_details(claims, width)
+    extra = list(extra)
+    if extra:
+        lines += ["", *extra]
+    lines.append(verdict_line(claims, what))
     return "\n".join(lines)

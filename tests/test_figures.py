@@ -32,12 +32,17 @@ def fast_names() -> list[str]:
 def synthetic_claims() -> list[Claim]:
     """Claims covering every source status, a failing verdict and HTML-special characters."""
     return [
-        Claim("gauge.forward_invariance", "RMSNorm(x (cW)) = RMSNorm(x W), c > 0", 3e-15, 2.1e-16, 1e-13, True),
-        Claim("dynamics.angular_rate_scaling", "the rate grows like 1 / ||W|| <wording>", [0.0025, 0.01, 0.04],
-              {"exponent": -2.0}, 0.05, True, source_status="wrong", exact_law="angle ∝ ||W||^-2 & not ^-1"),
-        Claim("dynamics.trajectory_tracking", "tracks to a relative 4e-4", 4e-4, 3.9e-4, 1e-3, True,
+        Claim(id="gauge.forward_invariance", statement="RMSNorm(x (cW)) = RMSNorm(x W), c > 0",
+              stated=3e-15, measured=2.1e-16, tolerance=1e-13, holds=True),
+        Claim(id="dynamics.angular_rate_scaling", statement="the rate grows like 1 / ||W|| <wording>",
+              stated=[0.0025, 0.01, 0.04],
+              measured={"exponent": -2.0}, tolerance=0.05, holds=True, source_status="wrong",
+              exact_law="angle ∝ ||W||^-2 & not ^-1"),
+        Claim(id="dynamics.trajectory_tracking", statement="tracks to a relative 4e-4",
+              stated=4e-4, measured=3.9e-4, tolerance=1e-3, holds=True,
               source_status="approximate", exact_law="(1-wd)^2 ||W||^2 + lr^2 ||g||^2"),
-        Claim("grt.mixing", "a local pair reaches across the whole vector within a few stages", None, 6, None, False,
+        Claim(id="grt.mixing", statement="a local pair reaches across the whole vector within a few stages",
+              stated=None, measured=6, tolerance=None, holds=False,
               dtype="n/a", source_status="unstated"),
     ]
 
@@ -131,7 +136,8 @@ def test_grt_figures_cite_real_grt_claim_ids():
 
 
 def test_link_figures_prefers_the_figure_named_after_the_claim():
-    claims = [Claim("grt.param_accounting", "s", None, 1, None, True), Claim("grt.jacobian", "s", None, 1, None, True)]
+    claims = [Claim(id="grt.param_accounting", statement="s", stated=None, measured=1, tolerance=None, holds=True),
+              Claim(id="grt.jacobian", statement="s", stated=None, measured=1, tolerance=None, holds=True)]
     fc = {"grt.embedding_rebuild": ("grt.embedding_rebuild", "grt.param_accounting"),
           "grt.param_accounting": ("grt.param_accounting",)}
     out = gather_mod.link_figures(claims, fc)
@@ -184,7 +190,7 @@ def test_report_lists_every_claim_with_status_law_and_figure():
     assert "WRONG as stated" in md and "approximate: see exact law" in md
     assert "&lt;wording&gt;" in html and "<wording>" not in html  # statements are escaped
     assert "[grt.mixing](grt.mixing.svg)" in md
-    assert html.count('<tr class="claim') == len(claims)
+    assert html.count('<tr class="claim') == len({c.id for c in claims})  # one row per claim id
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html  # offline
 
 

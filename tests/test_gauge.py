@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -30,6 +31,7 @@ from gauge import (
     scaled,
 )
 from gauge.__main__ import main
+from gauge.checks import is_power_of_two
 from lm import rms_norm, rms_norm_jacobian
 from rmsgauge import assert_close, tolerance
 
@@ -236,7 +238,9 @@ TINY = GaugeConfig(d_model=16, n_heads=2, n_layers=2, batch=2, block=16, train_s
 
 @pytest.fixture(scope="module")
 def tiny_setups():
-    return {qk: build_setup(TINY, qk_norm=qk) for qk in (True, False)}
+    setups = {qk: build_setup(TINY, qk_norm=qk) for qk in (True, False)}
+    setups[True].plain = setups[False]  # the census compares the model with and without QK-norm
+    return setups
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -250,8 +254,9 @@ def test_checks_hold_on_tiny_model(tiny_setups, check, dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_census(tiny_setups, dtype):
-    claim = check_census(tiny_setups, dtype)
+    claim = check_census(tiny_setups[True], dtype)
     assert claim.holds, claim.measured
+    assert claim.details["QK-norm"]["per_tensor"]["blocks.0.attn.q_proj.weight"]["gauge"]
     rows = {r["name"]: r for r in census_table(tiny_setups[True], dtype)}
     assert {n for n, r in rows.items() if r["gauge"]} == set(predicted_gauges(tiny_setups[True]))
     for name in ("blocks.0.mlp.up.weight", "blocks.0.mlp.down.weight", "tok_emb.weight", "blocks.0.attn.q_norm.weight"):
@@ -270,7 +275,7 @@ def test_scaled_restores_bits(tiny_setups):
 # ----------------------------------------------------------------- CLI
 
 
-TINY_ARGS = ["--d-model", "16", "--heads", "2", "--layers", "1", "--batch", "2", "--block", "8",
+TINY_ARGS = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "2", "--seq-len", "8",
              "--train-steps", "2", "--quiet"]
 
 
@@ -279,8 +284,8 @@ def test_cli_help(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--dtype", "--d-model", "--layers", "--batch", "--block", "--seed", "--c-min", "--c-max",
-                 "--c-points", "--eps", "--json", "--quiet"):
+    for flag in ("--dtype", "--d-model", "--n-layers", "--batch-size", "--seq-len", "--seed", "--c-min", "--c-max",
+                 "--c-points", "--eps", "--json", "--quiet", "--verbose", "--census"):
         assert flag in out
 
 
@@ -292,7 +297,12 @@ def test_cli_help(capsys):
     (["--eps", "abc"], "--eps"),
     (["--dtype", "float16"], "--dtype"),
     (["--c-points", "1"], "--c-points"),
-    (["--heads", "3"], "--heads"),
+    (["--n-heads", "3"], "--n-heads"),
+    (["--heads", "2"], "--n-heads"),  # old spellings are refused, naming the new one
+    (["--layers", "1"], "--n-layers"),
+    (["--batch", "2"], "--batch-size"),
+    (["--block", "8"], "--seq-len"),
+    (["--census-c", "2"], "--census-c"),  # a power of two scales floats exactly: the census would prove nothing
     (["--layer", "9"], "--layer"),
     (["--census-c", "1"], "--census-c"),
 ])
@@ -324,3 +334,82 @@ def test_deviation_curves_follow_the_exact_law(tiny_setups):
     for key, cur in curves.items():
         if key.startswith("eps=") and key != "eps=0":
             assert float((cur["measured"] - cur["exact"]).abs().max()) <= tol, key
+
+
+def test_cli_json_path_checked_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*TINY_ARGS, "--json", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"--json {tmp_path} is a directory; give a file path such as {tmp_path / 'claims.json'}")
+
+
+def test_cli_default_output_ends_on_the_verdict(capsys):
+    assert main([a for a in TINY_ARGS if a != "--quiet"] + ["--dtype", "float64"]) == 0
+    lines = capsys.readouterr().out.rstrip("\n").splitlines()
+    assert lines[-1] == "6 of 6 claims hold"
+    assert len(lines) < 60 and max(map(len, lines)) <= 100
+    assert not any(line.lstrip().startswith(("GAUGE", "census (")) for line in lines)  # census only on request
+
+
+# ----------------------------------------------------------------- what the checks measure (pinned)
+
+
+def test_census_scales_are_not_powers_of_two():
+    # 2^k scaling is exact in binary floats: a census at such scales sees |dL| = 0 for every tensor that merely
+    # rescales exactly, so the defaults must stay off powers of two (and the claim fails on them)
+    assert GaugeConfig().census_c
+    for c in GaugeConfig().census_c:
+        assert not is_power_of_two(c), c
+    assert [is_power_of_two(c) for c in (2.0, 0.5, 1.0, 10.0, 0.1, 3.0)] == [True, True, True, False, False, False]
+
+
+def test_census_fails_on_power_of_two_scales(tiny_setups):
+    setup = tiny_setups[True]
+    exact = dataclasses.replace(setup, config=dataclasses.replace(TINY, census_c=(2.0, 0.5)), plain=None)
+    claim = check_census(exact, "float64")
+    assert not claim.holds and claim.details["scales_exact_in_floats"] == [2.0, 0.5]
+
+
+@pytest.mark.parametrize("check", [check_forward_invariance, check_euler_radial_gradient,
+                                   check_jacobian_null_space, check_epsilon_breaking, check_per_row_scaling],
+                         ids=lambda f: f.__name__)
+def test_measured_tensor_is_q_proj(tiny_setups, check):
+    # the record names the tensor it measured, read off the model by identity, not the label it meant
+    claim = check(tiny_setups[True], "float64")
+    assert claim.details["tensor"] == "blocks.0.attn.q_proj.weight"
+    assert claim.details["shape"] == [TINY.d_model, TINY.d_model]
+
+
+def test_details_are_structured_data(tiny_setups):
+    # names -> numbers (or lists / dicts of them, or a tensor name): no prose to parse, no '=' inside a key
+    def walk(v, where):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                assert "=" not in str(k), (where, k)
+                walk(x, f"{where}.{k}")
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x, where)
+        else:
+            assert v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and " " not in v), (where, v)
+
+    for check in (check_forward_invariance, check_euler_radial_gradient, check_jacobian_null_space,
+                  check_epsilon_breaking, check_per_row_scaling):
+        claim = check(tiny_setups[True], "float64")
+        walk(claim.details, claim.id)
+        walk(claim.measured, claim.id)
+
+
+def test_claim_record_is_keyword_only_and_spells_dtype_once():
+    import numpy as np
+
+    from rmsgauge import Claim
+    from rmsgauge.claims import dtype_name
+
+    with pytest.raises(TypeError):
+        Claim("gauge.x", "s", None, 1.0, None, True)  # positional records are refused
+    for spelling in (torch.float64, np.float64, np.dtype("float64"), "float64", "torch.float64", "f64"):
+        c = Claim(id="gauge.x", statement="s", stated=None, measured=1.0, tolerance=None, holds=True, dtype=spelling)
+        assert c.dtype == "float64" == dtype_name(spelling)
+    assert dtype_name([torch.float64, torch.float32]) == "float64, float32" and dtype_name(None) == "n/a"

@@ -18,6 +18,10 @@ from hypothesis import strategies as st
 from grt_model import GRT, GRTBlock, GRTConfig
 from grt_model.claims import (
     CLAIM_IDS,
+    WIRING_EXPECTED,
+    claim_butterfly_wiring,
+    claim_fast_equals_reference,
+    claim_jacobian,
     cross_head_blocks,
     flat_jacobian,
     gradcheck,
@@ -349,7 +353,7 @@ def test_cli_forward_and_json(tmp_path, capsys):
     from grt_model.__main__ import main
 
     out = tmp_path / "grt.json"
-    rc = main(["--preset", "small", "--n-blocks", "1", "--d-model", "32", "--d-ff", "64", "--batch-size", "1",
+    rc = main(["--preset", "small", "--n-layers", "1", "--d-model", "32", "--d-ff", "64", "--batch-size", "1",
                "--seq-len", "8", "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
@@ -368,6 +372,9 @@ def test_cli_forward_and_json(tmp_path, capsys):
     (["--set", "gate_init=2"], "gate_init"),
     (["--batch-size", "0"], "--batch-size"),
     (["--device", "tpu"], "--device"),
+    (["--n-blocks", "2"], "--n-blocks was renamed --n-layers"),
+    (["--block-size", "64"], "--block-size was renamed --seq-len"),
+    (["--json", "/"], "is a directory"),
 ])
 def test_cli_validates_flags_before_work(argv, match, capsys):
     from grt_model.__main__ import main
@@ -378,3 +385,72 @@ def test_cli_validates_flags_before_work(argv, match, capsys):
     import re
 
     assert re.search(match, capsys.readouterr().err)
+
+
+# ---------------------------------------------------------------------------------------- claims a bug must flip
+
+
+def test_butterfly_wiring():
+    claim = claim_butterfly_wiring()
+    assert claim.holds, claim.measured
+    assert claim.details["eager_matrix"]["1"] == WIRING_EXPECTED[1] == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    assert claim.measured["strides_64_11"] == [1, 2, 4, 8, 16, 32, 1, 2, 4, 8, 16]
+
+
+def test_butterfly_wiring_fails_on_a_wrong_stride(monkeypatch):
+    import grt_model.claims as gc
+
+    monkeypatch.setattr(gc, "stage_stride", lambda width, stage: 1 << ((stage + 1) % (width.bit_length() - 1)))
+    claim = claim_butterfly_wiring()
+    assert not claim.holds and claim.measured["stages_wrong"]["to_pairs"]
+
+
+def test_fast_equals_reference():
+    claim = claim_fast_equals_reference()
+    assert claim.holds, claim.details["errors"]
+    assert {"eager_coupling_on", "eager_coupling_off"} <= set(claim.details["errors"])
+
+
+def test_fast_equals_reference_fails_on_a_wrong_area_sign(monkeypatch):
+    import grt_model.cascade_ops as ops
+
+    real = ops.clifford_features
+    monkeypatch.setattr(ops, "clifford_features", lambda x0, x1: real(x1, x0))  # swaps roles: flips the area
+    claim = claim_fast_equals_reference()
+    assert not claim.holds
+    assert claim.details["errors"]["eager_coupling_on"]["value"] > claim.tolerance
+    assert claim.details["errors"]["eager_coupling_off"]["value"] <= claim.tolerance  # no features off
+
+
+def test_a_wrong_backward_is_a_verdict_not_a_traceback(monkeypatch):
+    import grt_model.claims as gc
+
+    def broken(fn, inputs, **kw):  # gradcheck on a function whose backward is wrong: must say False, not raise
+        return bool(torch.autograd.gradcheck(lambda t: _WrongGrad.apply(t), (inputs[0],), raise_exception=False))
+
+    monkeypatch.setattr(gc, "gradcheck", broken)
+    claim = claim_jacobian()
+    assert not claim.holds and claim.measured["gradcheck_passed"] == 0
+
+
+def test_a_check_that_raises_is_a_fails_record(monkeypatch):
+    import grt_model.claims as gc
+    from rmsgauge.claims import CLAIMS
+
+    def boom():
+        raise RuntimeError("planted")
+
+    spec = CLAIMS["grt.stage_counts"]
+    monkeypatch.setitem(CLAIMS, "grt.stage_counts", type(spec)(spec.id, spec.group, boom, spec.title))
+    (claim,) = gc.run_all(only=("grt.stage_counts",))
+    assert not claim.holds and claim.details["error"] == "RuntimeError: planted"
+
+
+class _WrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.02  # 1% off

@@ -46,12 +46,17 @@ def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
 def synthetic_claims() -> list[Claim]:
     """One claim per source status, a failing verdict, and HTML-special characters in the text."""
     return [
-        Claim("gauge.forward_invariance", "RMSNorm(x (cW)) = RMSNorm(x W), c > 0", 3e-15, 2.1e-16, 1e-13, True),
-        Claim("dynamics.angular_rate_scaling", "the rate grows like 1 / ||W|| <wording>", [0.0025, 0.01, 0.04],
-              {"exponent": -2.0}, 0.05, True, source_status="wrong", exact_law="angle ∝ ||W||^-2 & not ^-1"),
-        Claim("dynamics.trajectory_tracking", "tracks to a relative 4e-4", 4e-4, 3.9e-4, 1e-3, True,
+        Claim(id="gauge.forward_invariance", statement="RMSNorm(x (cW)) = RMSNorm(x W), c > 0",
+              stated=3e-15, measured=2.1e-16, tolerance=1e-13, holds=True),
+        Claim(id="dynamics.angular_rate_scaling", statement="the rate grows like 1 / ||W|| <wording>",
+              stated=[0.0025, 0.01, 0.04],
+              measured={"exponent": -2.0}, tolerance=0.05, holds=True, source_status="wrong",
+              exact_law="angle ∝ ||W||^-2 & not ^-1"),
+        Claim(id="dynamics.trajectory_tracking", statement="tracks to a relative 4e-4",
+              stated=4e-4, measured=3.9e-4, tolerance=1e-3, holds=True,
               source_status="approximate", exact_law="(1-wd)^2 ||W||^2 + lr^2 ||g||^2"),
-        Claim("grt.mixing", "a local pair reaches across the whole vector", None, 6, None, False, dtype="n/a",
+        Claim(id="grt.mixing", statement="a local pair reaches across the whole vector",
+              stated=None, measured=6, tolerance=None, holds=False, dtype="n/a",
               source_status="unstated"),
     ]
 
@@ -82,9 +87,10 @@ def test_page_loads_renders_every_image_and_lists_every_claim(page):
     attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', m.group(0)))
     assert attrs.get("selftest") == "done", f"page script did not finish: {m.group(0)}"
     n_fig = len(page["sidecars"])
-    assert int(attrs["images-total"]) == n_fig
-    assert int(attrs["images-ok"]) == n_fig, "some <img> did not render (naturalWidth == 0)"
-    assert int(attrs["claim-rows"]) == len(page["claims"])
+    thumbs = len({c.id for c in page["claims"] if c.figure in {s["name"] for s in page["sidecars"]}})
+    assert int(attrs["images-total"]) == n_fig + thumbs  # every figure, and each claim row's thumbnail
+    assert int(attrs["images-ok"]) == n_fig + thumbs, "some <img> did not render (naturalWidth == 0)"
+    assert int(attrs["claim-rows"]) == len({c.id for c in page["claims"]})  # one row per claim, dtypes side by side
     assert int(attrs["proof-rows"]) == len(page["proofs"])
     n_iv = sum(1 for s in page["sidecars"] if s.get("interactive"))
     assert n_iv >= 1
@@ -92,6 +98,13 @@ def test_page_loads_renders_every_image_and_lists_every_claim(page):
     for c in page["claims"]:
         assert f'data-claim-id="{c.id}"' in dom
     assert "&lt;wording&gt;" in dom  # escaped source text survives as text
+
+
+def test_no_horizontal_scroll_at_1400_px(page):
+    r = _chromium(page["profile"], "--window-size=1400,1000", "--dump-dom", (page["out"] / "index.html").as_uri())
+    assert r.returncode == 0, r.stderr[-2000:]
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', re.search(r"<html[^>]*>", r.stdout).group(0)))
+    assert int(attrs["scroll-width"]) <= int(attrs["view-width"]), attrs
 
 
 def test_screenshot_is_not_blank(page, tmp_path):

@@ -1,0 +1,39 @@
+"""A few planted bugs (``tools/mutate.py``), each in a temporary copy of the repository, must flip a check.
+
+The full set (``python -m tools.mutate``) takes minutes; these three cover the three kinds of catcher: a
+GRT claim (the written-out butterfly wiring), a GRT claim on values (the embedding's rebuilt pairs), and a
+test pinning what a gauge check measures (the tensor's name read off the model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tools.mutate import MUTATIONS, Mutation, run_one, score
+
+BY_NAME = {m.name: m for m in MUTATIONS}
+
+
+@pytest.mark.parametrize("name", ["stride_off_by_one", "embedding_cos_sin_swapped", "euler_measures_k_proj"])
+def test_planted_bug_is_caught(name):
+    r = run_one(BY_NAME[name])
+    assert r.applied, r.note
+    assert r.caught_by == [label for label, _ in BY_NAME[name].checks], r
+
+
+def test_every_mutation_names_a_line_of_the_working_tree():
+    # a mutation whose line moved would silently stop testing anything: each must match exactly once
+    from tools.mutate import ROOT
+
+    for m in MUTATIONS:
+        assert (ROOT / m.path).read_text(encoding="utf-8").count(m.old) == 1, (m.name, m.path)
+    assert len({m.name for m in MUTATIONS}) == len(MUTATIONS) >= 15
+
+
+def test_a_mutation_that_does_not_apply_is_not_counted():
+    ghost = dataclasses.replace(BY_NAME["stride_off_by_one"], name="ghost", old="this line is not in the file")
+    r = run_one(Mutation(**{**dataclasses.asdict(ghost), "checks": ghost.checks}))
+    assert not r.applied and not r.caught_by
+    assert score([r]) == (0, 0)
