@@ -1,0 +1,523 @@
+r"""The GRT and the dense baseline as Hugging Face ``transformers`` models (``pip install -e ".[hf]"``).
+
+What this module adds (nothing else in the project imports it, so without ``transformers`` the
+rest works unchanged):
+
+* :class:`GRTHFConfig` / :class:`DenseHFConfig` (``PretrainedConfig``; ``model_type``
+  ``rmsgauge-grt`` / ``rmsgauge-dense``) holding the project config dict (``GRTConfig`` /
+  ``DenseConfig``) in ``project_config``, plus the usual ``vocab_size``, ``hidden_size``,
+  ``num_hidden_layers``, ``num_attention_heads`` and ``max_position_embeddings`` (= ``block_size``,
+  which lm-eval reads as the context length).
+* :class:`GRTForCausalLM` / :class:`DenseForCausalLM` (``PreTrainedModel`` + ``GenerationMixin``):
+  ``self.model`` IS the project's module (so the safetensors keys are the project's state-dict keys
+  under ``model.``); ``forward(input_ids, labels=...)`` returns ``CausalLMOutputWithPast`` with the
+  usual shifted next-token loss when ``labels`` are given.
+* :class:`ByteTokenizer`: UTF-8 bytes, ids 0..255, exactly :func:`lm.corpus.encode`.  The
+  models have no special tokens, so ``"\n"`` (byte 10) doubles as BOS/EOS/PAD: the project's
+  document separator (``load_text`` joins files with it) and its sampler's empty prompt.  It is
+  never added to an encoding, and decoding keeps it even with ``skip_special_tokens=True`` (every
+  id is a real byte).  Generation does not stop on it (``eos_token_id`` is unset in the
+  generation config), like ``lm.sample``.
+* Converters: :func:`save_pretrained_dir` (project checkpoint / module / shipped reference ->
+  ``save_pretrained`` directory in safetensors) and :func:`to_checkpoint` (directory -> project
+  checkpoint), and ``python -m lm.hf export|import``.
+
+Importing :mod:`lm.hf` registers the classes with ``AutoConfig``, ``AutoModelForCausalLM`` and
+``AutoTokenizer`` (:func:`register`, idempotent).  A process that cannot import the project first
+(e.g. the plain ``lm_eval`` CLI) loads a directory with ``trust_remote_code=True``: every directory
+carries a two-line shim ``rmsgauge_hf.py`` named in ``auto_map`` that imports these classes from the
+installed project (no model code is copied into the directory).
+
+**Logits.**  Without a cache and without padding, ``forward`` calls the project module itself:
+the logits are the project's, bit for bit.  With a KV cache or a padding mask it runs
+:func:`_forward_incremental`, the same layers re-composed around a cached attention (tested equal
+to float tolerance).
+
+**KV cache: valid inside one context window, impossible across a slide.**  Both models are
+per-token everywhere except attention: the dense block's projections, norms and MLP, and the
+GRT's phase embedding, PearlNorms, Q/K/V/O cascades (whose Clifford coupling reads only the
+token's own pair features), mixer and FFN cascades all act on each token alone, and rotary
+position depends only on the token's absolute position.  So the keys and values of earlier
+tokens never change while the sequence grows, and caching them is exact -- the GRT's cascades
+are no obstacle.  Once the sequence exceeds ``block_size``, ``lm.sample`` re-reads the last
+``block_size`` tokens from position 0: every token's rotary position shifts and every deeper
+layer's keys depend on a context that lost its first token, so no cached entry stays valid and
+each further step recomputes the whole window (what :meth:`prepare_inputs_for_generation` does).
+
+**Sampling agrees with** ``lm.sample.generate``: HF applies temperature, then top-k (the same
+``logits < k-th largest`` rule), then softmax and ``torch.multinomial`` on the default CPU
+generator.  After ``torch.manual_seed(s)`` that generator is in the state of
+``torch.Generator().manual_seed(s)`` that ``lm.sample`` uses, and one multinomial draw per step
+consumes it the same way, so the same seed gives the same bytes.  Two differences, neither a
+different distribution: HF softmaxes in float32 where ``lm.sample`` uses float64 (a draw can differ
+only when it lands within float32 rounding of a cumulative-probability boundary), and
+``lm.sample`` has no top-p (HF's ``top_p`` is HF's own nucleus filter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grt_model.rope import apply_rope, rope_angles
+from lm.checkpoint import (
+    MODEL_KINDS,
+    build_model,
+    config_from_dict,
+    config_to_dict,
+    default_model_config,
+    load_checkpoint,
+    model_classes,
+    model_from_checkpoint,
+    save_checkpoint,
+)
+from lm.corpus import VOCAB_SIZE
+
+try:
+    from transformers import (
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        GenerationConfig,
+        GenerationMixin,
+        PretrainedConfig,
+        PreTrainedModel,
+    )
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+    from transformers.tokenization_python import AddedToken, PreTrainedTokenizer
+except ImportError as e:  # the extra is optional: say which one to install
+    raise ModuleNotFoundError(f"lm.hf needs the Hugging Face extra: pip install -e \".[hf]\" ({e})") from e
+
+NEWLINE_ID = 10  # "\n": BOS/EOS/PAD of the byte tokenizer (see the module docstring)
+SHIM_NAME = "rmsgauge_hf"  # the auto_map module written into every directory
+MODEL_TYPES = {"grt": "rmsgauge-grt", "dense": "rmsgauge-dense"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configs
+# ---------------------------------------------------------------------------------------------------
+
+
+class _ProjectHFConfig(PretrainedConfig):
+    kind = ""  # "grt" / "dense" (a class attribute, not a config field)
+
+    # transformers >= 5 configs are dataclasses: fields here, derivation in __post_init__
+    project_config: dict | None = None  # the GRTConfig / DenseConfig as a dict; None: the CPU preset
+    vocab_size: int = VOCAB_SIZE
+    max_position_embeddings: int = 0  # = block_size (lm-eval reads it as the context length)
+    hidden_size: int = 0
+    num_attention_heads: int = 0
+    num_hidden_layers: int = 0
+    bos_token_id: int | None = NEWLINE_ID
+    # no pad id: generate() would mask every "\n" of a prompt as padding (a padded batch passes its attention_mask)
+    pad_token_id: int | None = None
+    eos_token_id: int | None = None  # generation runs to max_new_tokens, like lm.sample
+    tie_word_embeddings: bool = False  # the project ties inside its own module; HF must not tie anything
+
+    def __post_init__(self, **kwargs: Any) -> None:
+        # HF also builds a config with no arguments (defaults, diffs): the CPU preset stands in
+        pc = config_to_dict(default_model_config(self.kind)) if self.project_config is None else self.project_config
+        cfg = config_from_dict(self.kind, dict(pc))  # validates: unknown keys and bad values fail here
+        self.project_config = config_to_dict(cfg)
+        # derived from project_config, whatever a saved config.json says
+        self.vocab_size = cfg.vocab_size
+        self.max_position_embeddings = cfg.block_size
+        self.hidden_size = cfg.d_model
+        self.num_attention_heads = cfg.n_heads
+        self.num_hidden_layers = cfg.n_blocks if self.kind == "grt" else cfg.n_layers
+        self.tie_word_embeddings = False
+        super().__post_init__(**kwargs)
+
+    def project(self):
+        """The project config dataclass (``GRTConfig`` / ``DenseConfig``)."""
+        return config_from_dict(self.kind, self.project_config)
+
+
+class GRTHFConfig(_ProjectHFConfig):
+    model_type = MODEL_TYPES["grt"]
+    kind = "grt"
+
+
+class DenseHFConfig(_ProjectHFConfig):
+    model_type = MODEL_TYPES["dense"]
+    kind = "dense"
+
+
+# ---------------------------------------------------------------------------------------------------
+# KV cache
+# ---------------------------------------------------------------------------------------------------
+
+
+class WindowKVCache:
+    """Per-layer keys/values (after rotary) of the tokens seen so far in the current window.
+
+    Deliberately not a ``transformers.Cache``: the model owns its cache (``generate`` only hands it
+    back), so its one non-standard rule -- empty it when the window slides -- lives in this module.
+    """
+
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, n_layers: int) -> None:
+        self.keys: list[torch.Tensor | None] = [None] * n_layers
+        self.values: list[torch.Tensor | None] = [None] * n_layers
+
+    @property
+    def is_linear(self) -> list[bool]:
+        return [False] * len(self.keys)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        k = self.keys[layer_idx]
+        return 0 if k is None else int(k.shape[-2])
+
+    def reset(self) -> None:
+        self.keys = [None] * len(self.keys)
+        self.values = [None] * len(self.values)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``[B, H, t, dh]`` keys/values; returns everything cached for ``layer``."""
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=-2)
+            v = torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(dh)) v`` over the keys ``allowed`` ``[B, 1, Tq, Tk]`` lets each query see."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def _rope_at(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotary on ``x [B, H, T, dh]`` at absolute ``positions [B, T]`` (the project's own angle table)."""
+    table = rope_angles(int(positions.max()) + 1, x.shape[-1], base, dtype=x.dtype, device=x.device)  # (Tmax, P)
+    return apply_rope(x, table[positions].unsqueeze(1))  # angles (B, 1, T, P) broadcast over heads
+
+
+def _forward_incremental(kind: str, model: nn.Module, idx: torch.Tensor, positions: torch.Tensor,
+                         allowed: torch.Tensor, cache: WindowKVCache | None) -> torch.Tensor:
+    """The project model's forward re-composed around a cached, masked attention; ``[B, T, V]`` logits.
+
+    Every per-token layer is the project's own submodule; only attention is rewritten (keys and
+    values come from ``cache`` plus the new tokens, visibility from ``allowed``).
+    """
+    cfg = model.config
+    B, T = idx.shape
+    H = cfg.n_heads
+    if kind == "dense":
+        hd, base = cfg.head_dim, 10000.0  # lm.dense uses rope_angles' default base
+        x = model.tok_emb(idx)  # (B, T, D)
+        for i, blk in enumerate(model.blocks):
+            a, h = blk.attn, blk.norm1(x)
+            q, k, v = (p(h).view(B, T, H, hd).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))  # (B, H, T, hd)
+            if a.q_norm is not None:
+                q, k = a.q_norm(q), a.k_norm(k)
+            if cfg.rope:
+                q, k = _rope_at(q, positions, base), _rope_at(k, positions, base)
+            if cache is not None:
+                k, v = cache.update(k, v, i)
+            y = _attend(q, k, v, allowed).transpose(1, 2).reshape(B, T, cfg.d_model)
+            x = x + a.o_proj(y)
+            x = x + blk.mlp(blk.norm2(x))
+        x = model.norm_f(x)
+        return x @ model.tok_emb.weight.T if model.head is None else model.head(x)
+    dh = cfg.d_head
+    x = model.embed(idx)  # (B, T, D)
+    for i, blk in enumerate(model.blocks):
+        a = blk.attn
+        y = a.qkv(blk.norm_attn(x))  # (B, T, 3*H*dh): cascade head j*H + h is projection j of head h
+        q, k, v = y.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, dh)
+        if a.rope:
+            q, k = _rope_at(q, positions, a.rope_base), _rope_at(k, positions, a.rope_base)
+        if cache is not None:
+            k, v = cache.update(k, v, i)
+        o = a.o(_attend(q, k, v, allowed).transpose(1, 2).reshape(B, T, cfg.d_model))
+        x = x + blk.gates()[0] * o
+        x = x + blk.sublayer("mixer", x)
+        x = x + blk.sublayer("ffn", x)
+    return model.norm_f(x) @ model.output_weight().T
+
+
+# ---------------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------------
+
+
+class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _no_split_modules: ClassVar[list[str]] = []
+
+    def __init__(self, config: _ProjectHFConfig, model: nn.Module | None = None) -> None:
+        super().__init__(config)
+        self.kind = config.kind
+        self.model = build_model(self.kind, config.project()) if model is None else model
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # the project module initializes itself in its constructor; from_pretrained then loads every tensor
+        return
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model brings its own WindowKVCache (see the module docstring)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.tok_emb if self.kind == "dense" else self.model.embed
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, cache: WindowKVCache | None = None,
+                labels: torch.Tensor | None = None, use_cache: bool | None = None,
+                return_dict: bool | None = None, **kwargs: Any) -> CausalLMOutputWithPast:
+        if input_ids is None:
+            raise ValueError("input_ids is required (the models read byte ids, not embeddings)")
+        cache = kwargs.pop("past_key_values", None) if cache is None else cache  # the older transformers name
+        B, T = input_ids.shape
+        past = cache.get_seq_length() if cache is not None else 0
+        block = self.config.max_position_embeddings
+        if past + T > block:
+            raise ValueError(f"cached length {past} + new tokens {T} must be in [1, block_size={block}]; "
+                             "generate() re-reads the window itself, a direct call must crop")
+        mask = (torch.ones(B, past + T, dtype=torch.long, device=input_ids.device) if attention_mask is None
+                else attention_mask.to(input_ids.device).long())
+        if mask.shape != (B, past + T):
+            raise ValueError(f"attention_mask must be [B, past + T] = [{B}, {past + T}], got {tuple(mask.shape)}")
+        if position_ids is None:
+            # a left-padded row starts at position 0 at its first real token (lm.sample never pads)
+            position_ids = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
+        position_ids = position_ids.to(input_ids.device)
+        plain = bool(mask.all()) and torch.equal(position_ids, torch.arange(T, device=input_ids.device).expand(B, T))
+        if cache is None and not use_cache and plain:
+            logits, _ = self.model(input_ids)  # the project's own forward: its logits exactly
+        else:
+            if cache is None and use_cache:
+                cache = WindowKVCache(self.config.num_hidden_layers)
+            q_idx = torch.arange(past, past + T, device=input_ids.device)
+            k_idx = torch.arange(past + T, device=input_ids.device)
+            allowed = (k_idx[None, :] <= q_idx[:, None])[None] & mask.bool()[:, None, :]  # (B, T, past+T)
+            # a padding query sees no real key; letting it see itself keeps its (unused) row finite
+            allowed = allowed | (k_idx[None, :] == q_idx[:, None])[None]
+            logits = _forward_incremental(self.kind, self.model, input_ids, position_ids, allowed[:, None], cache)
+        loss = None
+        if labels is not None:
+            # HF convention: labels are the inputs; position t predicts label t+1; -100 is ignored
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                   labels[:, 1:].reshape(-1).to(logits.device), ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache if use_cache else None)
+
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, next_sequence_length: int | None = None,
+                                      cache: WindowKVCache | None = None,
+                                      attention_mask: torch.Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
+        block = self.config.max_position_embeddings
+        use_cache = kwargs.get("use_cache", True)
+        past = cache.get_seq_length() if cache is not None else 0
+        if past and input_ids.shape[1] <= block:
+            ids = input_ids[:, past:]  # the cache holds everything before
+        else:
+            if cache is not None:
+                cache.reset()  # the window slid: no cached entry is valid any more (module docstring)
+            ids = input_ids[:, -block:]
+            if attention_mask is not None:
+                attention_mask = attention_mask[:, -block:]
+        return {"input_ids": ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
+
+
+class GRTForCausalLM(_ProjectForCausalLM):
+    config_class = GRTHFConfig
+
+
+class DenseForCausalLM(_ProjectForCausalLM):
+    config_class = DenseHFConfig
+
+
+HF_CLASSES = {"grt": (GRTHFConfig, GRTForCausalLM), "dense": (DenseHFConfig, DenseForCausalLM)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------------------------------
+
+
+class ByteTokenizer(PreTrainedTokenizer):
+    """UTF-8 bytes as ids 0..255 (= :func:`lm.corpus.encode`); ``"\\n"`` doubles as BOS/EOS/PAD."""
+
+    vocab_files_names: ClassVar[dict[str, str]] = {}  # nothing to store: the vocabulary is the 256 bytes
+    model_input_names: ClassVar[list[str]] = ["input_ids", "attention_mask"]
+
+    def __init__(self, **kwargs: Any) -> None:
+        nl = AddedToken("\n", special=True, normalized=False, lstrip=False, rstrip=False)
+        self._added_tokens_decoder = {NEWLINE_ID: nl}
+        for key in ("bos_token", "eos_token", "pad_token"):
+            kwargs[key] = nl
+        kwargs.setdefault("clean_up_tokenization_spaces", False)  # bytes round-trip exactly
+        super().__init__(**kwargs)
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCAB_SIZE
+
+    def get_vocab(self) -> dict[str, int]:
+        return {chr(i): i for i in range(VOCAB_SIZE)}
+
+    def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
+        return [chr(b) for b in text.encode("utf-8")]  # one latin-1 character per byte
+
+    def _convert_token_to_id(self, token: str) -> int:
+        if len(token) != 1 or ord(token) >= VOCAB_SIZE:
+            raise ValueError(f"a byte token is one character with code in [0, 255], got {token!r}")
+        return ord(token)
+
+    def _convert_id_to_token(self, index: int) -> str:
+        return chr(index)
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        return bytes(ord(t) for t in tokens).decode("utf-8", errors="replace")  # as lm.corpus.decode
+
+    def _decode(self, token_ids: int | list[int], skip_special_tokens: bool = False, **kwargs: Any) -> str:
+        # every id is a real byte: "\n" is text even when asked to skip special tokens
+        ids = [token_ids] if isinstance(token_ids, int) else [int(i) for i in token_ids]
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def build_inputs_with_special_tokens(self, token_ids_0: list[int],
+                                         token_ids_1: list[int] | None = None) -> list[int]:
+        return list(token_ids_0) + list(token_ids_1 or [])  # the models were trained on raw bytes
+
+    def get_special_tokens_mask(self, token_ids_0: list[int], token_ids_1: list[int] | None = None,
+                                already_has_special_tokens: bool = False) -> list[int]:
+        return [0] * (len(token_ids_0) + len(token_ids_1 or []))
+
+    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
+        return ()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registration and converters
+# ---------------------------------------------------------------------------------------------------
+
+
+def register() -> None:
+    """Register both model families with the Auto factories (idempotent; done on import)."""
+    for cfg_cls, model_cls in HF_CLASSES.values():
+        AutoConfig.register(cfg_cls.model_type, cfg_cls, exist_ok=True)
+        AutoModelForCausalLM.register(cfg_cls, model_cls, exist_ok=True)
+        AutoTokenizer.register(cfg_cls, tokenizer_class=ByteTokenizer, exist_ok=True)
+
+
+register()
+
+
+def kind_of(model: nn.Module) -> str:
+    """``"grt"`` or ``"dense"`` from the module's config type."""
+    for kind in MODEL_KINDS:
+        if isinstance(getattr(model, "config", None), model_classes(kind)[0]):
+            return kind
+    raise TypeError(f"not a project model (GRT or DenseTransformer): {type(model).__name__}")
+
+
+def wrap(model: nn.Module) -> _ProjectForCausalLM:
+    """The HF model around an in-memory project module (shares its parameters, no copy)."""
+    kind = kind_of(model)
+    cfg_cls, model_cls = HF_CLASSES[kind]
+    hf = model_cls(cfg_cls(project_config=config_to_dict(model.config)), model=model)
+    first = next(model.parameters())
+    hf.config.dtype = first.dtype  # what save_pretrained records (the project trains in float32)
+    return hf
+
+
+def _shim_text() -> str:
+    return ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
+            "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
+            "from lm.hf import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, GRTHFConfig  # noqa\n")
+
+
+def save_pretrained_dir(source: str | os.PathLike | nn.Module | dict[str, Any], out_dir: str | os.PathLike) -> Path:
+    """Write a ``save_pretrained`` directory (safetensors, tokenizer, generation config, loader shim).
+
+    ``source``: a project checkpoint path (``lm/checkpoint.py`` format), a loaded checkpoint dict, or a
+    project module (e.g. a shipped reference from ``lm.reference.load_reference``).
+    """
+    if isinstance(source, nn.Module):
+        model = source
+    else:
+        ckpt = source if isinstance(source, dict) else load_checkpoint(source, map_location="cpu")
+        model = model_from_checkpoint(ckpt, device="cpu")
+    model = model.cpu().eval()
+    hf = wrap(model)
+    kind = hf.kind
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    hf.config.auto_map = {"AutoConfig": f"{SHIM_NAME}.{type(hf.config).__name__}",
+                          "AutoModelForCausalLM": f"{SHIM_NAME}.{type(hf).__name__}"}
+    hf.generation_config = GenerationConfig(do_sample=False, bos_token_id=NEWLINE_ID, pad_token_id=None,
+                                            eos_token_id=None)
+    hf.save_pretrained(out, safe_serialization=True)
+    tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
+    tok.save_pretrained(out)
+    # the tokenizer's own auto_map entry, so AutoTokenizer resolves it through the shim too
+    tc_path = out / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc["auto_map"] = {"AutoTokenizer": [f"{SHIM_NAME}.ByteTokenizer", None]}
+    tc_path.write_text(json.dumps(tc, indent=2) + "\n")
+    (out / f"{SHIM_NAME}.py").write_text(_shim_text())
+    assert kind in MODEL_KINDS
+    return out
+
+
+def load_pretrained(model_dir: str | os.PathLike, **kwargs: Any) -> _ProjectForCausalLM:
+    """``AutoModelForCausalLM.from_pretrained`` (registration is this module's import)."""
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
+
+
+def to_checkpoint(model_dir: str | os.PathLike, ckpt_path: str | os.PathLike) -> Path:
+    """Convert a directory back to a project checkpoint (no optimizer state; step 0)."""
+    hf = load_pretrained(model_dir)
+    return save_checkpoint(ckpt_path, model_kind=hf.kind, model=hf.model, optimizer=None,
+                           train_config={}, step=0, tokens_seen=0,
+                           extra={"converted_from": str(Path(model_dir).resolve())})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rmsgauge import check_output_dir, check_output_file
+
+    p = argparse.ArgumentParser(prog="python -m lm.hf", description="Convert between project checkpoints and "
+                                "Hugging Face save_pretrained directories (safetensors).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("export", help="checkpoint or shipped reference -> directory")
+    src = ex.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt", help="project checkpoint (python -m lm.train writes OUT/ckpt.pt)")
+    src.add_argument("--reference", choices=MODEL_KINDS, help="a shipped reference model (lm/reference_models/)")
+    ex.add_argument("--out", required=True, help="directory to write")
+    im = sub.add_parser("import", help="directory -> project checkpoint")
+    im.add_argument("--model-dir", required=True, help="a save_pretrained directory written by export")
+    im.add_argument("--ckpt", required=True, help="checkpoint path to write")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "export":
+            check_output_dir("--out", args.out)
+            if args.reference:
+                from lm.reference import load_reference
+
+                source = load_reference(args.reference)
+            else:
+                source = args.ckpt
+            out = save_pretrained_dir(source, args.out)
+        else:
+            check_output_file("--ckpt", args.ckpt)
+            out = to_checkpoint(args.model_dir, args.ckpt)
+    except (FileNotFoundError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: lm.errors.CheckpointError
+        p.error(str(e))
+    sys.stdout.write(f"wrote {out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

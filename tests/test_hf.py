@@ -1,0 +1,197 @@
+"""The GRT and dense models as Hugging Face ``transformers`` models (lm/hf.py): loading, logits, generation.
+
+Needs the ``hf`` extra (skipped without it).  Tiny models (d 32, 2 layers, context 32) keep this file fast;
+"trained" weights come from 20 steps of ``lm.train.train`` (or the shipped references when present).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("transformers", reason="the hf extra is not installed (pip install -e '.[hf]')")
+pytest.importorskip("safetensors", reason="the hf extra is not installed (pip install -e '.[hf]')")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no network here: nothing may be fetched from the Hub
+
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from grt_model import GRT, GRTConfig
+from lm.checkpoint import load_checkpoint, model_from_checkpoint
+from lm.corpus import decode, encode
+from lm.dense import DenseConfig, DenseTransformer
+from lm.hf import (
+    NEWLINE_ID,
+    DenseForCausalLM,
+    GRTForCausalLM,
+    main,
+    save_pretrained_dir,
+    to_checkpoint,
+)
+from lm.sample import generate as project_generate
+from lm.train import TrainConfig, train
+from rmsgauge import assert_close, seed_everything
+
+BLOCK = 32
+TINY = {
+    "dense": lambda: DenseConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=BLOCK),
+    "grt": lambda: GRTConfig.small(d_model=32, n_heads=2, n_blocks=2, d_ff=64, block_size=BLOCK, qkvo_stages=3,
+                                   ffn_stages=3),
+}
+HF_CLASS = {"dense": DenseForCausalLM, "grt": GRTForCausalLM}
+TEXTS = ["ROMEO:\nBut soft!", "Héllo, wörld — ∑ 🙂", "", "\n\n  tabs\tand spaces  "]
+
+
+def _layers(model) -> int:
+    cfg = model.config
+    return cfg.n_blocks if isinstance(cfg, GRTConfig) else cfg.n_layers
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """``{(kind, weights): (project module, save_pretrained dir)}`` for random and trained weights."""
+    root = tmp_path_factory.mktemp("hf")
+    out = {}
+    for kind in ("dense", "grt"):
+        seed_everything(1)
+        net = (DenseTransformer if kind == "dense" else GRT)(TINY[kind]()).eval()
+        out[(kind, "random")] = (net, save_pretrained_dir(net, root / f"{kind}-random"))
+        # trained: through the checkpoint converter, the path a user's run takes
+        run = root / f"{kind}-run"
+        cfg = TrainConfig(max_steps=20, batch_size=4, warmup_steps=2, lr=1e-2, eval_interval=0, eval_batches=1,
+                          log_interval=20, gauge_interval=0, ckpt_interval=0, probe_gauges=False, device="cpu",
+                          out_dir=str(run))
+        train(kind, TINY[kind](), cfg, progress=False)
+        ckpt = run / "ckpt.pt"
+        trained = model_from_checkpoint(load_checkpoint(ckpt)).eval()
+        out[(kind, "trained")] = (trained, save_pretrained_dir(ckpt, root / f"{kind}-trained"))
+    return out
+
+
+def _ids(text: str) -> torch.Tensor:
+    return torch.from_numpy(encode(text).astype("int64")).unsqueeze(0)  # (1, t)
+
+
+def test_tokenizer_is_the_project_bytes(models):
+    tok = AutoTokenizer.from_pretrained(str(models[("grt", "random")][1]))
+    assert tok.vocab_size == 256 and len(tok) == 256
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (NEWLINE_ID,) * 3
+    for text in TEXTS:
+        ids = tok(text)["input_ids"]
+        assert ids == encode(text).tolist(), text  # nothing added: the models were trained on raw bytes
+        # "\n" is text even when special tokens are skipped (every id is a real byte)
+        assert tok.decode(ids, skip_special_tokens=True) == decode(ids) == text
+    batch = tok(["ab", "abcd"], padding=True, padding_side="left", return_tensors="pt")
+    assert batch["input_ids"].tolist() == [[NEWLINE_ID, NEWLINE_ID, 97, 98], [97, 98, 99, 100]]
+    assert batch["attention_mask"].tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
+
+
+@pytest.mark.parametrize("weights", ["random", "trained"])
+@pytest.mark.parametrize("kind", ["dense", "grt"])
+def test_from_pretrained_reproduces_project_logits(models, kind, weights):
+    net, d = models[(kind, weights)]
+    assert AutoConfig.from_pretrained(str(d)).model_type == f"rmsgauge-{kind}"
+    hf = AutoModelForCausalLM.from_pretrained(str(d))
+    assert type(hf) is HF_CLASS[kind] and hf.dtype == torch.float32
+    for name, p in net.state_dict().items():  # every tensor round-trips through safetensors bit for bit
+        assert torch.equal(hf.model.state_dict()[name], p), name
+    x = torch.randint(0, 256, (3, BLOCK), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref, _ = net(x)
+        out = hf(input_ids=x)
+        assert torch.equal(out.logits, ref)  # no cache, no padding: the project's own forward
+        # KV cache, fed in three uneven pieces: the same function to float32 tolerance
+        pieces, cache, start = [], None, 0
+        for stop in (5, 6, BLOCK):
+            o = hf(input_ids=x[:, start:stop], cache=cache, use_cache=True)
+            pieces.append(o.logits)
+            cache, start = o.cache, stop
+        assert cache.get_seq_length() == BLOCK
+        assert_close(torch.cat(pieces, dim=1), ref, dtype=torch.float32, size=net.config.d_model,
+                     depth=_layers(net), what=f"{kind} cached logits")
+        # HF's label convention: position t predicts label t+1
+        loss = hf(input_ids=x, labels=x).loss
+        _, ref_loss = net(x[:, :-1], x[:, 1:])
+    assert_close(loss, ref_loss, dtype=torch.float32, size=BLOCK, what="loss")
+
+
+@pytest.mark.parametrize("kind", ["dense", "grt"])
+def test_checkpoint_round_trip(models, kind, tmp_path):
+    net, d = models[(kind, "trained")]
+    ckpt = to_checkpoint(d, tmp_path / "back.pt")
+    back = model_from_checkpoint(load_checkpoint(ckpt))
+    assert type(back) is type(net) and back.config == net.config
+    sd = back.state_dict()
+    assert sd.keys() == net.state_dict().keys()
+    assert all(torch.equal(sd[k], v) for k, v in net.state_dict().items())
+
+
+@pytest.mark.parametrize("kind", ["dense", "grt"])
+def test_generate_matches_project_sampler(models, kind):
+    net, d = models[(kind, "trained")]
+    hf = AutoModelForCausalLM.from_pretrained(str(d))
+    prompt = _ids("ROMEO:\n")
+    n = BLOCK  # prompt + n crosses the context window: the project crops, the cache must restart
+    settings = [{"temperature": 0.0, "top_k": 0}, {"temperature": 1.0, "top_k": 0}, {"temperature": 0.7, "top_k": 5}]
+    for s in settings:
+        for use_cache in (False, True):
+            gen = torch.Generator().manual_seed(7)
+            ref = project_generate(net, prompt, n, temperature=s["temperature"], top_k=s["top_k"], generator=gen)
+            torch.manual_seed(7)  # HF samples from the default generator: the same stream as Generator().manual_seed(7)
+            kw = ({"do_sample": False} if s["temperature"] == 0 else
+                  {"do_sample": True, "temperature": s["temperature"], "top_k": s["top_k"]})
+            out = hf.generate(prompt, max_new_tokens=n, use_cache=use_cache, **kw)
+            assert out.tolist() == ref.tolist(), (s, use_cache)
+    # top-p has no lm.sample counterpart; a nucleus smaller than the top byte's mass is greedy decoding
+    torch.manual_seed(7)
+    nucleus = hf.generate(prompt, max_new_tokens=n, do_sample=True, top_p=1e-9, top_k=0)
+    assert nucleus.tolist() == project_generate(net, prompt, n, temperature=0.0).tolist()
+
+
+@pytest.mark.parametrize("kind", ["dense", "grt"])
+def test_left_padded_batch_generates_like_each_row(models, kind):
+    net, d = models[(kind, "trained")]
+    hf = AutoModelForCausalLM.from_pretrained(str(d))
+    tok = AutoTokenizer.from_pretrained(str(d))
+    prompts = ["To be", "Now is the winter"]
+    batch = tok(prompts, padding=True, padding_side="left", return_tensors="pt")
+    n = 10  # stays inside the window: past it, lm.sample has no notion of padding to compare with
+    out = hf.generate(**batch, max_new_tokens=n, do_sample=False)
+    for row, p in zip(out, prompts):
+        ref = project_generate(net, _ids(p), n, temperature=0.0)
+        assert row[-(ref.shape[1]):].tolist() == ref[0].tolist(), p
+
+
+def test_cli_export_and_errors(models, tmp_path, capsys):
+    net, d = models[("dense", "trained")]
+    ckpt = tmp_path / "back.pt"
+    assert main(["import", "--model-dir", str(d), "--ckpt", str(ckpt)]) == 0
+    assert main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "again")]) == 0
+    again = AutoModelForCausalLM.from_pretrained(str(tmp_path / "again"))
+    assert all(torch.equal(again.model.state_dict()[k], v) for k, v in net.state_dict().items())
+    capsys.readouterr()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(SystemExit):
+        main(["export", "--ckpt", str(ckpt), "--out", str(a_file)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--out" in err and "is a file" in err
+    with pytest.raises(SystemExit):
+        main(["export", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x")])
+    assert "no checkpoint at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["dense", "grt"])
+def test_shipped_reference_exports(kind, tmp_path):
+    from lm.reference import load_reference
+
+    try:
+        net = load_reference(kind)
+    except FileNotFoundError as e:  # the weights land in lm/reference_models/ separately
+        pytest.skip(f"shipped reference {kind!r} not present: {e}")
+    d = save_pretrained_dir(net, tmp_path / kind)
+    hf = AutoModelForCausalLM.from_pretrained(str(d))
+    x = torch.from_numpy(encode("ROMEO:\nBut soft, what light").astype("int64")).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.equal(hf(input_ids=x).logits, net(x)[0])
