@@ -35,74 +35,33 @@ Parameters (per head ``H``, stage ``S``, pair ``P``): ``angles`` ``[H, S, P]``,
 ``raw_scales`` ``[H, S, P, 2]`` (softplus gives :math:`s_0, s_1`), and
 ``coupling`` ``[H, S, 4P, P]`` (absent when ``coupling=False``).
 
-Backends (``RotationCascade(..., backend=...)``, default ``"auto"``): ``"eager"`` is
-:func:`cascade_eager` below (vectorized PyTorch, any device and dtype, any-order derivatives);
-``"fused"`` runs the numba kernels of :mod:`grt_model.fused` (CPU, float32/float64: all stages per
-token tile in cache, a backward that saves only the input); ``"auto"`` picks the fused kernels for
-CPU calls of at least ``fused.SETTINGS.auto_min_tokens`` tokens where numba is available.  All three
-compute the same function (``tests/test_fast_cascade.py``); :func:`reference_cascade` is the slow
-explicit-matrix check of both.
+Backends (``RotationCascade(..., backend=...)`` or ``settings=BackendSettings(...)``, default ``"auto"``):
+``"eager"`` is :func:`grt_model.cascade_ops.cascade_eager` (vectorized PyTorch, any device and dtype,
+any-order derivatives); ``"fused"`` runs the numba kernels of :mod:`grt_model.fused` (CPU, float32/float64:
+all stages per token tile in cache); ``"auto"`` picks the fused kernels for CPU calls of at least
+``settings.auto_min_tokens`` tokens where numba is available.  All three compute the same function
+(``tests/test_fast_cascade.py``); :func:`reference_cascade` is the slow explicit-matrix check of both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grt_model.butterfly import check_width, from_pairs, pair_index, stage_stride, to_pairs
-from grt_model.fused import cascade_fused, check_backend, use_fused
+from grt_model.backend import BackendSettings, FusedStats, KernelRuntime, check_backend, default_runtime
+from grt_model.butterfly import check_width, pair_index, stage_stride
+from grt_model.cascade_ops import broadcast_input_heads, cascade_eager, clifford_features
+from grt_model.fused import cascade_fused, use_fused
+
+__all__ = ["COUPLING_INIT_STD", "UNIT_RAW_SCALE", "RotationCascade", "broadcast_input_heads", "cascade_eager",
+           "clifford_features", "givens_matrix", "materialize", "reference_cascade", "reference_features"]
 
 UNIT_RAW_SCALE = math.log(math.e - 1.0)  # softplus(log(e-1)) = 1: cascades start length-preserving
 COUPLING_INIT_STD = 0.02  # small nudges at init: the cascade starts close to its fixed-angle rotation
-
-
-def clifford_features(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
-    """The four normalized Clifford features, feature-major: ``[..., P] x2 -> [..., 4P]``."""
-    energy = x0 * x0 + x1 * x1  # (..., P)
-    # tiny floor: an all-zero token (FFN padding) gives zero features instead of 0/0
-    m = energy.mean(dim=-1, keepdim=True).clamp_min(torch.finfo(x0.dtype).tiny)  # (..., 1)
-    rs = m.sqrt()
-    area = x0 * x1.roll(-1, dims=-1) - x1 * x0.roll(-1, dims=-1)  # x0[p] x1[p+1] - x1[p] x0[p+1]
-    return torch.cat((energy / m, x0 / rs, x1 / rs, area / m), dim=-1)  # (..., 4P)
-
-
-def broadcast_input_heads(x: torch.Tensor, heads: int, width: int) -> torch.Tensor:
-    """``[..., Hin*width] -> [..., heads*width]`` with cascade head ``h`` reading input head ``h % Hin``
-    (``Hin`` divides ``heads``; Q, K and V of one head read the same slice of the token).  Identity when
-    ``Hin == heads``."""
-    hin = x.shape[-1] // width
-    if hin == heads:
-        return x
-    lead = x.shape[:-1]
-    v = x.reshape(*lead, 1, hin * width).expand(*lead, heads // hin, hin * width)  # (..., H/Hin, Hin*d)
-    return v.reshape(*lead, heads * width)
-
-
-def cascade_eager(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tensor, coupling: torch.Tensor | None,
-                  width: int, first_stage: int = 0) -> torch.Tensor:
-    """The eager backend as a function of the parameters: ``x [..., Hin*width]`` (``Hin`` dividing ``H``:
-    see :func:`broadcast_input_heads`), ``angles [H, S, P]``, ``raw_scales [H, S, P, 2]``,
-    ``coupling [H, S, 4P, P]`` or None; ``[..., H*width]`` out.  Vectorized: strides are views, heads are a
-    batch dim; the only loop runs over stages."""
-    H, S = angles.shape[:2]
-    lead = x.shape[:-1]
-    x = broadcast_input_heads(x, H, width).reshape(*lead, H, width)  # (..., H, d)
-    scales = F.softplus(raw_scales)  # (H, S, P, 2)
-    for s in range(S):
-        h = stage_stride(width, first_stage + s)
-        x0, x1 = to_pairs(x, h)  # (..., H, P) each
-        theta = angles[:, s]  # (H, P)
-        if coupling is not None:
-            feats = clifford_features(x0, x1)  # (..., H, 4P)
-            theta = theta + torch.tanh(torch.einsum("...hf,hfp->...hp", feats, coupling[:, s]))
-        c, sn = torch.cos(theta), torch.sin(theta)
-        y0 = (c * x0 - sn * x1) * scales[:, s, :, 0]
-        y1 = (sn * x0 + c * x1) * scales[:, s, :, 1]
-        x = from_pairs(y0, y1, h)
-    return x.reshape(*lead, H * width)
 
 
 class RotationCascade(nn.Module):
@@ -114,7 +73,8 @@ class RotationCascade(nn.Module):
     def __init__(self, width: int, n_stages: int, coupling: bool = True, heads: int = 1,
                  *, first_stage: int = 0, coupling_init_std: float = COUPLING_INIT_STD,
                  dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", settings: BackendSettings | None = None,
+                 runtime: KernelRuntime | None = None) -> None:
         super().__init__()
         check_width(width)
         if n_stages < 1:
@@ -124,7 +84,10 @@ class RotationCascade(nn.Module):
         if first_stage < 0:
             raise ValueError(f"first_stage must be >= 0, got {first_stage}")
         self.width, self.n_stages, self.heads, self.first_stage = width, n_stages, heads, first_stage
-        self.backend = check_backend(backend)  # "auto" | "fused" | "eager": see grt_model.fused
+        # how this cascade runs (explicit per-module objects: grt_model.backend)
+        self.settings = settings if settings is not None else BackendSettings(backend=check_backend(backend))
+        self.runtime = runtime if runtime is not None else default_runtime()
+        self.stats = FusedStats()
         self.has_coupling = bool(coupling)
         P = width // 2
         kw = {"dtype": dtype, "device": device}  # build in the target dtype: softplus(raw)=1 exactly
@@ -143,6 +106,15 @@ class RotationCascade(nn.Module):
             self.raw_scales.fill_(UNIT_RAW_SCALE)
             if self.coupling is not None:
                 self.coupling.normal_(0.0, self.coupling_init_std)
+
+    @property
+    def backend(self) -> str:
+        """``"auto"`` | ``"fused"`` | ``"eager"`` (``settings.backend``; assigning replaces the settings)."""
+        return self.settings.backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        self.settings = dataclasses.replace(self.settings, backend=check_backend(name))
 
     @property
     def pairs(self) -> int:
@@ -178,7 +150,7 @@ class RotationCascade(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., Hin*width] -> [..., heads*width]`` (``Hin = heads``, or a divisor: shared input heads)."""
         self._check_input(x)  # shape check with the message every backend shares
-        if use_fused(getattr(self, "backend", "auto"), x, self.angles, self.raw_scales, self.coupling):
+        if use_fused(self.settings, x, self.angles, self.raw_scales, self.coupling, runtime=self.runtime):
             return cascade_fused(self, x)
         return cascade_eager(x, self.angles, self.raw_scales, self.coupling, self.width, self.first_stage)
 

@@ -12,7 +12,12 @@ drift at the end of the walk (recovered cascade input vs. the real one, relative
 ``drift_tol`` (the suite's tolerance for the depth, :func:`rmsgauge.tolerance`), redoes the tile by
 *storing*: stage inputs kept per segment of ``seg`` stages, with checkpoints at the segment starts (and
 keeps storing for the rest of the call).  Coupled stages are not invertible without their angle, which
-depends on the input: their backward stores (segments as above, records of features and angles).
+depends on the input: their backward rebuilds the stage inputs forward from the cascade's input (segments as
+above, keeping each stage's pairs and cos, sin, 1 - tanh^2), then walks back recomputing the features from
+the pairs.  The forward may keep the angle nudges ``tanh(F W)`` of the last ``keep`` stages (``rec``); the
+rebuild of a kept stage then skips its features and its coupling GEMM, which makes a training step 3
+coupling GEMMs per stage instead of 4.  Kept or rebuilt, a stage's angle comes out of the same function
+(:func:`_trig`) from the same nudge, so the backward sees bit-for-bit the forward's values.
 Parameter gradients are summed per call (one call per thread, :mod:`grt_model.fused` adds them up).
 
 Layout and loops.  A tile is coordinate-major, ``buf[i, t]`` (``[width, tt]``): every inner loop runs
@@ -24,7 +29,10 @@ most two rows: more needs more than the eight checks LLVM allows; (3) rows whose
 function of the outer loop counter (``2q``, ``2q+1``) get their check hoisted over the whole loop nest,
 where neighbouring rows overlap, so such rows come from index arrays -- or, for the coupled stage, the
 pairs are gathered into contiguous pair-major arrays first.  Each (pair, loop) still pays a fixed set-up,
-which long tiles amortize.  The coupling product :math:`z = W^\top F` of a tile is one BLAS call.
+which long tiles amortize.  The coupling product :math:`z = W^\top F` of a tile is one BLAS call into a
+preallocated output (scipy's OpenBLAS, limited to one thread per kernel thread by
+:class:`grt_model.backend.KernelRuntime`: a BLAS call that fans out over cores busy with other tiles was
+10x slower at 128-token tiles).
 
 Transcendentals.  ``exact=True`` (the float64 kernels, used for verification) calls
 ``math.tanh/cos/sin/erf/exp`` per element, the functions the eager path uses.  The float32 kernels use
@@ -399,23 +407,30 @@ def _drift(x, ref):
 
 
 @nb.njit(**_JIT)
-def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M, Y):
-    """Coupling-on stage ``src -> dst`` (different arrays), pair-major: the stage's pairs are gathered into
-    ``X [2, P, tt]`` first, so every loop after it runs over distinct contiguous arrays (LLVM then checks
-    their overlap once per loop nest instead of once per pair, and vectorizes).  Records for the backward:
-    ``X``, the features ``F [4P, tt]``, ``T [3, P, tt]`` = (cos, sin of the used angle, 1 - tanh^2) and
-    ``M [3, tt]`` = (1/m, 1/sqrt(m), m above its floor); ``Y [2, P, tt]`` is scratch."""
+def _gather(src, i0s, i1s, X):
+    """The stage's pairs, pair-major: ``X[0, p] = src[i0[p]]``, ``X[1, p] = src[i1[p]]`` (``X [2, P, tt]``).
+    Every later loop of the stage then runs over distinct contiguous arrays: LLVM checks their overlap once
+    per loop nest instead of once per pair, and vectorizes."""
     tt = src.shape[1]
-    P = i0s.shape[0]
     X0 = X[0]
     X1 = X[1]
-    for p in range(P):
+    for p in range(i0s.shape[0]):
         r0 = i0s[p]
         r1 = i1s[p]
         for t in range(tt):
             X0[p, t] = src[r0, t]
         for t in range(tt):
             X1[p, t] = src[r1, t]
+
+
+@nb.njit(**_JIT)
+def _features(X, tiny, F, M):
+    """The Clifford features of the gathered pairs ``X [2, P, tt]`` into ``F [4P, tt]`` and
+    ``M [3, tt]`` = (1/m, 1/sqrt(m), whether m is above its floor)."""
+    tt = X.shape[2]
+    P = X.shape[1]
+    X0 = X[0]
+    X1 = X[1]
     m0 = M[0]
     m1 = M[1]
     m2 = M[2]
@@ -445,7 +460,30 @@ def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M,
             F[3 * P + p, t] = (X0[p, t] * X1[p + 1, t] - X1[p, t] * X0[p + 1, t]) * m0[t]
     for t in range(tt):
         F[4 * P - 1, t] = (X0[P - 1, t] * X1[0, t] - X1[P - 1, t] * X0[0, t]) * m0[t]
-    z = np.dot(wt, F)  # (P, tt): z = W^T F
+
+
+@nb.njit(**_JIT)
+def _nudge(wt, F, exact, Z, D):
+    """``D = tanh(W^T F)`` (``wt [P, 4P]``, the coupling transposed): the tile's angle nudges ``[P, tt]``; the
+    product is one BLAS call into the preallocated ``Z``."""
+    np.dot(wt, F, Z)
+    P, tt = Z.shape
+    if exact:
+        for p in range(P):
+            for t in range(tt):
+                D[p, t] = math.tanh(Z[p, t])
+    else:
+        for p in range(P):
+            for t in range(tt):
+                D[p, t] = tanh_fast32(Z[p, t])
+
+
+@nb.njit(**_JIT)
+def _trig(D, th, cs, sn, exact, T):
+    """From the nudges ``D [P, tt]``: ``T [3, P, tt]`` = (cos, sin of the used angle theta + delta,
+    1 - tanh^2).  The forward and the backward's rebuild both call this, so a rebuilt stage computes
+    bit-for-bit the forward's values."""
+    P, tt = D.shape
     CC = T[0]
     SS = T[1]
     DD = T[2]
@@ -453,25 +491,33 @@ def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M,
         for p in range(P):
             base = th[p]
             for t in range(tt):
-                d = math.tanh(z[p, t])
+                d = D[p, t]
                 DD[p, t] = 1.0 - d * d
                 CC[p, t] = math.cos(base + d)
                 SS[p, t] = math.sin(base + d)
-    else:  # the float32 kernel: every value here is float32
-        for p in range(P):
-            for t in range(tt):
-                DD[p, t] = tanh_fast32(z[p, t])  # delta, for now
+    else:  # the float32 kernel: every value here is float32; angle addition from cos, sin of the base
         for p in range(P):
             ct = cs[p]
             st = sn[p]
             for t in range(tt):
-                cd = cos_small32(DD[p, t])
-                sd = sin_small32(DD[p, t])
+                cd = cos_small32(D[p, t])
+                sd = sin_small32(D[p, t])
                 CC[p, t] = ct * cd - st * sd
                 SS[p, t] = st * cd + ct * sd
         for p in range(P):
             for t in range(tt):
-                DD[p, t] = np.float32(1.0) - DD[p, t] * DD[p, t]
+                DD[p, t] = np.float32(1.0) - D[p, t] * D[p, t]
+
+
+@nb.njit(**_JIT)
+def _rotate_scatter(X, T, sc, i0s, i1s, Y, dst):
+    """``dst[i0, i1] = D R(theta + delta) (x0, x1)`` per pair (``Y [2, P, tt]`` scratch)."""
+    P = X.shape[1]
+    tt = X.shape[2]
+    X0 = X[0]
+    X1 = X[1]
+    CC = T[0]
+    SS = T[1]
     Y0 = Y[0]
     Y1 = Y[1]
     for p in range(P):
@@ -492,9 +538,29 @@ def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M,
 
 
 @nb.njit(**_JIT)
-def _cstage_bwd(g, i0s, i1s, sc, w, X, F, T, M, Gb, GZ, accm, gth, gsc, gw):
+def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M, Y, Z, D):
+    """Coupling-on stage ``src -> dst`` (different arrays): gather the pairs, features, the nudges
+    ``D = tanh(W^T F)`` (kept by the caller when it stores them), the rotation.  Leaves the stage's records
+    ``X [2, P, tt]``, ``F [4P, tt]``, ``M [3, tt]``, ``T [3, P, tt]`` (see :func:`_trig`)."""
+    _gather(src, i0s, i1s, X)
+    _features(X, tiny, F, M)
+    _nudge(wt, F, exact, Z, D)
+    _trig(D, th, cs, sn, exact, T)
+    _rotate_scatter(X, T, sc, i0s, i1s, Y, dst)
+
+
+@nb.njit(**_JIT)
+def _cstage_replay(src, dst, i0s, i1s, th, cs, sn, sc, exact, X, T, Y, D):
+    """A coupled stage from its kept nudges ``D``: no features, no coupling GEMM (the backward's rebuild)."""
+    _gather(src, i0s, i1s, X)
+    _trig(D, th, cs, sn, exact, T)
+    _rotate_scatter(X, T, sc, i0s, i1s, Y, dst)
+
+
+@nb.njit(**_JIT)
+def _cstage_bwd(g, i0s, i1s, sc, w, X, F, T, M, Gb, GZ, accm, gf, dw, gth, gsc, gw):
     r"""Backward of :func:`_cstage_fwd` from its records, in place on ``g`` (pair-major as there; ``Gb [2, P, tt]``,
-    ``GZ [P, tt]``, ``accm [tt]`` scratch).
+    ``GZ [P, tt]``, ``accm [tt]``, ``gf [4P, tt]``, ``dw [4P, P]`` scratch).
 
     Rotation: :math:`u = R x`, :math:`\partial s_k \mathrel{+}= \sum_t g_k u_k`,
     :math:`g_\vartheta = s_1 g_1 u_0 - s_0 g_0 u_1`, :math:`g_x = R^\top (s\odot g)`; coupling:
@@ -512,13 +578,7 @@ def _cstage_bwd(g, i0s, i1s, sc, w, X, F, T, M, Gb, GZ, accm, gth, gsc, gw):
     DD = T[2]
     G0 = Gb[0]
     G1 = Gb[1]
-    for p in range(P):
-        r0 = i0s[p]
-        r1 = i1s[p]
-        for t in range(tt):
-            G0[p, t] = g[r0, t]
-        for t in range(tt):
-            G1[p, t] = g[r1, t]
+    _gather(g, i0s, i1s, Gb)
     for p in range(P):
         a0 = sc[p, 0]
         a1 = sc[p, 1]
@@ -544,8 +604,8 @@ def _cstage_bwd(g, i0s, i1s, sc, w, X, F, T, M, Gb, GZ, accm, gth, gsc, gw):
             v1 = a1 * G1[p, t]
             G0[p, t] = CC[p, t] * v0 + SS[p, t] * v1
             G1[p, t] = CC[p, t] * v1 - SS[p, t] * v0
-    gf = np.dot(w, GZ)  # (4P, tt)
-    dw = np.dot(F, GZ.T)  # (4P, P)
+    np.dot(w, GZ, gf)  # (4P, tt)
+    np.dot(F, GZ.T, dw)  # (4P, P)
     for f in range(4 * P):
         for p in range(P):
             gw[f, p] += dw[f, p]
@@ -775,9 +835,10 @@ def rot_cascade_bwd(x, gy, gx, i0, i1, cf, icf, tt, seg, drift_tol, try_inv, til
 
 
 @nb.njit(**_JIT)
-def coupled_cascade_fwd(x, out, i0, i1, th, cs, sn, sc, wt, exact, tiny, tt, tile_lo, tile_hi):
+def coupled_cascade_fwd(x, out, i0, i1, th, cs, sn, sc, wt, exact, tiny, tt, keep, rec, tile_lo, tile_hi):
     """Coupling-on ``out = C(x)``; parameters per head ``th, cs, sn [H, S, P]`` (angle, cos, sin),
-    ``sc [H, S, P, 2]`` (scales), ``wt [H, S, P, 4P]`` (the coupling transposed)."""
+    ``sc [H, S, P, 2]`` (scales), ``wt [H, S, P, 4P]`` (the coupling transposed).  The last ``keep`` stages
+    write their nudges to ``rec [n_tiles, H, keep, P, tt]`` for the backward (``keep = 0``: nothing kept)."""
     N = x.shape[0]
     H, S, P = th.shape
     W = 2 * P
@@ -788,24 +849,28 @@ def coupled_cascade_fwd(x, out, i0, i1, th, cs, sn, sc, wt, exact, tiny, tt, til
     T = np.empty((3, P, tt), x.dtype)
     M = np.empty((3, tt), x.dtype)
     Y = np.empty((2, P, tt), x.dtype)
+    Z = np.empty((P, tt), x.dtype)
+    D = np.empty((P, tt), x.dtype)
     for tile in range(tile_lo, tile_hi):
         n0 = tile * tt
         cnt = min(tt, N - n0)
         for h in range(H):
             _load(x, n0, cnt, (h % hin) * W, W, buf[0])
             for s in range(S):
+                k = s - (S - keep)
                 _cstage_fwd(buf[s % 2], buf[1 - s % 2], i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s],
-                            wt[h, s], exact, tiny, X, F, T, M, Y)
+                            wt[h, s], exact, tiny, X, F, T, M, Y, Z, rec[tile, h, k] if k >= 0 else D)
             _store(buf[S % 2], n0, cnt, h * W, W, out)
 
 
 @nb.njit(**_JIT)
-def coupled_cascade_bwd(x, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, tiny, tt, seg, tile_lo, tile_hi,
-                        gth, gsc, gw):
-    """Recompute-and-backward of :func:`coupled_cascade_fwd`: checkpoints every ``seg`` stages, each segment
-    re-run keeping its stages' records, then walked back.  Adds the parameter gradients into
-    ``gth [H,S,P]``, ``gsc [H,S,P,2]``, ``gw [H,S,4P,P]`` (this call's own) and the input gradient into ``gx``
-    (zeros on entry)."""
+def coupled_cascade_bwd(x, rec, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, tiny, tt, seg, keep, tile_lo,
+                        tile_hi, gth, gsc, gw):
+    """Backward of :func:`coupled_cascade_fwd`: per tile and head, rebuild the stage inputs (a kept stage from
+    its nudges in ``rec``, without its coupling GEMM; the others in full), checkpointed every ``seg`` stages,
+    each segment re-run keeping its stages' pairs and angles, then walked back (features recomputed from the
+    pairs).  Adds the parameter gradients into ``gth [H,S,P]``, ``gsc [H,S,P,2]``, ``gw [H,S,4P,P]`` (this
+    call's own) and the input gradient into ``gx`` (zeros on entry)."""
     N = x.shape[0]
     H, S, P = th.shape
     W = 2 * P
@@ -814,14 +879,19 @@ def coupled_cascade_bwd(x, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, tiny, t
     ck = np.empty((nseg, W, tt), x.dtype)  # stage inputs at the segment starts
     work = np.empty((2, W, tt), x.dtype)
     g = np.empty((W, tt), x.dtype)
-    X = np.empty((seg, 2, P, tt), x.dtype)  # per-stage records of the segment
-    F = np.empty((seg, 4 * P, tt), x.dtype)
+    X = np.empty((seg, 2, P, tt), x.dtype)  # per-stage records of the segment: pairs and angles
     T = np.empty((seg, 3, P, tt), x.dtype)
-    M = np.empty((seg, 3, tt), x.dtype)
+    F = np.empty((4 * P, tt), x.dtype)
+    M = np.empty((3, tt), x.dtype)
     Y = np.empty((2, P, tt), x.dtype)
+    Z = np.empty((P, tt), x.dtype)
+    D = np.empty((P, tt), x.dtype)
     Gb = np.empty((2, P, tt), x.dtype)
     GZ = np.empty((P, tt), x.dtype)
+    gf = np.empty((4 * P, tt), x.dtype)
+    dw = np.empty((4 * P, P), x.dtype)
     accm = np.empty(tt, x.dtype)
+    first_kept = S - keep
     for tile in range(tile_lo, tile_hi):
         n0 = tile * tt
         cnt = min(tt, N - n0)
@@ -835,8 +905,12 @@ def coupled_cascade_bwd(x, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, tiny, t
                 else:
                     dst = work[j]
                     j = 1 - j
-                _cstage_fwd(src, dst, i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s], wt[h, s], exact, tiny,
-                            X[0], F[0], T[0], M[0], Y)
+                if s >= first_kept:
+                    _cstage_replay(src, dst, i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s], exact, X[0],
+                                   T[0], Y, rec[tile, h, s - first_kept])
+                else:
+                    _cstage_fwd(src, dst, i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s], wt[h, s], exact,
+                                tiny, X[0], F, T[0], M, Y, Z, D)
                 src = dst
             _load(gy, n0, cnt, h * W, W, g)
             for sg in range(nseg - 1, -1, -1):
@@ -844,11 +918,17 @@ def coupled_cascade_bwd(x, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, tiny, t
                 n = min(seg, S - s0)
                 for k in range(n):  # every stage of the segment, the last included: its backward needs its records
                     s = s0 + k
-                    _cstage_fwd(ck[sg] if k == 0 else work[(k - 1) % 2], work[k % 2], i0[s], i1[s], th[h, s],
-                                cs[h, s], sn[h, s], sc[h, s], wt[h, s], exact, tiny, X[k], F[k], T[k], M[k], Y)
+                    src = ck[sg] if k == 0 else work[(k - 1) % 2]
+                    if s >= first_kept:
+                        _cstage_replay(src, work[k % 2], i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s],
+                                       exact, X[k], T[k], Y, rec[tile, h, s - first_kept])
+                    else:
+                        _cstage_fwd(src, work[k % 2], i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s],
+                                    wt[h, s], exact, tiny, X[k], F, T[k], M, Y, Z, D)
                 for k in range(n - 1, -1, -1):
                     s = s0 + k
-                    _cstage_bwd(g, i0[s], i1[s], sc[h, s], w[h, s], X[k], F[k], T[k], M[k], Gb, GZ, accm,
+                    _features(X[k], tiny, F, M)
+                    _cstage_bwd(g, i0[s], i1[s], sc[h, s], w[h, s], X[k], F, T[k], M, Gb, GZ, accm, gf, dw,
                                 gth[h, s], gsc[h, s], gw[h, s])
             _store_add(g, n0, cnt, (h % hin) * W, W, gx)
 

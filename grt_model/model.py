@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +94,8 @@ from grt_model.radial_gelu import RadialGELU
 from grt_model.rope import apply_rope, rope_angles
 
 GATE_NAMES = ("attn", "mixer", "ffn")
-_explicit_attention_depth = 0  # > 0 inside explicit_attention()
+# True inside explicit_attention(): a context variable (per thread and task), not a module global
+_EXPLICIT_ATTENTION: ContextVar[bool] = ContextVar("grt_explicit_attention", default=False)
 
 
 @contextmanager
@@ -103,12 +105,11 @@ def explicit_attention() -> Iterator[None]:
     The same function (tested equal); use it under ``torch.func`` transforms (``jacrev``, ``vmap``),
     where SDPA's CPU backward has no batching rule and falls back to a slow per-sample loop with a warning.
     """
-    global _explicit_attention_depth
-    _explicit_attention_depth += 1
+    token = _EXPLICIT_ATTENTION.set(True)
     try:
         yield
     finally:
-        _explicit_attention_depth -= 1
+        _EXPLICIT_ATTENTION.reset(token)
 
 
 def _wrap(a: torch.Tensor) -> torch.Tensor:
@@ -248,6 +249,26 @@ def _cascade_trace(name: str, cascade: RotationCascade, x: torch.Tensor) -> tupl
     return CascadeTrace(name, acts, cascade.strides()), acts[-1].flatten(-2)
 
 
+class BlockTracer:
+    """Collects one block's intermediates while :meth:`GRTBlock.traced` runs it (the fields of
+    :class:`BlockTrace`).  Installed on the block and its sublayers for that call only: a module whose
+    ``_tracer`` is ``None`` (always, outside ``traced``) runs its plain forward."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, Any] = {}
+
+    def put(self, **values: Any) -> None:
+        self.records.update(values)
+
+    def cascade(self, name: str, cascade: RotationCascade, x: torch.Tensor) -> torch.Tensor:
+        """Run ``cascade`` stage by stage (eager), record its activations under ``name``; its output."""
+        self.records[name], out = _cascade_trace(name, cascade, x)
+        return out
+
+    def trace(self) -> BlockTrace:
+        return BlockTrace(**self.records)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Sublayers
 # ---------------------------------------------------------------------------------------------------
@@ -267,35 +288,34 @@ class GRTAttention(nn.Module):
                                    heads=3 * cfg.n_heads, **kw)
         self.o = RotationCascade(cfg.d_head, cfg.qkvo_stages, coupling=cfg.qkvo_coupling, heads=cfg.n_heads, **kw)
 
-    def forward(self, z: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
+    _tracer: BlockTracer | None = None  # set only while GRTBlock.traced() runs
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
         if z.dim() != 3:
             raise ValueError(f"GRTAttention expects (B, T, D), got shape {tuple(z.shape)}")
         B, T, D = z.shape
         H, dh = self.n_heads, self.d_head
+        tr = self._tracer
         # the cascade broadcasts its H input heads to its 3H heads (q, k, v read the same slice): no copy
-        if rec is None:
+        if tr is None:
             y = self.qkv(z)  # (B, T, 3*H*dh)
         else:
-            tr, y = _cascade_trace("qkv", self.qkv, z)
-            acts = tr.acts.unflatten(-2, (3, H))  # (S+1, B, T, 3, H, dh)
-            for j, name in enumerate("qkv"):
-                rec[name] = CascadeTrace(name, acts[..., j, :, :], tr.strides)
+            y = tr.cascade("qkv", self.qkv, z)
+            qkv = tr.records.pop("qkv")
+            acts = qkv.acts.unflatten(-2, (3, H))  # (S+1, B, T, 3, H, dh)
+            tr.put(**{name: CascadeTrace(name, acts[..., j, :, :], qkv.strides) for j, name in enumerate("qkv")})
         q, k, v = y.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, dh)
         if self.rope:
             ang = rope_angles(T, dh, self.rope_base, dtype=z.dtype, device=z.device)  # (T, dh/2)
             q, k = apply_rope(q, ang), apply_rope(k, ang)
-        if rec is None and not _explicit_attention_depth:
+        if tr is None and not _EXPLICIT_ATTENTION.get():
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
-        elif rec is None:
-            a, _ = causal_attention_with_weights(q, k, v)
         else:
             a, w = causal_attention_with_weights(q, k, v)
-            rec.update(q_rot=q, k_rot=k, attn_weights=w, attn_values=a.transpose(1, 2))
+            if tr is not None:
+                tr.put(q_rot=q, k_rot=k, attn_weights=w, attn_values=a.transpose(1, 2))
         a = a.transpose(1, 2).reshape(B, T, D)  # heads back to the token: (B, T, H*dh)
-        if rec is None:
-            return self.o(a)
-        rec["o"], out = _cascade_trace("o", self.o, a)  # acts (S+1, B, T, H, dh)
-        return out
+        return self.o(a) if tr is None else tr.cascade("o", self.o, a)  # o acts (S+1, B, T, H, dh)
 
 
 def causal_attention_with_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -321,15 +341,17 @@ class GRTFFN(nn.Module):
         self.act = RadialGELU()
         self.contract = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
 
-    def forward(self, z: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
-        if rec is None:
+    _tracer: BlockTracer | None = None  # set only while GRTBlock.traced() runs
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        tr = self._tracer
+        if tr is None:
             # one fused kernel per direction where numba is available (same function: tests/test_fast_cascade.py)
             return fused_ffn(z, self.expand, self.contract, self.d_model)
         h = F.pad(z, (0, self.d_ff - self.d_model))  # (..., d_ff): signal in coords 0..d_model-1
-        rec["ffn_expand"], h = _cascade_trace("ffn_expand", self.expand, h)
-        h = rec["gelu_out"] = self.act(h)
-        rec["ffn_contract"], h = _cascade_trace("ffn_contract", self.contract, h)
-        return h[..., : self.d_model]
+        h = self.act(tr.cascade("ffn_expand", self.expand, h))
+        tr.put(gelu_out=h)
+        return tr.cascade("ffn_contract", self.contract, h)[..., : self.d_model]
 
 
 class GRTMixer(nn.Module):
@@ -342,11 +364,10 @@ class GRTMixer(nn.Module):
                                        first_stage=cfg.mixer_first_stage,
                                        coupling_init_std=cfg.coupling_init_std, dtype=dtype, device=device)
 
-    def forward(self, z: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
-        if rec is None:
-            return self.cascade(z)
-        rec["mixer"], out = _cascade_trace("mixer", self.cascade, z)
-        return out
+    _tracer: BlockTracer | None = None  # set only while GRTBlock.traced() runs
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.cascade(z) if self._tracer is None else self._tracer.cascade("mixer", self.cascade, z)
 
 
 class GRTBlock(nn.Module):
@@ -370,26 +391,43 @@ class GRTBlock(nn.Module):
         """``[3]`` gates in (0, 1): attention, mixer, FFN."""
         return torch.sigmoid(self.gate_logits)
 
-    def sublayer(self, name: str, x: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
+    _tracer: BlockTracer | None = None  # set only while traced() runs
+
+    def sublayer(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """The residual branch ``f`` of one cycle (``x + f(x)``): ``g * process(PearlNorm(x))``."""
         if name not in GATE_NAMES:
             raise ValueError(f"sublayer name must be one of {GATE_NAMES}, got {name!r}")
         i = GATE_NAMES.index(name)
         norm, proc = ((self.norm_attn, self.attn), (self.norm_mixer, self.mixer), (self.norm_ffn, self.ffn))[i]
         z = norm(x)
-        if rec is not None:
-            rec[{"attn": "attn_in", "mixer": "mixer_in", "ffn": "ffn_in"}[name]] = z
-        return self.gates()[i] * proc(z, rec)
+        if self._tracer is not None:
+            self._tracer.put(**{f"{name}_in": z})
+        return self.gates()[i] * proc(z)
 
-    def forward(self, x: torch.Tensor, rec: dict[str, Any] | None = None) -> torch.Tensor:
-        if rec is not None:
-            rec["stream_in"] = x
-            rec["gates"] = dict(zip(GATE_NAMES, self.gates().tolist()))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tr = self._tracer
+        if tr is not None:
+            tr.put(stream_in=x, gates=dict(zip(GATE_NAMES, self.gates().tolist())))
         for name, after in zip(GATE_NAMES, ("after_attn", "after_mixer", "stream_out")):
-            x = x + self.sublayer(name, x, rec)
-            if rec is not None:
-                rec[after] = x
+            x = x + self.sublayer(name, x)
+            if tr is not None:
+                tr.put(**{after: x})
         return x
+
+    @torch.no_grad()
+    def traced(self, x: torch.Tensor) -> tuple[torch.Tensor, BlockTrace]:
+        """``(forward(x), its BlockTrace)``: the block and its sublayers record into one :class:`BlockTracer`
+        for this call (cascades run stage by stage, attention as an explicit softmax: the same function)."""
+        tracer = BlockTracer()
+        mods = (self, self.attn, self.mixer, self.ffn)
+        for m in mods:
+            m._tracer = tracer
+        try:
+            out = self(x)
+        finally:
+            for m in mods:
+                del m._tracer  # back to the class default, None
+        return out, tracer.trace()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -454,9 +492,8 @@ class GRT(nn.Module):
         x = emb = self.embed(idx)
         blocks = []
         for blk in self.blocks:
-            rec: dict[str, Any] = {}
-            x = blk(x, rec)
-            blocks.append(BlockTrace(**rec))
+            x, bt = blk.traced(x)
+            blocks.append(bt)
         final = self.norm_f(x)
         return GRTTrace(idx=idx, embedding=emb, blocks=blocks, final=final, logits=final @ self.output_weight().T)
 

@@ -2,17 +2,21 @@
 
 Values and gradients (input and every parameter) agree within the dtype's tolerance
 (``rmsgauge.assert_close``: ``16 eps sqrt(size * depth)``, size = the terms a gradient sums, depth = the
-stages) over widths, stage counts, heads, coupling on/off, first stages, anisotropic scales, float32 and
-float64; the FFN kernel against the eager pad/expand/RadialGELU/contract/truncate composition, through both
+stages) over widths, stage counts, heads, coupling on/off, first stages, anisotropic scales, odd token
+counts, float32 and float64, and every split of a coupled cascade's stages into kept angle nudges and
+recomputed ones; the FFN kernel against the eager pad/expand/RadialGELU/contract/truncate composition, through both
 of its backward paths (stage inversion, and storing with checkpoints); the fallback to eager where the
 kernels are unavailable; the polynomial transcendentals against ``math``; and the benchmark CLI.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import logging
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -21,6 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from grt_model import fused
+from grt_model.backend import BackendSettings, KernelRuntime, apply_settings, default_runtime
 from grt_model.cascade import RotationCascade, reference_cascade
 from rmsgauge import assert_close, eps_of
 
@@ -28,14 +33,8 @@ needs_numba = pytest.mark.skipif(not fused.fused_available(), reason="numba kern
 DTYPES = (torch.float32, torch.float64)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_settings():
-    """Every test starts from the default kernel settings and counters."""
-    saved = fused.FusedSettings(**vars(fused.SETTINGS))
-    fused.STATS.reset()
-    yield
-    for k, v in vars(saved).items():
-        setattr(fused.SETTINGS, k, v)
+def _settings(c: RotationCascade, **changes) -> None:
+    c.settings = dataclasses.replace(c.settings, **changes)
 
 
 def _cascade(data, dtype, *, max_width_log2=5, coupling=None, backend="fused") -> RotationCascade:
@@ -50,6 +49,8 @@ def _cascade(data, dtype, *, max_width_log2=5, coupling=None, backend="fused") -
     spread = data.draw(st.floats(0.0, 0.4, allow_nan=False, allow_infinity=False), label="raw scale spread")
     with torch.no_grad():  # anisotropic positive scales around 1 (softplus(0.5413) = 1)
         c.raw_scales.add_(torch.randn(c.raw_scales.shape, dtype=dtype) * spread)
+    # coupled: keep the nudges of no stage, of some (the budget fits 0..S stages), or of all
+    _settings(c, angle_bytes_per_token=data.draw(st.sampled_from([0, 64, 256, 1 << 20]), label="angle budget"))
     return c
 
 
@@ -103,9 +104,9 @@ def test_fused_matches_reference(data):
 def test_fused_segmented_backward_matches_eager(data):
     """A tiny scratch budget forces checkpointed segments (and, anisotropic, the storing fallback)."""
     dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
-    fused.SETTINGS.scratch_bytes = data.draw(st.integers(1, 4096), label="scratch bytes")
-    fused.SETTINGS.backward = data.draw(st.sampled_from(("auto", "store")), label="backward")
     c = _cascade(data, dtype)
+    _settings(c, scratch_bytes=data.draw(st.integers(1, 4096), label="scratch bytes"),
+              backward=data.draw(st.sampled_from(("auto", "store")), label="backward"))
     n = data.draw(st.integers(1, 40), label="tokens")
     x = _input(data, c, 2, n, dtype=dtype)  # leading dims flatten into tokens
     g = torch.randn(2, n, c.heads * c.width, dtype=dtype)
@@ -133,10 +134,10 @@ def _ffn_pair(data, dtype):
 @given(data=st.data())
 def test_fused_ffn_matches_eager(data):
     dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
-    fused.SETTINGS.backward = data.draw(st.sampled_from(("auto", "store")), label="backward")
-    if data.draw(st.booleans(), label="tiny scratch"):
-        fused.SETTINGS.scratch_bytes = 1  # one stage per segment
     e, c, d_in, d_out = _ffn_pair(data, dtype)
+    _settings(e, backward=data.draw(st.sampled_from(("auto", "store")), label="backward"))  # fused_ffn: expand's
+    if data.draw(st.booleans(), label="tiny scratch"):
+        _settings(e, scratch_bytes=1)  # one stage per segment
     n = data.draw(st.integers(1, 70), label="tokens")
     scale = data.draw(st.floats(0.1, 4.0, allow_nan=False, allow_infinity=False), label="input scale")
     z = torch.randn(n, d_in, dtype=dtype) * scale
@@ -171,13 +172,13 @@ def test_inversion_backward_used_and_falls_back():
         return torch.autograd.grad(y, [zg, *e.parameters(), *c.parameters()], g)
 
     grads("fused")
-    assert fused.STATS.backward_passes > 0 and fused.STATS.stored_passes == 0
+    assert e.stats.backward_passes > 0 and e.stats.stored_passes == 0  # fused_ffn counts in expand's stats
     with torch.no_grad():
         for m in (e, c):
             m.raw_scales.copy_(torch.randn(m.raw_scales.shape) * 2.0)  # scales from 0.1 to 6: ill-conditioned
-    fused.STATS.reset()
+    e.stats.reset()
     got = grads("fused")
-    assert fused.STATS.stored_passes > 0
+    assert e.stats.stored_passes > 0
     for a, b in zip(got, grads("eager")):
         assert_close(a, b, dtype=torch.float32, size=200 * 64, depth=19, what="fallback gradients")
 
@@ -196,42 +197,70 @@ def test_double_backward_goes_through_eager_graph():
 
 
 @needs_numba
-def test_auto_backend_dispatch():
+def test_auto_backend_dispatch(monkeypatch):
     c = RotationCascade(8, 2, coupling=False)
-    small, big = torch.randn(4, 8), torch.randn(fused.SETTINGS.auto_min_tokens, 8)
-    assert not fused.use_fused("auto", small, c.angles)  # small calls stay eager
-    assert fused.use_fused("auto", big, c.angles)
-    assert fused.use_fused("fused", small, c.angles)
-    assert not fused.use_fused("eager", big, c.angles)
-    assert not fused.use_fused("fused", big.double(), c.angles)  # mixed dtypes: eager's promotion decides
+    auto, eager, fused_ = (BackendSettings(backend=b) for b in ("auto", "eager", "fused"))
+    small, big = torch.randn(4, 8), torch.randn(auto.auto_min_tokens, 8)
+    assert not fused.use_fused(auto, small, c.angles)  # small calls stay eager
+    assert fused.use_fused(auto, big, c.angles)
+    assert fused.use_fused(fused_, small, c.angles)
+    assert not fused.use_fused(eager, big, c.angles)
+    assert not fused.use_fused(fused_, big.double(), c.angles)  # mixed dtypes: eager's promotion decides
     one_stage = RotationCascade(8, 1, coupling=True)  # the mixer's shape
-    assert fused.use_fused("auto", big, one_stage.angles) == (fused.SETTINGS.auto_min_stages <= 1)
-    prev, fused.SETTINGS.auto_min_stages = fused.SETTINGS.auto_min_stages, 2
-    try:
-        assert not fused.use_fused("auto", big, one_stage.angles)  # speed over memory: eager
-        assert fused.use_fused("fused", big, one_stage.angles)  # an explicit request still wins
-    finally:
-        fused.SETTINGS.auto_min_stages = prev
-    fused.set_default_backend("eager")
-    try:
-        assert not fused.use_fused("auto", big, c.angles)
-    finally:
-        fused.set_default_backend(None)
+    assert fused.use_fused(auto, big, one_stage.angles) == (auto.auto_min_stages <= 1)
+    two = dataclasses.replace(auto, auto_min_stages=2)
+    assert not fused.use_fused(two, big, one_stage.angles)  # a cascade's own settings decide
+    assert fused.use_fused(dataclasses.replace(two, backend="fused"), big, one_stage.angles)  # explicit wins
+    monkeypatch.setenv(fused.ENV_BACKEND, "eager")  # the process default, scoped to this test
+    assert not fused.use_fused(auto, big, c.angles)
+    monkeypatch.delenv(fused.ENV_BACKEND)
     # under torch.func the cascade runs its eager graph: jacrev works with the fused backend requested
     c.backend = "fused"
     jac = torch.func.jacrev(c)(torch.randn(8))
     assert jac.shape == (8, 8)
 
 
-def test_shared_input_heads_equal_an_explicit_copy():
-    """``x [..., Hin*W]`` feeds cascade head h from input head h % Hin: the same as expanding the token."""
-    c = RotationCascade(8, 3, coupling=True, heads=6, dtype=torch.float64, backend="eager")
-    z = torch.randn(5, 16, dtype=torch.float64)
-    full = z.unsqueeze(-2).expand(5, 3, 16).reshape(5, 48)
-    assert torch.equal(c(z), c(full))
-    assert torch.equal(c.stage_trace(z)[0], full)
-    with pytest.raises(ValueError, match=r"Hin dividing heads=6"):
-        c(torch.randn(5, 32, dtype=torch.float64))  # 4 input heads do not divide 6
+def test_settings_are_per_cascade_objects():
+    """No module state: two cascades hold independent settings; apply_settings reaches every cascade of a
+    model; pickling and deep copies keep the settings and share the default runtime."""
+    a, b = RotationCascade(8, 2, coupling=True), RotationCascade(8, 2, coupling=True)
+    _settings(a, coupled_tile_tokens=16)
+    assert b.settings.coupled_tile_tokens == BackendSettings().coupled_tile_tokens
+    model = torch.nn.Sequential(a, b)
+    apply_settings(model, backend="eager")
+    assert a.backend == b.backend == "eager" and a.settings.coupled_tile_tokens == 16
+    for twin in (copy.deepcopy(a), pickle.loads(pickle.dumps(a))):
+        assert twin.settings == a.settings and twin.runtime is default_runtime()
+    with pytest.raises(ValueError, match=r"coupled_tile_tokens must be in \[1, 2\^30\], got 0"):
+        BackendSettings(coupled_tile_tokens=0)
+
+
+@needs_numba
+def test_kept_angle_nudges_cost_their_bytes():
+    """The forward keeps the last stages' nudges within the budget (4 bytes per pair and head in float32),
+    saved for the backward beside the input; with no budget it saves the input alone."""
+    c = RotationCascade(16, 5, coupling=True, heads=3, backend="fused")
+    x = torch.randn(300, 48, requires_grad=True)
+    per_stage = 3 * 8 * 4  # heads * P * float32
+
+    def saved(budget):
+        _settings(c, angle_bytes_per_token=budget)
+        seen = {}
+
+        def pack(t):
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            c(x)
+        return sum(seen.values())
+
+    tt = c.settings.coupled_tile_tokens
+    tiles = -(-300 // tt)
+    base = saved(0)
+    placeholder = per_stage * tt  # with nothing kept the forward still saves a one-tile, one-stage empty record
+    assert saved(2 * per_stage) - base == tiles * tt * 2 * per_stage - placeholder  # two stages kept per token
+    assert c.settings.stored_stages(3, 8, 5, 4) == 2
 
 
 def test_backend_names_are_checked(monkeypatch):
@@ -239,28 +268,27 @@ def test_backend_names_are_checked(monkeypatch):
         RotationCascade(4, 1, backend="numba")
     monkeypatch.setenv(fused.ENV_BACKEND, "gpu")
     with pytest.raises(ValueError, match="GRT_CASCADE_BACKEND"):
-        fused.default_backend()
-    fused.SETTINGS.backward = "invert"
-    with pytest.raises(ValueError, match=r"SETTINGS\.backward"):
-        fused._try_inversion()
+        fused.env_backend()
+    with pytest.raises(ValueError, match="backward must be 'auto'"):
+        BackendSettings(backward="invert")
 
 
-def test_fallback_when_kernels_unavailable(monkeypatch, caplog):
+def test_fallback_when_kernels_unavailable(caplog):
     """Without numba (simulated), a fused request runs eager with one logged notice, and the same numbers."""
-    monkeypatch.setattr(fused, "_kernels", None)
-    monkeypatch.setattr(fused, "_unavailable_reason", "")
-    c = RotationCascade(8, 3, coupling=True, heads=2, backend="fused")
+    runtime = KernelRuntime()  # a runtime of its own: the shared one is untouched
+    c = RotationCascade(8, 3, coupling=True, heads=2, backend="fused", runtime=runtime)
     x = torch.randn(5, 16)
     with caplog.at_level(logging.WARNING, logger="grt_model.fused"):
-        fused._mark_unavailable("ModuleNotFoundError: No module named 'numba' (simulated)")
+        runtime.mark_unavailable("ModuleNotFoundError: No module named 'numba' (simulated)")
         y = c(x)
     assert [r.getMessage() for r in caplog.records] == [
         "grt_model: fused rotation-cascade kernels unavailable (ModuleNotFoundError: No module named 'numba' "
         "(simulated)); using the eager PyTorch path"]
-    assert not fused.fused_available()
+    assert not fused.fused_available(runtime)
     c.backend = "eager"
     assert torch.equal(y, c(x))  # bit-identical: the very same eager code ran
-    e, k = RotationCascade(8, 2, coupling=False), RotationCascade(8, 2, coupling=False)
+    e = RotationCascade(8, 2, coupling=False, runtime=runtime)
+    k = RotationCascade(8, 2, coupling=False, runtime=runtime)
     z = torch.randn(3, 4)
     assert torch.equal(fused.fused_ffn(z, e, k, 4, backend="fused"), fused.fused_ffn(z, e, k, 4, backend="eager"))
 
@@ -270,19 +298,19 @@ def test_fallback_when_a_kernel_cannot_compile(monkeypatch, caplog):
     """A numba compile error at first use: one notice, the call (and every later one) runs eager."""
     import numba
 
-    k = fused.kernels()
-    monkeypatch.setattr(fused, "_kernels", k)  # restored after the test: the fallback marks them unavailable
+    runtime = KernelRuntime()
+    k = runtime.kernels()
 
     def broken(*args):
         raise numba.core.errors.TypingError("simulated compile failure")
 
     monkeypatch.setattr(k, "coupled_cascade_fwd", broken)
-    c = RotationCascade(8, 3, coupling=True, heads=2, backend="fused")
+    c = RotationCascade(8, 3, coupling=True, heads=2, backend="fused", runtime=runtime)
     x = torch.randn(5, 16, requires_grad=True)
     with caplog.at_level(logging.WARNING, logger="grt_model.fused"):
         y = c(x)
     assert "numba could not compile the kernels: TypingError" in caplog.text
-    assert not fused.fused_available()
+    assert not fused.fused_available(runtime) and fused.fused_available()  # only this runtime gave up
     y.sum().backward()  # the eager graph
     c.backend = "eager"
     assert torch.equal(y, c(x))
@@ -300,7 +328,7 @@ def test_fused_ffn_rejects_bad_shapes():
 def test_polynomial_transcendentals_are_below_float32_roundoff():
     """The float32 kernels' tanh, erf, exp, sin, cos against ``math``: the fits to ~1e-9, the float32
     results within a few float32 ulps (what the eager float32 path's own functions promise)."""
-    k = fused.kernels()
+    k = default_runtime().kernels()
     eps32 = eps_of("float32")
     u = np.linspace(0.0, 40.0, 4001)
     rel = max(abs(k.exp_neg(v) / math.exp(-v) - 1.0) for v in u)
@@ -354,15 +382,22 @@ def test_bench_cli_help_and_errors(capsys):
 
 @needs_numba
 def test_bench_runs_and_writes_json(tmp_path, capsys):
+    """A tiny run (no timing is checked): the table, the claim records with the issue's targets, verdict last."""
     from lm import bench
 
     out = tmp_path / "bench.json"
-    assert bench.main(["--only", "mixer", "--tokens", "64", "--ref-tokens", "1", "--repeats", "1", "--warmup", "0",
-                       "--threads", "1", "--json", str(out)]) == 0
+    assert bench.main(["--only", "mixer,model", "--tokens", "64", "--ref-tokens", "1", "--repeats", "1",
+                       "--warmup", "0", "--threads", "1", "--block-seq", "32", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "float32" in text and "mixer" in text
+    assert "float32" in text and "mixer" in text and "model-sma" in text and "model-ref" in text
+    assert "claims hold" in text.strip().splitlines()[-1]  # the verdict is the last line
     rec = json.loads(out.read_text())
-    impls = {r["impl"] for r in rec["rows"]}
-    assert impls == {"reference", "eager", "fused", "dense"}
+    assert {r["impl"] for r in rec["rows"] if r["case"] == "mixer"} == {"reference", "eager", "fused", "dense"}
     assert rec["roofline"]["copy_GBps"] > 0 and rec["roofline"]["matmul_GFLOPs"] > 0
-    assert {c["id"] for c in rec["claims"]} >= {"grt.bench_fused_vs_reference", "grt.bench_mixer_vs_dense"}
+    claims = {c["id"]: c for c in rec["claims"]}
+    assert set(claims) == {"bench.fused_vs_reference", "bench.mixer_vs_dense", "bench.model_step_vs_dense"}
+    for cid, c in claims.items():
+        target, sense = bench.TARGETS[cid]
+        assert c["stated"] == target and c["measured"] > 0
+        assert c["holds"] == (c["measured"] <= target if sense == "le" else c["measured"] >= target)
+    assert set(claims["bench.model_step_vs_dense"]["details"]) == {"model-ref", "model-sma"}
