@@ -37,6 +37,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def gauge_groups(model: nn.Module, gauges: Any, *, per_block: bool = True) -> li
     for n, blocks in spec.items():
         if n not in params:
             raise ValueError(f"gauges: no parameter named {n!r} in the model")
-        if not per_block or all(b[0] is None for b in blocks):
+        if all(b[0] is None for b in blocks) or (not per_block and _covers(blocks, params[n].shape)):
             out.append(GaugeGroup(n, n))
             continue
         for axis, start, stop in blocks:
@@ -97,6 +98,39 @@ def gauge_groups(model: nn.Module, gauges: Any, *, per_block: bool = True) -> li
     if not out:
         raise ValueError("gauges is empty: nothing to monitor")
     return out
+
+
+def _covers(blocks: list[tuple[int | None, int, int]], shape: torch.Size) -> bool:
+    """Whether the blocks tile the whole tensor along one axis.  Only then is their union the whole tensor;
+    merging the gauge rows of a partial gauge with its other rows would monitor a group that is no gauge."""
+    axes = {b[0] for b in blocks}
+    if len(axes) != 1 or None in axes:
+        return False
+    axis = axes.pop()
+    spans = sorted((b[1], b[2]) for b in blocks)
+    return spans[0][0] == 0 and spans[-1][1] == shape[axis] and all(a[1] == b[0] for a, b in pairwise(spans))
+
+
+def is_empty(gauges: Any) -> bool:
+    """No gauge at all in a spec :func:`gauge_groups` accepts (a census that found none, an empty list)."""
+    if hasattr(gauges, "tensors"):
+        return not any(t.blocks for t in gauges.tensors)
+    return len(gauges) == 0 if isinstance(gauges, (Mapping, list, tuple, set)) else False
+
+
+def describe_gauges(gauges: Any) -> dict[str, Any]:
+    """A small JSON-ready record of where the monitored gauges came from (a census's verdicts, or given names)."""
+    if not hasattr(gauges, "tensors"):
+        names = list(gauges) if isinstance(gauges, (Mapping, list, tuple, set)) else []
+        return {"source": "given", "gauges": [str(n) for n in names]}
+    return {"source": "census",
+            "gauges": [t.name for t in gauges.tensors if t.blocks and t.status == "gauge"],
+            "partial": {t.name: t.partition for t in gauges.tensors if t.blocks and t.status != "gauge"},
+            "partitions": {t.name: t.partition for t in gauges.tensors if t.blocks},
+            "unused": [t.name for t in gauges.tensors if t.status == "unused"],
+            "tolerance_float64": float(getattr(gauges, "tolerance", math.nan)),
+            "loss": float(getattr(gauges, "loss", math.nan)),
+            "scales": list(getattr(gauges, "scales", ()))}
 
 
 def optimizer_law(optimizer: torch.optim.Optimizer, group: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -190,25 +224,25 @@ class EquilibriumMonitor:
                 self._G2_sum[g.name] += self._gw[g.name] ** 2
                 self._x0.setdefault(g.name, float(w0.norm()) ** 2)
                 r = {"norm": norm, "angle": laws.tensor_angle(w0.cpu().numpy(), w1.cpu().numpy())}
-                r.update(self._predict(g, w1.numel(), self._G2_sum[g.name] / self._G2_n))
+                r.update(self._predict(g, w1.numel(), self._G2_sum[g.name] / self._G2_n, float(w0.norm())))
                 if r.get("norm_eq") is not None and math.isfinite(r["norm_eq"]) and self._reached[g.name] is None \
                         and abs(norm * norm / r["norm_eq"] ** 2 - 1.0) <= self.band:
                     self._reached[g.name] = self.step + 1
                 rec["groups"][g.name] = r
         return rec
 
-    def _predict(self, g: GaugeGroup, numel: int, G2: float) -> dict[str, Any]:
+    def _predict(self, g: GaugeGroup, numel: int, G2: float, norm0: float) -> dict[str, Any]:
         pg = self._pgroup[g.param]
         kind, decay, note = optimizer_law(self.optimizer, pg)
         lr, wd = float(pg["lr"]), float(pg.get("weight_decay", 0.0) or 0.0)
         out: dict[str, Any] = {"law": kind if kind == "none" else f"{kind}/{decay}" if decay else kind,
                                "note": note, "lr": lr, "wd": wd}
         if kind == "none":
-            out.update(angle_eq=None, norm_eq=None, relax_steps=None, steps_to_eq=None)
+            out.update(angle_eq=None, norm_eq=None, relax_steps=None, steps_to_eq=None, angle_rw=None)
             return out
         if kind == "rotational":
             angle, norm = self.optimizer.rotational_angle(pg), self.optimizer.held_norm(g.param, g.axis, g.start)
-            out.update(angle_eq=angle, norm_eq=norm, relax_steps=0.0, steps_to_eq=0.0)
+            out.update(angle_eq=angle, norm_eq=norm, relax_steps=0.0, steps_to_eq=0.0, angle_rw=None)
             return out
         mom, betas = float(pg.get("momentum", 0.0) or 0.0), tuple(pg.get("betas", (0.9, 0.999)))
         angle = laws.equilibrium_angle(kind, decay, lr, wd, momentum=mom, betas=betas)
@@ -218,8 +252,28 @@ class EquilibriumMonitor:
         factor = laws.relaxation_factor(d, "adamw" if kind == "adamw" else "sgd")
         to_eq = laws.steps_to_equilibrium(self._x0[g.name], norm * norm, factor, self.band) \
             if math.isfinite(norm) else math.inf
-        out.update(angle_eq=angle, norm_eq=norm, relax_steps=relax, steps_to_eq=to_eq)
+        # AdamW's random-walk angle at the norm the step started from: the prediction for the transient too
+        # (equilibrium takes ~1/(2 lr wd) steps per e-fold, longer than short runs), None for the others
+        rw = laws.random_walk_angle(lr, norm0, numel, betas[0], d) if kind == "adamw" and lr > 0 and norm0 > 0 \
+            else None
+        out.update(angle_eq=angle, norm_eq=norm, relax_steps=relax, steps_to_eq=to_eq, angle_rw=rw)
         return out
+
+    # ---------------------------------------------------------------------------------------------- resume
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next records depend on (plain data: a ``weights_only`` checkpoint holds it), so a run
+        resumed from a checkpoint records what the uninterrupted run would have, and its summary covers both parts."""
+        return {"groups": [g.name for g in self.groups], "step": self.step, "history": list(self.history),
+                "G2_sum": dict(self._G2_sum), "G2_n": self._G2_n, "x0": dict(self._x0), "reached": dict(self._reached)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        names = [g.name for g in self.groups]
+        if list(state.get("groups", [])) != names:
+            raise ValueError(f"the saved monitor state is for gauge groups {list(state.get('groups', []))}, this "
+                             f"monitor has {names}")
+        self.step, self.history = int(state["step"]), list(state["history"])
+        self._G2_sum, self._G2_n = dict(state["G2_sum"]), int(state["G2_n"])
+        self._x0, self._reached = dict(state["x0"]), dict(state["reached"])
 
     # ---------------------------------------------------------------------------------------------- results
     def detach(self) -> None:
@@ -250,13 +304,15 @@ class EquilibriumMonitor:
             ang = sum(r["angle"] for r in recs) / len(recs)
             eqs = [r["angle_eq"] for r in recs if r["angle_eq"] is not None]
             eq = sum(eqs) / len(eqs) if eqs else None
+            rws = [r.get("angle_rw") for r in recs if r.get("angle_rw") is not None]
+            rw = sum(rws) / len(rws) if rws else None
             last = recs[-1]
             per[g.name] = {
                 "norm_first": self.history[0]["groups"][g.name]["norm"], "norm_last": last["norm"],
                 "norm_eq": last["norm_eq"], "angle_tail_mean": ang, "angle_eq": eq,
-                "angle_ratio": ang / eq if eq else None, "law": last["law"],
-                "relax_steps": last["relax_steps"], "steps_to_eq_predicted": last["steps_to_eq"],
-                "steps_to_eq_measured": self._reached[g.name],
+                "angle_ratio": ang / eq if eq else None, "angle_rw": rw, "rw_ratio": ang / rw if rw else None,
+                "law": last["law"], "relax_steps": last["relax_steps"],
+                "steps_to_eq_predicted": last["steps_to_eq"], "steps_to_eq_measured": self._reached[g.name],
             }
         return {"steps": self.history[-1]["step"], "tail_steps": [tail[0]["step"], tail[-1]["step"]], "groups": per}
 
@@ -301,47 +357,106 @@ class EquilibriumMonitor:
 
 class TrainHook:
     """Trainer adapter in the loop's hook protocol (``lm.hooks.StepHook``: ``on_start(model, optimizer, info)``,
-    ``after_step(step, lr)``, ``on_end(summary)``).
+    ``after_step(step, lr)``, ``on_end(summary)``, and ``state_dict`` / ``load_state_dict`` for checkpoints).
 
     Built on an existing monitor (:meth:`EquilibriumMonitor.as_train_hook`), or lazily with
     :meth:`TrainHook.lazy` where the gauges come from the model at start (e.g. a census on the probe batch,
     passed in by the command-line entry, so the loop itself imports nothing above it).  The monitor records from
-    optimizer hooks; ``after_step`` returns the step's record or None, ``on_end`` adds ``summary["equilibrium"]``.
+    optimizer hooks; ``after_step`` returns the step's record or None (and appends it to ``info.log`` when the
+    loop gives one), ``on_end`` adds ``summary["equilibrium"]`` (and ``summary["gauge_census"]``, where the
+    gauges came from, for a lazy hook).
+
+    A lazy hook attaches nothing where there is nothing to watch: a model with no gauges (the census found none;
+    recorded, not an error) or a process that does not log (``info.is_main`` false: DDP ranks other than 0).
     """
 
     name = "equilibrium_monitor"
 
     def __init__(self, monitor: EquilibriumMonitor | None = None,
-                 factory: Callable[[nn.Module, torch.optim.Optimizer, Any], EquilibriumMonitor] | None = None) -> None:
-        self.monitor, self._factory = monitor, factory
+                 gauges_of: Callable[[nn.Module, Any], Any] | None = None, **monitor_kw: Any) -> None:
+        self.monitor, self._gauges_of, self._kw = monitor, gauges_of, monitor_kw
+        self.found: dict[str, Any] | None = None  # describe_gauges() of what gauges_of returned (lazy hooks)
         self._returned = 0
+        self._log: Callable[[dict], None] | None = None
+        self._pending: dict[str, Any] | None = None  # state loaded before on_start built the monitor
 
     @classmethod
     def lazy(cls, gauges_of: Callable[[nn.Module, Any], Any], **monitor_kw: Any) -> TrainHook:
         """A hook that builds ``EquilibriumMonitor(model, optimizer, gauges_of(model, info), **monitor_kw)``."""
-        return cls(factory=lambda m, o, info: EquilibriumMonitor(m, o, gauges_of(m, info), **monitor_kw))
+        return cls(gauges_of=gauges_of, **monitor_kw)
 
     def on_start(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
                  info: Any = None, **ctx: Any) -> dict[str, Any]:
-        if self.monitor is None:
-            if self._factory is None or model is None or optimizer is None:
+        log = getattr(info, "log", None)
+        self._log = log if callable(log) else None
+        if self.monitor is None and self._gauges_of is not None:
+            if model is None or optimizer is None:
                 raise ValueError("TrainHook.on_start needs model and optimizer when built with TrainHook.lazy")
-            self.monitor = self._factory(model, optimizer, info)
-        return {"equilibrium_groups": [g.name for g in self.monitor.groups]}
+            if not getattr(info, "is_main", True):
+                return {}  # only the logging process watches: the others would compute what nobody writes
+            spec = self._gauges_of(model, info)
+            self.found = describe_gauges(spec)
+            if not is_empty(spec):
+                self.monitor = EquilibriumMonitor(model, optimizer, spec, **self._kw)
+            self._say(info)
+        elif self.monitor is None:
+            raise ValueError("TrainHook needs a monitor or gauges_of (use TrainHook.lazy)")
+        if self._pending is not None:
+            self.load_state_dict(self._pending)
+        self._returned = len(self.monitor.history) if self.monitor is not None else 0
+        out: dict[str, Any] = {"equilibrium_groups": [g.name for g in self.monitor.groups] if self.monitor else []}
+        if self.found is not None:
+            out["gauge_census"] = self.found
+        return out
+
+    def _say(self, info: Any) -> None:
+        message = getattr(info, "message", None)
+        if not callable(message) or self.found is None:
+            return
+        names = self.found["gauges"] + list(self.found.get("partial", {}))
+        if not names:
+            message("gauge census: no gauge tensors, nothing to monitor")
+            return
+        shown = names if len(names) <= 4 else [*names[:4], "..."]
+        tol = self.found.get("tolerance_float64")
+        message(f"gauge census: {len(names)} gauge tensor(s) {shown}"
+                + (f"; float64 tolerance {tol:.2e}" if isinstance(tol, float) and math.isfinite(tol) else ""))
 
     def after_step(self, step: int, lr: float | None = None, **ctx: Any) -> dict[str, Any] | None:
+        if self.monitor is None:
+            return None
         h = self.monitor.history
-        if len(h) > self._returned:
-            self._returned = len(h)
-            return h[-1]
-        return None
+        new, self._returned = h[self._returned:], len(h)
+        if self._log is not None:
+            for rec in new:
+                self._log(rec)
+        return new[-1] if new else None
 
     def on_end(self, summary: dict[str, Any] | None = None, **ctx: Any) -> dict[str, Any]:
-        self.monitor.detach()
-        s = self.monitor.summary()
+        if self.monitor is not None:
+            self.monitor.detach()
+        s = self.monitor.summary() if self.monitor is not None else {"steps": 0, "groups": {}}
         if summary is not None:
             summary["equilibrium"] = s
+            if self.found is not None:
+                summary["gauge_census"] = self.found
         return s
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.monitor is not None:
+            return self.monitor.state_dict()
+        return dict(self._pending) if self._pending is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the monitor's state; before ``on_start`` (the loop restores hooks first) it waits for the monitor."""
+        if not state:
+            return
+        if self.monitor is None:
+            self._pending = dict(state)
+            return
+        self.monitor.load_state_dict(state)
+        self._pending = None
+        self._returned = len(self.monitor.history)
 
 
 def _f(v: Any, fmt: str = ".4g") -> str:

@@ -3,7 +3,9 @@
 A weight whose output feeds an RMSNorm (here: the query/key projections of a QK-norm
 transformer) has a scale the loss cannot see.  ``run_all`` measures every claim of the
 source text as a :class:`rmsgauge.Claim`; ``gauge.laws`` holds the closed-form laws and
-``gauge.model`` the model, data and helpers they are measured on.
+``gauge.model`` the model, data and helpers they are measured on.  ``gauge.census.census`` finds the
+gauges of any PyTorch model (``python -m gauge census``); the trainer's command line runs it to choose
+what ``dynamics.monitor`` watches.
 """
 
 from gauge.checks import (

@@ -14,6 +14,7 @@ measures on a held-out batch, for W = blocks[LAYER].attn.q_proj.weight:
 Prints one row per claim (both precisions side by side) and the verdict last; --verbose adds each
 claim's source, law and measurements, --census the per-tensor census. Exit status 0 when every claim
 holds, 1 when one fails, 2 for a usage error (reported in one line before any work).
+The census of any PyTorch model is the subcommand ``python -m gauge census`` (see its --help).
 """
 
 from __future__ import annotations
@@ -180,6 +181,10 @@ def census_lines(claims: list[Claim]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "census":  # python -m gauge census ...: the census of any model (its own flags)
+        from gauge.census_cli import main as census_main
+
+        return census_main(argv[1:])
     ap = build_parser()
     try:
         refuse_renamed_flags(argv)

@@ -235,7 +235,7 @@ def _last_step(run: Run) -> int:
 def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
     """``--jobs 0``: the runs one after another in this process (no interpreter start-up per run)."""
     from lm.checkpoint import config_from_dict
-    from lm.train import train
+    from lm.train import monitor_hooks, train
 
     prev = torch.get_num_threads()
     try:
@@ -243,8 +243,9 @@ def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
             tcfg = TrainConfig(**(run.train_config or _train_config(args, int(run.model_config["block_size"]),
                                                                     run.out_dir, run.lr)))
             resume = _resume_or_set_aside(run, say)
+            # the hooks python -m lm.train attaches (the subprocess runs get them from its main): same records
             run.summary = train(run.model, config_from_dict(run.model, run.model_config), tcfg, resume=resume,
-                                progress=False)
+                                progress=False, hooks=monitor_hooks(tcfg))
             run.returncode = 0
             say(f"  done {run.name}: val {run.summary['final_val_bpb']:.4f} bits/byte, "
                 f"{run.summary['tokens_per_s']:.0f} tok/s, {run.summary['wall_time_s']:.0f}s")
@@ -337,7 +338,7 @@ def _row(run: Run, sweep: list[Run]) -> dict:
         "final_val_bpb": s["final_val_bpb"], "final_val_loss": s["final_val_loss"],
         "wall_time_s": s["wall_time_s"], "train_time_s": s["train_time_s"],
         "sweep": {f"{r.lr:g}": r.summary.get("final_val_bpb") for r in sweep},
-        "gauges": s.get("gauges", {}), "gauge_probe": s.get("gauge_probe", {}),
+        "equilibrium": s.get("equilibrium", {}), "gauge_census": s.get("gauge_census", {}),
         "curve": [(e["tokens"], e["val_bpb"]) for e in s.get("evals", [])],
         "evals_full": s.get("evals", []),
     }
@@ -692,7 +693,7 @@ def compare_claim(rows: list[dict]) -> Claim:
     dp = next(r for r in rows if r["match"] == "params")
     measured = {f"{r['model']} ({r['match']})": r["final_val_bpb"] for r in rows}
     return Claim(
-        id="grt_model.matched_params_bits_per_byte",
+        id="lm.matched_params_bits_per_byte",
         statement="Benchmark results at scale -- HellaSwag, MMLU, ARC, PIQA, perplexity (the text gives no numbers; "
                   "its 'space-efficient by math' implies GRT >= a dense model of equal size).",
         stated=None, measured=measured, tolerance=None,

@@ -13,9 +13,11 @@ only the part after the last resume.  The weights between two ``after_step`` cal
 weights the next step starts from, so a hook that wants a per-step change snapshots in one call and
 compares in the next.
 
-:class:`GaugeRotationHook` is the loop's default: the scale probe at the start (which tensors are
-scale gauges) and, every ``gauge_interval`` steps, each gauge tensor's norm and per-step rotation angle
-against AdamW's rotational-equilibrium predictions (:class:`lm.scale_probe.GaugeTracker`).
+The loop has no hook of its own.  The command-line entries (``python -m lm.train`` and ``lm.compare``'s runs)
+attach :class:`dynamics.monitor.TrainHook` (built by :func:`lm.train.monitor_hooks`): a gauge census of the
+model on the probe batch at the start, then every ``gauge_interval`` steps each gauge tensor's norm and
+per-step rotation against the equilibrium laws of :mod:`dynamics.laws`.  Those packages sit above ``lm``, so
+the loop never imports them; it only calls whatever hooks it is given.
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
-
-from lm.scale_probe import GaugeTracker, expected_gauges, find_scale_gauges
 
 
 @dataclass
@@ -51,63 +51,3 @@ class StepHook(Protocol):
     def after_step(self, step: int, lr: float) -> None: ...
 
     def on_end(self, summary: dict) -> None: ...
-
-
-class GaugeRotationHook:
-    """The scale probe and the gauge-rotation log (``gauge`` records, ``summary["gauges"]``)."""
-
-    name = "gauge_rotation"
-
-    def __init__(self) -> None:
-        self.tracker: GaugeTracker | None = None
-        self.probe: dict[str, Any] = {"ran": False}
-        self.interval = 0
-        self.total = 0
-        self._log: Callable[[dict], None] = lambda rec: None
-        self._history: list[dict] = []  # restored by load_state_dict before on_start
-
-    def on_start(self, model: nn.Module, optimizer: torch.optim.Optimizer, info: LoopInfo) -> dict | None:
-        cfg = info.train_config
-        self.interval, self.total, self._log = cfg.gauge_interval, info.total, info.log
-        if not (cfg.probe_gauges and cfg.gauge_interval > 0 and info.is_main):
-            return {"gauge_probe": self.probe}
-        px, py = info.probe_batch()
-        pr = find_scale_gauges(model, px, py, seed=cfg.seed)  # float64 copy: leaves model and RNG alone
-        exp = expected_gauges(model)
-        self.probe = {"ran": True, "gauges": pr.gauges, "unused": pr.unused, "expected": exp,
-                      "agrees_with_theory": None if exp is None else sorted(exp) == sorted(pr.gauges),
-                      "threshold_float64": pr.threshold, "margin": pr.margin, "probe_loss": pr.loss,
-                      "max_gauge_deviation": max((pr.deviation[n] for n in pr.gauges), default=None),
-                      "min_nongauge_deviation": min((v for n, v in pr.deviation.items() if n not in pr.gauges
-                                                     and n not in pr.unused), default=None)}
-        named = dict(model.named_parameters())
-        hyper = {n: (g["weight_decay"], g["betas"][0]) for g in optimizer.param_groups for n in g["names"]}
-        self.tracker = GaugeTracker({n: named[n] for n in pr.gauges}, {n: hyper[n] for n in pr.gauges})
-        self.tracker.history = list(self._history)
-        shown = pr.gauges if len(pr.gauges) <= 4 else [*pr.gauges[:4], "..."]
-        info.message(f"scale probe: {len(pr.gauges)} gauge tensor(s) {shown}; float64 threshold "
-                     f"{pr.threshold:.2e}, margin x{pr.margin:.2e}")
-        if self._tracked(info.start + 1):
-            self.tracker.snapshot()
-        return {"gauge_probe": self.probe}
-
-    def _tracked(self, step: int) -> bool:
-        return bool(self.tracker) and step <= self.total and (step % self.interval == 0 or step == self.total)
-
-    def after_step(self, step: int, lr: float) -> None:
-        if self.tracker is None:
-            return
-        if self._tracked(step):
-            self._log({"event": "gauge", **self.tracker.measure(step, lr)})
-        if self._tracked(step + 1):
-            self.tracker.snapshot()  # the weights the next step starts from
-
-    def on_end(self, summary: dict) -> None:
-        summary["gauge_probe"] = self.probe
-        summary["gauges"] = self.tracker.summary() if self.tracker else {}
-
-    def state_dict(self) -> dict:
-        return {"history": self.tracker.history if self.tracker else self._history}
-
-    def load_state_dict(self, state: dict) -> None:
-        self._history = list(state.get("history", []))

@@ -37,8 +37,11 @@ CPU process (``tests/test_train.py::test_resume_is_bit_exact``).  SIGINT/SIGTERM
 step with a checkpoint (acknowledged at once; a second Ctrl-C stops immediately).
 
 **Hooks.**  The loop (:func:`_train`, nanoGPT-sized) calls step hooks (:mod:`lm.hooks`): ``on_start``,
-``after_step``, ``on_end``.  The default :class:`lm.hooks.GaugeRotationHook` runs the scale probe and logs
-each gauge tensor's rotation against AdamW's equilibrium angle; ``train(..., hooks=[...])`` replaces it.
+``after_step``, ``on_end``; ``train(..., hooks=[...])`` passes them, and by default there are none.  The
+command-line entry attaches :func:`monitor_hooks`: the equilibrium monitor of :mod:`dynamics.monitor` on the
+gauges that :func:`gauge.census.census` finds in the model on a fixed probe batch (none in the GRT: then
+nothing is attached and the census's empty verdict is recorded).  Both packages sit above ``lm``; only the
+entry imports them, inside the function, so the loop's imports point down.
 
 **Data parallel.**  Under ``torchrun`` (env ``WORLD_SIZE`` > 1) each rank draws the same global batch
 of ``batch_size`` windows and keeps its contiguous shard of ``batch_size / WORLD_SIZE``; DDP averages
@@ -46,9 +49,9 @@ gradients, so the update is the one-process update on the global batch up to the
 floating-point sum (``tests/test_ddp.py``).  Only rank 0 writes logs and checkpoints.
 
 **Logs.**  ``OUT/log.jsonl`` (one JSON object a line): ``start`` (configs, parameter counts, corpus
-sha256, gauge probe), ``train`` (loss, lr, tokens, tokens/s), ``eval`` (val loss and bits per byte
-:math:`= \text{loss}/\ln 2`), ``gauge`` (norm and per-step angle of every gauge weight against the
-rotational-equilibrium predictions of :mod:`lm.equilibrium`), ``end`` (summary, also in
+sha256, gauge census), ``train`` (loss, lr, tokens, tokens/s), ``eval`` (val loss and bits per byte
+:math:`= \text{loss}/\ln 2`), ``equilibrium`` (the monitor's record: norm and per-step angle of every gauge
+tensor against the rotational-equilibrium predictions of :mod:`dynamics.laws`), ``end`` (summary, also in
 ``OUT/summary.json``).  ``OUT/ckpt.pt`` is the checkpoint.
 """
 
@@ -84,9 +87,8 @@ from lm.checkpoint import (
     set_rng_state,
 )
 from lm.corpus import VOCAB_SIZE, ByteCorpus, corpus_files
-from lm.equilibrium import relaxation_steps
 from lm.errors import NonFiniteError, RunFailure
-from lm.hooks import GaugeRotationHook, LoopInfo, StepHook
+from lm.hooks import LoopInfo, StepHook
 from rmsgauge import (
     Claim,
     atomic_write_json,
@@ -128,7 +130,7 @@ class TrainConfig:
     eval_interval: int = 100  # 0: evaluate only at the start and the end
     eval_batches: int = 8  # validation batches (of batch_size windows) per evaluation, always the same ones
     log_interval: int = 10  # progress line + a "train" log record every N steps
-    gauge_interval: int = 10  # measure gauge norms/angles every N steps; 0 disables gauge tracking
+    gauge_interval: int = 10  # the CLI's equilibrium monitor records every N steps; 0 attaches none
     ckpt_interval: int = 500  # 0: checkpoint only at the end (and on stop/interrupt)
     val_fraction: float = 0.1  # the last 10% of the corpus bytes are validation, never trained on
     seed: int = 0
@@ -137,7 +139,7 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads; 0 leaves torch's default
     data: str = ""  # "" = the bundled corpus; else a file or a folder of .txt/.md files (read as bytes)
     out_dir: str = "runs/train"
-    probe_gauges: bool = True  # run the scale probe at start (finds the gauges to track)
+    probe_gauges: bool = True  # the CLI runs the gauge census at start (finds the gauges to monitor)
 
     def __post_init__(self) -> None:
         _float("train.lr", self.lr, 0.0, 10.0, lo_open=True)
@@ -223,7 +225,12 @@ def _choice(name: str, v: Any, choices: tuple[str, ...]) -> None:
 def validate_model_config(kind: str, cfg: Any) -> None:
     """What the model configs themselves do not check but training needs: byte vocabulary, finite floats,
     non-negative epsilons and init scales."""
-    d = config_to_dict(cfg)
+    check_model_values(config_to_dict(cfg))
+
+
+def check_model_values(d: dict[str, Any]) -> None:
+    """:func:`validate_model_config` on the config as a dict: run before the config class is built, so an error
+    names the key the user set (``model.norm_eps``), not the class's own field."""
     if d.get("vocab_size") != VOCAB_SIZE:
         raise ValueError(f"model.vocab_size must be {VOCAB_SIZE} (the tokens are bytes), got {d.get('vocab_size')!r}")
     for name, v in d.items():
@@ -862,7 +869,6 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
         "params": param_breakdown(run.model), "world_size": run.ctx.world, "device": str(run.ctx.device),
         "dtype": cfg.dtype, "machine": machine_description(), "corpus_sha256": run.corpus_sha256,
         "model_config": config_to_dict(run.model.config), "train_config": cfg.to_dict(),
-        "equilibrium_relaxation_steps": relaxation_steps(cfg.lr, cfg.wd) if cfg.wd > 0 else math.inf,
     }
     for h in run.hooks:
         h.on_end(summary)
@@ -879,12 +885,12 @@ def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = F
 
     ``resume``: continue from ``OUT/ckpt.pt``.  ``force``: a folder that holds a run is moved aside first
     (without it, such a folder is refused).  ``stop_after``: stop (with a checkpoint) once this global step
-    is done, as an interruption would.  ``hooks``: step hooks (:mod:`lm.hooks`); default the gauge-rotation
-    hook.
+    is done, as an interruption would.  ``hooks``: step hooks (:mod:`lm.hooks`); default none (the command-line
+    entry passes :func:`monitor_hooks`).
     """
     ctx = DistContext.from_env(cfg.device)
     try:
-        hooks = [GaugeRotationHook()] if hooks is None else list(hooks)
+        hooks = [] if hooks is None else list(hooks)
         return _train(ctx, model_kind, model_cfg, cfg, resume, force, stop_after, progress, log_name, label, hooks)
     finally:
         ctx.close()
@@ -940,42 +946,80 @@ def _train(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, resume
     return finish(run, interrupted, done)
 
 
+def expected_gauges(kind: str, model_config: dict[str, Any]) -> list[str] | None:
+    """The gauges the theory predicts at eps = 0 (where the census judges exactness), from the model config.
+
+    Dense: with QK-norm each layer's ``q_proj`` and ``k_proj`` weights, whose outputs feed the per-head RMSNorm
+    directly; without it none (every other weight reaches the loss through a residual sum, a nonlinearity or the
+    logits, which see its scale).  GRT: None (no closed prediction; the census decides).
+    """
+    if kind != "dense":
+        return None
+    if not model_config.get("qk_norm", False):
+        return []
+    return [f"blocks.{i}.attn.{w}_proj.weight" for i in range(int(model_config["n_layers"])) for w in ("q", "k")]
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return math.nan
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else 0.5 * (xs[m - 1] + xs[m])
+
+
+def equilibrium_medians(summary: dict[str, Any]) -> dict[str, float]:
+    """Medians over the monitored gauge groups of the tail-mean angle against the equilibrium prediction and
+    against AdamW's random-walk angle at the current norm (nan where no group has the prediction)."""
+    groups = (summary.get("equilibrium") or {}).get("groups") or {}
+    ratio = [g["angle_ratio"] for g in groups.values() if g.get("angle_ratio") is not None]
+    rw = [g["rw_ratio"] for g in groups.values() if g.get("rw_ratio") is not None]
+    eq = [g["angle_eq"] for g in groups.values() if g.get("angle_eq") is not None]
+    return {"ratio_to_eq": _median(ratio), "ratio_to_rw": _median(rw), "angle_eq": _median(eq)}
+
+
 def summary_claims(summary: dict[str, Any]) -> list[Claim]:
     """The run's two checkable statements as claim records (for ``--json``)."""
     claims = []
-    probe = summary.get("gauge_probe", {})
-    if probe.get("ran"):
-        exp = probe.get("expected")
+    found = summary.get("gauge_census") or {}
+    if found.get("source") == "census":
+        exp = expected_gauges(summary["model"], summary["model_config"])
+        measured = sorted([*found["gauges"], *found.get("partial", {})])
         claims.append(Claim(
-            id="grt_model.scale_probe_gauges",
+            id="lm.gauge_census",
             statement="The scale of a weight that feeds an RMSNorm is a gauge the loss cannot see (QK-norm: W_q, "
                       "W_k).",
-            stated=exp, measured=probe["gauges"], tolerance=probe["threshold_float64"],
-            holds=bool(probe["agrees_with_theory"]) if exp is not None else True,
+            stated=exp, measured=measured, tolerance=found["tolerance_float64"],
+            holds=sorted(exp) == measured if exp is not None else True,
             dtype="float64", source_status="exact" if exp is not None else "not_a_source_claim",
-            exact_law="L(cW) = L(W) for c in {0.5, 2} to float64 round-off, and a non-radial move is visible",
-            details={"margin": probe.get("margin"), "unused": probe.get("unused"),
-                     "max_gauge_deviation": probe.get("max_gauge_deviation"),
-                     "min_nongauge_deviation": probe.get("min_nongauge_deviation")}))
-    g = summary.get("gauges") or {}
-    if g.get("per_tensor"):
-        cfg = summary["train_config"]
-        rw = g["median_ratio_to_rw"]
+            exact_law=f"L(cW) = L(W) for c in {found.get('scales')} to float64 round-off at eps = 0 "
+                      f"(gauge.census), and a non-radial move is visible",
+            details={"partitions": found.get("partitions"), "unused": found.get("unused"),
+                     "probe_loss": found.get("loss")}))
+    eq = summary.get("equilibrium") or {}
+    if eq.get("groups"):
+        med = equilibrium_medians(summary)
+        rw = med["ratio_to_rw"]
+        relax = next(iter(eq["groups"].values())).get("relax_steps")
         claims.append(Claim(
-            id="grt_model.rotational_equilibrium_angle",
-            statement="A gauge weight under AdamW rotates by sqrt(2 lr wd (1-b1)/(1+b1)) per step at equilibrium "
-                      "(Kosson et al. arXiv:2305.17212); at its current norm the random-walk model predicts "
-                      "lr sqrt(C (1-b1)/(1+b1)) / ||W||.",
-            stated={"angle_eq_at_peak_lr": math.sqrt(2 * cfg["lr"] * cfg["wd"] * (1 - cfg["beta1"]) /
-                                                       (1 + cfg["beta1"]))},
-            measured={"median_ratio_to_random_walk": rw, "median_ratio_to_equilibrium": g["median_ratio_to_eq"]},
+            id="lm.rotational_equilibrium_angle",
+            statement="A gauge weight under AdamW rotates per step by the equilibrium angle, cos phi = (q+b1)/(1+b1 q) "
+                      "with q = 1 - lr wd (first order sqrt(2 lr wd (1-b1)/(1+b1)), Kosson et al. arXiv:2305.17212); "
+                      "at its current norm the random-walk model predicts atan(lr sqrt(C (1-b1)/(1+b1)) / (q ||W||)).",
+            stated={"angle_eq_median_over_groups": med["angle_eq"]},
+            measured={"median_ratio_to_random_walk": rw, "median_ratio_to_equilibrium": med["ratio_to_eq"]},
             tolerance=EQUILIBRIUM_FACTOR,
             holds=bool(math.isfinite(rw) and 1 / EQUILIBRIUM_FACTOR <= rw <= EQUILIBRIUM_FACTOR),
             dtype=summary["dtype"], source_status="approximate",
-            exact_law="random-walk model (statistical); equilibrium needs ~1/(2 lr wd) steps "
-                      f"= {summary['equilibrium_relaxation_steps']:.0f} per e-fold, the run had {summary['steps']}",
-            details={"tail_steps": g["tail_steps"], "n_samples": g["n_samples"]}))
+            exact_law="random-walk model (statistical); equilibrium needs about "
+                      f"{_fmt_steps(relax)} steps per e-fold of the norm at the last recorded lr "
+                      f"(dynamics.laws.relaxation_steps), the run had {summary['steps']}",
+            details={"tail_steps": eq.get("tail_steps"), "n_groups": len(eq["groups"])}))
     return claims
+
+
+def _fmt_steps(v: Any) -> str:
+    return f"{v:.0f}" if isinstance(v, (int, float)) and math.isfinite(v) else "infinitely many"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1091,6 +1135,7 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
             mdict[key or _n_layers_key(kind)] = v
     tdict["out_dir"] = out_dir
     tcfg = TrainConfig(**tdict)
+    check_model_values(mdict)
     try:
         mcfg = config_from_dict(kind, mdict)
     except (ValueError, TypeError) as e:
@@ -1187,6 +1232,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def monitor_hooks(cfg: TrainConfig) -> list:
+    """The command-line entries' step hooks (this module's :func:`main`, ``lm.compare``'s runs): the equilibrium
+    monitor of :mod:`dynamics.monitor` on the gauges :func:`gauge.census.census` finds on the probe batch,
+    recording every ``cfg.gauge_interval`` steps; none when ``gauge_interval`` is 0 or ``probe_gauges`` false.
+
+    ``dynamics`` and ``gauge`` stand above ``lm``: they are imported here, when an entry asks, never by the loop.
+    """
+    if not (cfg.probe_gauges and cfg.gauge_interval > 0):
+        return []
+    from dynamics.monitor import TrainHook
+
+    # one group per tensor (a union of gauges is a gauge): the log stays one record per gauge weight
+    return [TrainHook.lazy(census_of_probe_batch, interval=cfg.gauge_interval, per_block=False)]
+
+
+def census_of_probe_batch(model: nn.Module, info: LoopInfo) -> Any:
+    """The gauge census of ``model`` on the loop's fixed probe batch (a float64 CPU copy: the model and the global
+    RNG are untouched, so the run is the same with or without it).  The eps report is skipped: the monitor needs
+    only which tensors are gauges."""
+    from gauge.census import census
+
+    return census(model, batch=info.probe_batch(), own_eps=False, seed=info.train_config.seed)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sample":
@@ -1218,7 +1287,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as e:
         parser.error(str(e))
     summary = train(kind, mcfg, tcfg, resume=resume, stop_after=args.stop_after, progress=not args.quiet,
-                    force=args.force)
+                    force=args.force, hooks=monitor_hooks(tcfg))
     if int(os.environ.get("RANK", "0")) == 0:
         print(format_summary(summary))
         if args.json:
@@ -1240,21 +1309,33 @@ def format_summary(s: dict[str, Any]) -> str:
     else:
         lines.append(f"  val loss at step {at} (the latest evaluation; the run stopped at step {s['steps']} "
                      f"before the next one): {val}")
-    probe = s.get("gauge_probe", {})
-    if probe.get("ran"):
-        lines.append(f"  scale probe: {len(probe['gauges'])} gauge tensor(s); theory agrees: "
-                     f"{probe['agrees_with_theory']}")
-    g = s.get("gauges") or {}
-    if g.get("per_tensor"):
-        lines.append(f"  gauge rotation (steps {g['tail_steps'][0]}-{g['tail_steps'][1]}): measured/equilibrium "
-                     f"{g['median_ratio_to_eq']:.3f}, measured/random-walk-at-current-norm "
-                     f"{g['median_ratio_to_rw']:.3f} (median over {len(g['per_tensor'])} tensors)")
-        for n, r in list(g["per_tensor"].items())[:4]:
+    found = s.get("gauge_census") or {}
+    if found.get("source") == "census":
+        names = [*found["gauges"], *found.get("partial", {})]
+        exp = expected_gauges(s["model"], s["model_config"])
+        agrees = "no prediction" if exp is None else sorted(exp) == sorted(names)
+        lines.append(f"  gauge census: {len(names)} gauge tensor(s)"
+                     + ("" if names else ", nothing monitored") + f"; theory agrees: {agrees}")
+    eq = s.get("equilibrium") or {}
+    if eq.get("groups"):
+        med = equilibrium_medians(s)
+        lo, hi = eq["tail_steps"]
+        lines.append(f"  gauge rotation (steps {lo}-{hi}): measured/equilibrium {med['ratio_to_eq']:.3f}, "
+                     f"measured/random-walk-at-current-norm {med['ratio_to_rw']:.3f} (median over "
+                     f"{len(eq['groups'])} tensors)")
+        for n, r in list(eq["groups"].items())[:4]:
             lines.append(f"    {n}: |W| {r['norm_first']:.3f} -> {r['norm_last']:.3f} "
-                         f"(eq {r.get('norm_eq_last', math.inf):.3f}), angle {r['angle_mean']:.2e} "
-                         f"(eq {r.get('angle_eq_mean', math.nan):.2e}, "
-                         f"rw {r['angle_rw_mean']:.2e})")
+                         f"(eq {_num(r['norm_eq'], '.3f')}), angle {r['angle_tail_mean']:.2e} "
+                         f"(eq {_num(r['angle_eq'], '.2e')}, rw {_num(r.get('angle_rw'), '.2e')})")
     return "\n".join(lines)
+
+
+def _num(v: Any, fmt: str) -> str:
+    """A number for the summary, ``-`` where there is no prediction (a summary read back from JSON may hold
+    ``"inf"`` as text: shown as it is)."""
+    if v is None:
+        return "-"
+    return format(v, fmt) if isinstance(v, (int, float)) else str(v)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import torch.multiprocessing as mp
 from lm.checkpoint import load_checkpoint
 from lm.corpus import bundled_corpus_files
 from lm.dense import DenseConfig
-from lm.train import TrainConfig, read_log, train
+from lm.train import TrainConfig, monitor_hooks, read_log, train
 from rmsgauge import tolerance
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 def _cfg(out: Path, data: Path) -> TrainConfig:
     return TrainConfig(lr=1e-2, warmup_steps=1, batch_size=BATCH, max_steps=K_STEPS, eval_interval=0, eval_batches=1,
-                       log_interval=1, gauge_interval=0, ckpt_interval=0, device="cpu", dtype="float64", threads=1,
+                       log_interval=1, gauge_interval=1, ckpt_interval=0, device="cpu", dtype="float64", threads=1,
                        data=str(data), out_dir=str(out), grad_clip=0.0)
 
 
@@ -51,7 +51,8 @@ def _rank(rank: int, port: int, out: str, data: str) -> None:  # runs in a spawn
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    train("dense", DenseConfig(**TINY), _cfg(Path(out), Path(data)), progress=False)
+    cfg = _cfg(Path(out), Path(data))
+    train("dense", DenseConfig(**TINY), cfg, progress=False, hooks=monitor_hooks(cfg))  # as the CLI runs it
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,8 @@ def corpus(tmp_path_factory) -> Path:
 def test_ddp_two_gloo_ranks_match_one_process(tmp_path, corpus, monkeypatch):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
-    one = train("dense", DenseConfig(**TINY), _cfg(tmp_path / "one", corpus), progress=False)
+    cfg = _cfg(tmp_path / "one", corpus)
+    one = train("dense", DenseConfig(**TINY), cfg, progress=False, hooks=monitor_hooks(cfg))
     assert one["world_size"] == 1
     mp.spawn(_rank, args=(_free_port(), str(tmp_path / "two"), str(corpus)), nprocs=WORLD, join=True)
 
@@ -83,3 +85,12 @@ def test_ddp_two_gloo_ranks_match_one_process(tmp_path, corpus, monkeypatch):
         assert tolerance("float64", size=tokens * 256, depth=K_STEPS).holds(x - y, x)
     starts = [r for r in read_log(tmp_path / "two" / "log.jsonl") if r["event"] == "start"]
     assert len(starts) == 1 and starts[0]["world_size"] == WORLD  # only rank 0 logs
+    # the equilibrium monitor watches on rank 0 only (the census ran there alone without stalling the other rank),
+    # and sees the weights of the one-process run
+    ea = [r for r in read_log(tmp_path / "one" / "log.jsonl") if r["event"] == "equilibrium"]
+    eb = [r for r in read_log(tmp_path / "two" / "log.jsonl") if r["event"] == "equilibrium"]
+    assert [r["step"] for r in eb] == [r["step"] for r in ea] == list(range(1, K_STEPS + 1))
+    for x, y in zip(ea, eb):
+        assert x["groups"].keys() == y["groups"].keys() and x["groups"]
+        for name, g in x["groups"].items():
+            assert abs(g["norm"] - y["groups"][name]["norm"]) <= tol.bound(g["norm"])

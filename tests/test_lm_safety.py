@@ -167,7 +167,7 @@ def test_nonfinite_training_loss_keeps_last_good_checkpoint(tmp_path, small_corp
 def test_nonfinite_cli_exit_status_is_1(tmp_path, small_corpus, capsys, monkeypatch):
     import lm.train as lt
 
-    monkeypatch.setattr(lt, "GaugeRotationHook", lambda: _PoisonAt(1))
+    monkeypatch.setattr(lt, "monitor_hooks", lambda cfg: [_PoisonAt(1)])  # the hooks main() attaches
     rc = main(_argv(tmp_path / "q", small_corpus, "--max-steps", "4"))
     assert rc == 1
     line = _one_error_line(capsys.readouterr().err)
@@ -249,11 +249,15 @@ def test_interrupted_summary_names_the_step_of_its_val_loss(tmp_path, small_corp
 
 
 def test_gauge_summary_after_resume_covers_the_whole_run(tmp_path, small_corpus):
+    from lm.train import monitor_hooks
+
     mcfg = DenseConfig(**TINY)
-    full = train("dense", mcfg, _cfg(tmp_path / "full", small_corpus, max_steps=8), progress=False)
-    train("dense", mcfg, _cfg(tmp_path / "part", small_corpus, max_steps=8), stop_after=5, progress=False)
-    resumed = train("dense", mcfg, _cfg(tmp_path / "part", small_corpus, max_steps=8), resume=True, progress=False)
-    assert resumed["gauges"] == full["gauges"]  # same samples, bit for bit
+    cfg_full, cfg_part = (_cfg(tmp_path / n, small_corpus, max_steps=8) for n in ("full", "part"))
+    full = train("dense", mcfg, cfg_full, progress=False, hooks=monitor_hooks(cfg_full))
+    train("dense", mcfg, cfg_part, stop_after=5, progress=False, hooks=monitor_hooks(cfg_part))
+    resumed = train("dense", mcfg, cfg_part, resume=True, progress=False, hooks=monitor_hooks(cfg_part))
+    assert full["equilibrium"]["groups"] and full["equilibrium"]["steps"] == 8
+    assert resumed["equilibrium"] == full["equilibrium"]  # same samples, bit for bit
 
 
 def test_sigint_during_evaluation_is_acknowledged(tmp_path, small_corpus, capsys, monkeypatch):

@@ -103,7 +103,7 @@ def test_monitor_adamw_predictions_interval_and_no_prediction(tmp_path):
     assert (tmp_path / "eq.png").stat().st_size > 0
 
 
-def test_laws_folded_from_lm_equilibrium_agree_in_the_small_d_limit():
+def test_first_order_forms_are_the_small_d_limits_of_the_laws():
     # the trainer's former AdamW forms are the small-d limits of the exact laws: sqrt(2 lr wd (1-b1)/(1+b1)) and
     # sqrt(lr C/(2 wd)); relaxation -1/(2 ln(1 - lr wd)); the momentum angle is (q+mu)/(1+mu q), not sqrt(2d/(1+mu))
     lr, wd, b1, C = 1e-4, 0.1, 0.9, 256
@@ -115,3 +115,77 @@ def test_laws_folded_from_lm_equilibrium_agree_in_the_small_d_limit():
                                                                              rel=tolerance("float64").rtol)
     norm = laws.adamw_equilibrium_norm(lr, wd, C, b1)
     assert abs(laws.random_walk_angle(lr, norm, C, b1, d) / first - 1) <= 2 * d / (1 - b1)  # via the norm's O(d)
+
+
+def _adamw_steps(m: nn.Module, opt: torch.optim.Optimizer, n: int, gen: torch.Generator) -> None:
+    for _ in range(n):
+        m(torch.randn(8, 8, dtype=torch.float64, generator=gen)).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def test_train_hook_state_resumes_bit_for_bit():
+    # the trainer stores state_dict() in its checkpoint and hands it back before on_start: a resumed monitor must
+    # record what the uninterrupted one records (same steps, same G^2 running mean, same first norm, same summary)
+    from dynamics.monitor import TrainHook
+
+    def run(split: int | None) -> tuple[list, dict]:
+        torch.manual_seed(0)
+        m = HeadNormToy()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5)
+        gen = torch.Generator().manual_seed(1)
+        logged: list = []
+        info = type("Info", (), {"log": staticmethod(logged.append), "is_main": True})()
+        hook = TrainHook.lazy(lambda model, i: _blocks(), interval=2)
+        hook.on_start(m, opt, info)
+        if split is None:
+            _adamw_steps(m, opt, 7, gen)
+            for step in range(7):
+                hook.after_step(step + 1)
+            return logged, hook.on_end({})
+        _adamw_steps(m, opt, split, gen)
+        hook.after_step(split)
+        state = json.loads(json.dumps(hook.state_dict()))  # plain data: survives any serialization
+        hook.on_end({})
+        resumed = TrainHook.lazy(lambda model, i: _blocks(), interval=2)
+        resumed.load_state_dict(state)  # before on_start, as the loop does
+        resumed.on_start(m, opt, info)
+        _adamw_steps(m, opt, 7 - split, gen)
+        resumed.after_step(7)
+        return logged, resumed.on_end({})
+
+    full_log, full = run(None)
+    part_log, part = run(3)
+    assert [r["step"] for r in full_log] == [1, 2, 4, 6] and full_log == part_log
+    assert full == part
+
+
+def test_train_hook_attaches_nothing_without_gauges_or_off_rank_0():
+    from dynamics.monitor import TrainHook
+
+    m = HeadNormToy()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    empty = TrainHook.lazy(lambda model, info: [])
+    assert empty.on_start(m, opt, None) == {"equilibrium_groups": [], "gauge_census": {"source": "given",
+                                                                                        "gauges": []}}
+    m(torch.randn(4, 8, dtype=torch.float64)).backward()
+    opt.step()
+    assert empty.after_step(1) is None and empty.state_dict() == {}
+    summary: dict = {}
+    assert empty.on_end(summary) == {"steps": 0, "groups": {}} and summary["equilibrium"]["groups"] == {}
+    asked = []
+    other_rank = TrainHook.lazy(lambda model, info: asked.append(1) or ["w"])
+    assert other_rank.on_start(m, opt, type("Info", (), {"is_main": False})()) == {} and not asked
+    assert other_rank.after_step(1) is None
+
+
+def test_partial_gauge_blocks_are_not_merged_into_the_whole_tensor():
+    # per_block=False merges a tensor's blocks only when they tile it: the rows outside a partial gauge's blocks
+    # are no gauge, so a whole-tensor group would be monitored against a law that does not apply to it
+    from dynamics.monitor import gauge_groups
+
+    m = HeadNormToy()
+    whole = gauge_groups(m, {"w": [(0, 0, 4), (0, 4, 8)]}, per_block=False)
+    assert [(g.name, g.axis) for g in whole] == [("w", None)]
+    part = gauge_groups(m, {"w": [(0, 0, 4)]}, per_block=False)
+    assert [(g.name, g.axis, g.start, g.stop) for g in part] == [("w[rows 0:4]", 0, 0, 4)]

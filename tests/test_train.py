@@ -1,5 +1,5 @@
-"""Training pipeline: exact resume, config validation, checkpoints, sampling, determinism, gauge probe,
-equilibrium formulas, and the compare CLI's pieces (issue 6)."""
+"""Training pipeline: exact resume, config validation, checkpoints, sampling, determinism, the gauge census and
+equilibrium monitor the CLI attaches (issues 12, 13), and the compare CLI's pieces (issue 6)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from dynamics import laws
+from dynamics.monitor import EquilibriumMonitor
+from gauge.census import census
 from lm.checkpoint import (
     config_from_dict,
+    config_to_dict,
     load_checkpoint,
     model_from_checkpoint,
     rng_state,
@@ -22,18 +26,8 @@ from lm.checkpoint import (
 )
 from lm.corpus import bundled_corpus_files
 from lm.dense import DenseConfig, DenseTransformer
-from lm.equilibrium import (
-    adamw_equilibrium_angle,
-    adamw_equilibrium_norm,
-    adamw_random_walk_angle,
-    relaxation_steps,
-    sgd_equilibrium_angle,
-    sgd_equilibrium_norm,
-    sgd_norm_step,
-)
 from lm.sample import sample_text
-from lm.scale_probe import expected_gauges, find_scale_gauges, tensor_angle
-from lm.train import TrainConfig, main, read_log, summary_claims, train
+from lm.train import TrainConfig, expected_gauges, main, monitor_hooks, read_log, summary_claims, train
 from rmsgauge import assert_close, tolerance
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
@@ -70,25 +64,28 @@ def _strip(records: list[dict]) -> list[dict]:
     """Log records without wall-clock fields and without the start/resume/stop/end bookkeeping."""
     keep = []
     for r in records:
-        if r["event"] in ("train", "eval", "gauge"):
+        if r["event"] in ("train", "eval", "equilibrium"):
             keep.append({k: v for k, v in r.items() if k not in TIMING_KEYS})
     return keep
 
 
 def test_resume_is_bit_exact(tmp_path, small_corpus):
-    """6 steps straight == 3 steps, interruption, --resume for 3 more: every logged loss, eval and gauge
-    angle, and every final weight, bit for bit (float32, one CPU process)."""
+    """6 steps straight == 3 steps, interruption, --resume for 3 more: every logged loss, eval and equilibrium
+    monitor record (its state rides in the checkpoint), and every final weight, bit for bit (float32, one CPU
+    process), with the hooks the CLI attaches."""
     cfg_a = _cfg(tmp_path / "a", small_corpus)
     cfg_b = _cfg(tmp_path / "b", small_corpus)
     mcfg = DenseConfig(**TINY)
-    sa = train("dense", mcfg, cfg_a, progress=False)
-    sb1 = train("dense", mcfg, cfg_b, stop_after=3, progress=False)
+    sa = train("dense", mcfg, cfg_a, progress=False, hooks=monitor_hooks(cfg_a))
+    sb1 = train("dense", mcfg, cfg_b, stop_after=3, progress=False, hooks=monitor_hooks(cfg_b))
     assert sb1["steps"] == 3 and not sb1["complete"]
-    sb = train("dense", mcfg, cfg_b, resume=True, progress=False)
+    sb = train("dense", mcfg, cfg_b, resume=True, progress=False, hooks=monitor_hooks(cfg_b))
     assert sb["steps"] == 6 and sb["complete"]
     la, lb = _strip(read_log(tmp_path / "a" / "log.jsonl")), _strip(read_log(tmp_path / "b" / "log.jsonl"))
     assert len(la) == len(lb) > 6
+    assert [r["step"] for r in la if r["event"] == "equilibrium"] == [1, 2, 3, 4, 5, 6]
     assert la == lb  # exact float equality of every loss, val loss, norm and angle
+    assert sa["equilibrium"] == sb["equilibrium"]  # the summary covers the whole run, not the part after resume
     ca, cb = load_checkpoint(tmp_path / "a" / "ckpt.pt"), load_checkpoint(tmp_path / "b" / "ckpt.pt")
     for k, v in ca["model"].items():
         assert torch.equal(v, cb["model"][k]), k
@@ -178,7 +175,7 @@ def test_cli_trains_resumes_and_rejects_changed_trajectory(tmp_path, small_corpu
     doc = json.loads(js.read_text())
     assert doc["summary"]["steps"] == 4 and doc["summary"]["train_config"]["lr"] == 2e-3
     ids = [c["id"] for c in doc["claims"]]
-    assert "grt_model.scale_probe_gauges" in ids
+    assert "lm.gauge_census" in ids and "lm.rotational_equilibrium_angle" in ids
 
 
 def test_checkpoint_round_trip_rebuilds_config_and_rng(tmp_path):
@@ -243,110 +240,131 @@ def test_sample_produces_text(tmp_path, small_corpus):
     assert json.loads((tmp_path / "s.json").read_text())["tokens"] == 5
 
 
-def test_scale_probe_gauges():
-    """Claim grt_model.scale_probe_gauges: on the dense baseline with QK-norm (eps = 0) the probe finds
-    exactly W_q and W_k of every layer; without QK-norm it finds none."""
+def test_gauge_census():
+    """Claim lm.gauge_census: on the dense baseline with QK-norm the census the trainer runs finds exactly W_q and
+    W_k of every layer (each head's row block a gauge of its own: the per-head RMSNorm reads it), as
+    lm.train.expected_gauges states from the architecture; without QK-norm it finds none."""
     x = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(0))
     cfg = DenseConfig(**{**TINY, "n_layers": 2})
     model = DenseTransformer(cfg)
-    res = find_scale_gauges(model, x[:, :-1], x[:, 1:])
-    assert sorted(res.gauges) == sorted(expected_gauges(model)) and len(res.gauges) == 4
-    assert res.unused == []
-    for n in res.gauges:  # Euler's identity at float64 round-off, the finite law below the threshold
-        assert res.radial[n] <= res.radial_threshold and res.deviation[n] <= res.threshold
-    assert res.margin > 1.0
-    plain = DenseTransformer(DenseConfig(**{**TINY, "qk_norm": False}))
-    assert find_scale_gauges(plain, x[:, :-1], x[:, 1:]).gauges == []
-    assert expected_gauges(plain) == []
+    res = census(model, batch=(x[:, :-1], x[:, 1:]), own_eps=False)
+    exp = expected_gauges("dense", config_to_dict(cfg))
+    assert sorted(res.gauges) == sorted(exp) and len(exp) == 4
+    assert not [t.name for t in res.tensors if t.status in ("partial gauge", "unused")]
+    head = cfg.d_model // cfg.n_heads
+    for n in exp:
+        assert res.blocks_of(n) == [(0, h * head, (h + 1) * head) for h in range(cfg.n_heads)]
+        t = next(t for t in res.tensors if t.name == n)
+        assert t.loss_change <= res.tolerance  # the finite law at every scale, below float64 round-off
+    plain_cfg = DenseConfig(**{**TINY, "qk_norm": False})
+    plain = census(DenseTransformer(plain_cfg), batch=(x[:, :-1], x[:, 1:]), own_eps=False)
+    assert not any(t.blocks for t in plain.tensors)
+    assert expected_gauges("dense", config_to_dict(plain_cfg)) == []
 
 
-def test_scale_probe_on_the_grt_is_consistent(eager_cascade):
-    """Whatever the probe reports for the GRT satisfies the finite law; zero-initialized tensors
-    (the gate logits) are tested at a random point, not declared gauges because 0 * c = 0."""
+def test_gauge_census_finds_none_in_the_grt_and_the_trainer_attaches_nothing(tmp_path, small_corpus, eager_cascade):
+    """The GRT has no scale gauge (every norm reads a sum or a rotation of several weights' outputs); the gate
+    logits start at 0 and are tested at a random point, since 0 * c = 0 proves nothing.  The trainer's hook then
+    monitors nothing and records that the census found none: no error, no equilibrium records."""
     from grt_model.config import GRTConfig
     from grt_model.model import GRT
 
-    cfg = GRTConfig.small(d_model=16, n_heads=2, n_blocks=1, d_ff=32, block_size=16, qkvo_stages=2, ffn_stages=2)
-    model = GRT(cfg)
+    kw = {"d_model": 16, "n_heads": 2, "n_blocks": 1, "d_ff": 32, "block_size": 16, "qkvo_stages": 2,
+          "ffn_stages": 2}
+    cfg = GRTConfig.small(**kw)
     x = torch.randint(0, 256, (1, 17), generator=torch.Generator().manual_seed(0))
-    res = find_scale_gauges(model, x[:, :-1], x[:, 1:])
-    assert all(not n.endswith("gate_logits") for n in res.gauges)
-    for n in res.gauges:
-        assert res.deviation[n] <= res.threshold < res.direction_effect[n]
+    res = census(GRT(cfg), batch=(x[:, :-1], x[:, 1:]), own_eps=False)
+    assert not any(t.blocks for t in res.tensors)
+    assert any(n.endswith("gate_logits") for n in res.randomized)
+    tcfg = _cfg(tmp_path / "g", small_corpus, max_steps=2)
+    s = train("grt", cfg, tcfg, progress=False, hooks=monitor_hooks(tcfg))
+    assert s["gauge_census"]["source"] == "census" and s["gauge_census"]["gauges"] == []
+    assert s["equilibrium"] == {"steps": 0, "groups": {}}
+    log = read_log(tmp_path / "g" / "log.jsonl")
+    assert not [r for r in log if r["event"] == "equilibrium"]
+    assert log[0]["equilibrium_groups"] == [] and log[0]["gauge_census"]["gauges"] == []
+    claims = {c.id: c for c in summary_claims(s)}
+    assert claims["lm.gauge_census"].holds and claims["lm.gauge_census"].stated is None
+    assert "lm.rotational_equilibrium_angle" not in claims
+
+
+def test_no_monitor_without_gauge_interval_or_probe():
+    assert monitor_hooks(TrainConfig(gauge_interval=0)) == []
+    assert monitor_hooks(TrainConfig(probe_gauges=False)) == []
+    assert len(monitor_hooks(TrainConfig())) == 1
 
 
 def test_tensor_angle_is_accurate_for_tiny_and_large_angles():
+    """dynamics.laws.tensor_angle, the monitor's angle: 2 atan2 is exact where acos of a number near 1 is not."""
     for phi in (1e-9, 1e-4, 0.5, 3.0):
-        a = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
-        b = torch.tensor([math.cos(phi), math.sin(phi), 0.0], dtype=torch.float64) * 7.0
-        assert_close(torch.tensor(tensor_angle(a, b)), torch.tensor(phi), depth=4, what=f"angle {phi}")
+        a = np.array([1.0, 0.0, 0.0])
+        b = np.array([math.cos(phi), math.sin(phi), 0.0]) * 7.0
+        assert_close(torch.tensor(laws.tensor_angle(a, b)), torch.tensor(phi), depth=4, what=f"angle {phi}")
 
 
 def test_sgd_equilibrium_angle_exact():
-    r"""SGD on the random-walk gauge model (gradient tangent, ||g|| = G/||W||): the per-step angle
-    converges to arccos(1 - lr wd) exactly and the norm to the closed-form fixed point."""
+    r"""SGD with decoupled decay on the random-walk gauge model (gradient tangent, ||g|| = G/||W||): the per-step
+    angle converges to arccos(1 - lr wd) exactly and the norm to the closed-form fixed point (dynamics.laws)."""
     lr, wd, G, C = 0.05, 0.2, 0.7, 64
+    d = lr * wd
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(C, dtype=torch.float64, generator=gen)
-    steps = int(60 * relaxation_steps(lr, wd))  # 60 e-folds: the transient is far below round-off
+    steps = int(60 * laws.relaxation_steps("sgd", "torch", lr, wd))  # 60 e-folds: the transient is below round-off
     n_pred = float(w @ w)
     for _ in range(steps):
-        d = torch.randn(C, dtype=torch.float64, generator=gen)
-        d = d - w * (d @ w) / (w @ w)  # tangent: <g, W> = 0 as for any gauge
-        g = d / d.norm() * (G / w.norm())
-        n_pred = sgd_norm_step(n_pred, lr, wd, float(g @ g))
-        prev, w = w, (1 - lr * wd) * w - lr * g
+        g = torch.randn(C, dtype=torch.float64, generator=gen)
+        g = g - w * (g @ w) / (w @ w)  # tangent: <g, W> = 0 as for any gauge
+        g = g / g.norm() * (G / w.norm())
+        n_pred = laws.norm_step(n_pred, float(g @ g), lr, d)
+        prev, w = w, (1 - d) * w - lr * g
     tol = tolerance("float64", size=C, depth=steps)
+    angle = laws.equilibrium_angle("sgd", "torch", lr, wd)
+    norm = laws.equilibrium_norm("sgd", "torch", lr, wd, numel=C, G2=G * G)
+    assert angle == math.acos(1 - d)
     assert tol.holds(float(w @ w) - n_pred, n_pred)
-    assert tol.holds(tensor_angle(prev, w) - sgd_equilibrium_angle(lr, wd), sgd_equilibrium_angle(lr, wd))
-    assert tol.holds(float(w.norm()) - sgd_equilibrium_norm(lr, wd, G), sgd_equilibrium_norm(lr, wd, G))
-
-
-def test_adamw_closed_forms_are_consistent():
-    lr, wd, C = 3e-3, 0.1, 4096
-    for beta1 in (0.0, 0.5, 0.9):
-        eq = adamw_equilibrium_angle(lr, wd, beta1)
-        rw = adamw_random_walk_angle(lr, adamw_equilibrium_norm(lr, wd, C), C, beta1)
-        assert tolerance("float64", depth=8).holds(rw - eq, eq)
-    assert tolerance("float64").holds(adamw_equilibrium_angle(lr, wd, 0.0) - math.sqrt(2 * lr * wd), 1.0)
-    assert math.isinf(adamw_equilibrium_norm(lr, 0.0, C))
-    with pytest.raises(ValueError, match="beta1 must be in"):
-        adamw_equilibrium_angle(lr, wd, 1.0)
+    assert tol.holds(laws.tensor_angle(prev.numpy(), w.numpy()) - angle, angle)
+    assert tol.holds(float(w.norm()) - norm, norm)
 
 
 def test_rotational_equilibrium_angle():
-    r"""Claim grt_model.rotational_equilibrium_angle, on the model it is derived for: AdamW on a gauge
-    whose gradients are random, tangent and of size 1/||W|| reaches Kosson et al.'s angle
-    sqrt(2 lr wd (1-b1)/(1+b1)).  Statistical tolerance: the per-step angle of a C-vector fluctuates by
-    ~1/sqrt(C) relative, and the closed form drops O(lr wd) terms; we allow 3x their sum."""
+    r"""Claim lm.rotational_equilibrium_angle, on the model it is derived for, measured by the trainer's monitor:
+    AdamW on a gauge whose gradients are random, tangent and of size 1/||W|| turns by the equilibrium angle
+    cos phi = (q+b1)/(1+b1 q) (dynamics.laws; Kosson et al.'s sqrt(2 lr wd (1-b1)/(1+b1)) to first order).
+    Statistical tolerance: the per-step angle of a C-vector fluctuates by ~1/sqrt(C) relative, and the random-walk
+    model drops O(lr wd) terms; we allow 3x their sum."""
     C, lr, wd = 1024, 2e-2, 0.5
     gen = torch.Generator().manual_seed(0)
+    holder = torch.nn.Module()
     for beta1 in (0.0, 0.9):
-        w = torch.nn.Parameter(torch.randn(C, dtype=torch.float64, generator=gen) * 0.01)
+        holder.w = torch.nn.Parameter(torch.randn(C, dtype=torch.float64, generator=gen) * 0.01)
+        w = holder.w
         opt = torch.optim.AdamW([w], lr=lr, betas=(beta1, 0.999), weight_decay=wd)
-        burn = int(15 * relaxation_steps(lr, wd))
-        angles = []
-        for t in range(burn + 500):
+        mon = EquilibriumMonitor(holder, opt, ["w"])
+        burn = int(15 * laws.relaxation_steps("adamw", "torch", lr, wd))
+        for _ in range(burn + 500):
             with torch.no_grad():
                 d = torch.randn(C, dtype=torch.float64, generator=gen)
                 d -= w * (d @ w) / (w @ w)
                 w.grad = d / w.norm()
-                prev = w.detach().clone()
             opt.step()
-            if t >= burn:
-                angles.append(tensor_angle(prev, w))
-        measured = sum(angles) / len(angles)
-        stated = adamw_equilibrium_angle(lr, wd, beta1)
+        steps, angles = mon.series("w", "angle")
+        tail = [a for t, a in zip(steps, angles) if t > burn]
+        measured = sum(tail) / len(tail)
+        stated = laws.equilibrium_angle("adamw", "torch", lr, wd, betas=(beta1, 0.999))
+        assert mon.history[-1]["groups"]["w"]["angle_eq"] == stated
         rel_tol = 3.0 * (lr * wd + 1.0 / math.sqrt(C))
         assert abs(measured / stated - 1.0) <= rel_tol, (beta1, measured, stated)
 
 
 def test_summary_claims_from_a_run(tmp_path, small_corpus):
-    s = train("dense", DenseConfig(**TINY), _cfg(tmp_path / "q", small_corpus, max_steps=4), progress=False)
+    cfg = _cfg(tmp_path / "q", small_corpus, max_steps=4)
+    s = train("dense", DenseConfig(**TINY), cfg, progress=False, hooks=monitor_hooks(cfg))
     claims = {c.id: c for c in summary_claims(s)}
-    assert claims["grt_model.scale_probe_gauges"].holds
-    eq = claims["grt_model.rotational_equilibrium_angle"]
+    assert claims["lm.gauge_census"].holds
+    assert claims["lm.gauge_census"].measured == sorted(expected_gauges("dense", TINY | {"qk_norm": True}))
+    eq = claims["lm.rotational_equilibrium_angle"]
     assert eq.measured["median_ratio_to_random_walk"] > 0 and eq.source_status == "approximate"
+    assert set(s["equilibrium"]["groups"]) == set(s["gauge_census"]["gauges"])  # one group per gauge tensor
     assert json.loads((tmp_path / "q" / "summary.json").read_text())["steps"] == 4
 
 
@@ -391,7 +409,12 @@ def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
     for r in rows.values():
         assert r["tokens_seen"] >= 512 and 0 < r["final_val_bpb"] < 9 and set(r["sweep"]) == {"0.003", "0.01"}
     assert rows[("dense", "wall-clock")]["model_config"]["d_model"] == 48
-    assert doc["claims"][0]["id"] == "grt_model.matched_params_bits_per_byte"
+    # the in-process runs carry the CLI's monitor: the dense models' q/k gauges recorded, the GRT's census empty
+    assert rows[("grt", "-")]["gauge_census"]["gauges"] == [] and rows[("grt", "-")]["equilibrium"]["groups"] == {}
+    dense = rows[("dense", "params")]
+    found = dense["gauge_census"]["gauges"]
+    assert found and set(dense["equilibrium"]["groups"]) == set(found)
+    assert doc["claims"][0]["id"] == "lm.matched_params_bits_per_byte"
     svg, png = (out / "loss_curves.svg").read_bytes(), (out / "loss_curves.png").read_bytes()
     assert b"<dc:date>" not in svg and b"Software" not in png
     from lm.compare import Run, plot_curves
