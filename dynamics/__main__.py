@@ -29,7 +29,7 @@ from rmsgauge import (
     check_range,
     claims_table,
     parse_dtype,
-    refuse_renamed_flags,
+    parse_shared_args,
     write_claims_json,
 )
 from rmsgauge.claims import WIDTH
@@ -111,11 +111,7 @@ def validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
-    try:
-        refuse_renamed_flags(argv)
-    except ValueError as e:
-        ap.error(str(e))
-    args = ap.parse_args(argv)
+    args = parse_shared_args(ap, argv)
     validate(ap, args)
     from dynamics.checks import DynamicsPlan, run_all  # heavy imports only after the flags are valid
 

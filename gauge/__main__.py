@@ -34,7 +34,7 @@ from rmsgauge import (
     claims_table,
     parse_dtype,
     parse_float_list,
-    refuse_renamed_flags,
+    parse_shared_args,
     write_claims_json,
 )
 from rmsgauge.claims import Claim, verdict_line
@@ -186,11 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return census_main(argv[1:])
     ap = build_parser()
-    try:
-        refuse_renamed_flags(argv)
-    except ValueError as e:
-        ap.error(str(e))
-    args = ap.parse_args(argv)
+    args = parse_shared_args(ap, argv)
     cfg = config_from_args(ap, args)
     dtypes = ("float64", "float32") if args.dtype == "both" else (args.dtype,)
     torch.set_num_threads(args.threads)

@@ -24,7 +24,7 @@ from rmsgauge import (
     check_output_file,
     claims_table,
     parse_dtype,
-    refuse_renamed_flags,
+    parse_shared_args,
     seed_everything,
     write_claims_json,
 )
@@ -121,11 +121,7 @@ def _trained_claims(seed: int) -> list:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
-    try:
-        refuse_renamed_flags(argv)
-    except ValueError as e:
-        ap.error(str(e))
-    args = ap.parse_args(argv)
+    args = parse_shared_args(ap, argv)
     from grt_model.config import GRTConfig
 
     # ---- validate every flag before any work --------------------------------------------------------

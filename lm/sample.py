@@ -24,7 +24,7 @@ from torch import nn
 from lm.checkpoint import load_checkpoint, model_from_checkpoint
 from lm.corpus import VOCAB_SIZE, decode, encode
 from lm.errors import RunFailure
-from rmsgauge import atomic_write_json, check_output_file, check_range, refuse_renamed_flags
+from rmsgauge import atomic_write_json, check_output_file, check_range, parse_shared_args
 from rmsgauge.cli import OneLineArgumentParser, run_guarded
 
 
@@ -109,11 +109,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, prog: str = "python -m lm.sample") -> int:
     p = build_parser(prog)
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        refuse_renamed_flags(argv)
-    except ValueError as e:
-        p.error(str(e))
-    args = p.parse_args(argv)
+    args = parse_shared_args(p, argv)
     try:
         check_range("--tokens", args.tokens, 1, 1_000_000)
         check_range("--temperature", args.temperature, 0.0, 100.0)

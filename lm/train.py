@@ -97,7 +97,7 @@ from rmsgauge import (
     check_output_dir,
     check_output_file,
     check_range,
-    refuse_renamed_flags,
+    parse_shared_args,
     reject_unknown_keys,
     seed_everything,
     write_claims_json,
@@ -1263,11 +1263,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sample_main(argv[1:], prog="python -m lm.train sample")
     parser = build_parser()
-    try:
-        refuse_renamed_flags(argv)
-    except ValueError as e:
-        parser.error(str(e))
-    args = parser.parse_args(argv)
+    args = parse_shared_args(parser, argv)
     return run_guarded(parser.prog, lambda: _main(parser, args), debug=args.debug,
                        failure_errors=(RunFailure,))
 

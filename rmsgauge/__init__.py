@@ -28,6 +28,7 @@ from rmsgauge.cli import (
     check_range,
     parse_dtype,
     parse_float_list,
+    parse_shared_args,
     refuse_renamed_flags,
     reject_unknown_keys,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "json_safe",
     "parse_dtype",
     "parse_float_list",
+    "parse_shared_args",
     "refuse_renamed_flags",
     "registered",
     "reject_unknown_keys",

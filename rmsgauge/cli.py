@@ -89,6 +89,15 @@ def refuse_renamed_flags(argv: Iterable[str], renamed: Mapping[str, str] = RENAM
                              f"use {renamed[flag]}")
 
 
+def parse_shared_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)`` after refusing old spellings of the shared flags (a usage error, exit 2)."""
+    try:
+        refuse_renamed_flags(argv)
+    except ValueError as e:
+        parser.error(str(e))
+    return parser.parse_args(argv)
+
+
 def check_output_file(name: str, path: str | os.PathLike | None) -> Path | None:
     """Before any work: ``path`` must name a file we can create or replace (not a directory, its folder
     writable or creatable). Returns the path, or None when ``path`` is None."""
