@@ -1,6 +1,6 @@
 r"""Figures of the equilibrium monitor and the rotational optimizer variants (issue 13).
 
-- ``dynamics.rotational_variants``: the base optimizer (AdamW, SGD with momentum) against its rotational variant
+- ``dynamics.fig_rotational_variants``: the base optimizer (AdamW, SGD with momentum) against its rotational variant
   (:mod:`dynamics.rotational`) on the bundled corpus, same tokens and seeds: loss curves and the mean per-step
   angle of the gauge groups with the equilibrium angle of :mod:`dynamics.laws` (Kosson, Messmer & Jaggi,
   arXiv:2305.17212; Wan et al., arXiv:2006.08419).  Reads ``results/rotational/compare.json`` written by
@@ -21,7 +21,7 @@ from figures.style import new_figure
 RESULT = Path(__file__).resolve().parent.parent / "results" / "rotational" / "compare.json"
 
 
-@figure("dynamics.rotational_variants", title="Rotational variants: equilibrium angle from step 1",
+@figure("dynamics.fig_rotational_variants", title="Rotational variants: equilibrium angle from step 1",
         source="gauge text", claims=(), fast=True)
 def rotational_variants(ctx) -> FigureOutput:
     if not RESULT.is_file():
