@@ -429,7 +429,8 @@ def qk_angle_gap(ctx) -> FigureOutput:
     return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "mean_cos_per_block": mean.mean(1).tolist()})
 
 
-@figure("grt.fig_gates", title="Learned residual gates per block", source="GRT text", trained=True)
+@figure("grt.fig_gates", title="Learned residual gates per block", source="GRT text", trained=True,
+        claims=("grt.trained_gates",))
 def gates(ctx) -> FigureOutput:
     st = sentence_trace(ctx)
     g = st.trace.gates().double().numpy()  # (n_blocks, 3): attention, mixer, FFN (the model's own gates)
@@ -470,7 +471,7 @@ def gates(ctx) -> FigureOutput:
 
 
 @figure("grt.fig_radius_spread", title="The ring radius after training, and pair-radius spread across blocks",
-        source="GRT text", trained=True)
+        source="GRT text", trained=True, claims=("grt.trained_ring_radius",))
 def radius_spread(ctx) -> FigureOutput:
     from grt_model.pearlnorm import safe_pair_radius
     from lm.corpus import ByteCorpus
