@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynamics import laws
+import dynamics.laws as laws
 from dynamics.problems import NoiseToy, PhaseToy, QKNormProblem, RegressionToy
 from dynamics.simulate import OptimConfig, Progress, Stepper, Trace, angle_between, run, stderr_progress
 from lm import ByteCorpus

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dynamics import laws
+import dynamics.laws as laws
 from rmsgauge import json_safe
 
 DEFAULT_BAND = 0.05  # "at equilibrium": squared norm within 5% of x* (the band is a reporting choice; a flag)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dynamics import laws
+import dynamics.laws as laws
 from dynamics.monitor import GaugeGroup, gauge_groups
 
 

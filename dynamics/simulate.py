@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynamics import laws
+import dynamics.laws as laws
 from dynamics.problems import GaugeProblem
 from rmsgauge import check_choice, check_range
 

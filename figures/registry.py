@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from figures import style
+import figures.style as style
 from rmsgauge import atomic_write_json, atomic_write_text
 
 SOURCES = ("gauge text", "GRT text")

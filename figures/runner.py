@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from figures import gather as gather_mod
-from figures import registry
+import figures.gather as gather_mod
+import figures.registry as registry
 from figures.context import FigureContext
 from figures.report import write_report
 from rmsgauge import Claim, atomic_write_json, write_claims_json
