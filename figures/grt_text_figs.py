@@ -479,9 +479,10 @@ def block_cycle(ctx) -> FigureOutput:
         if i:
             ax.add_patch(FancyArrowPatch(((i - 1) * 1.25 + 1.0, 0.5), (i * 1.25, 0.5), arrowstyle="->",
                                          mutation_scale=10))
-    ax.add_patch(FancyArrowPatch((0.5, 0.15), (4 * 1.25 + 0.5, 0.15), connectionstyle="arc3,rad=0.35",
+    # a shallow arc: the residual path must stay inside this panel, above the bar chart
+    ax.add_patch(FancyArrowPatch((0.5, 0.15), (4 * 1.25 + 0.5, 0.15), connectionstyle="arc3,rad=0.06",
                                  arrowstyle="->", mutation_scale=10, ls="--"))
-    ax.text(2.75, 0.02, "the raw stream passes straight to the add (residual)", ha="center", va="top", fontsize=7)
+    ax.text(2.75, -0.08, "the raw stream passes straight to the add (residual)", ha="center", va="top", fontsize=7)
     ax.text(6.6, 0.5, f"× 3 per block (attention, mixer, FFN)\n× {nb} blocks = {3 * nb} cycles here\n"
             "(the text: × 12 = 36)", fontsize=8, va="center")
     ax.set_xlim(-0.1, 8.6)
