@@ -51,7 +51,9 @@ import torch
 from lm.checkpoint import build_model, config_to_dict
 from lm.compare_preset import PRESETS, Preset, run_preset
 from lm.dense import DenseConfig
-from lm.train import RUN_FILES, TrainConfig, machine_description, run_files, set_aside
+from lm.preflight import run_files, set_aside
+from lm.runlog import machine_description
+from lm.trainconfig import RUN_FILES, TrainConfig
 from rmsgauge import (
     Claim,
     atomic_write_bytes,
@@ -235,7 +237,8 @@ def _last_step(run: Run) -> int:
 def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
     """``--jobs 0``: the runs one after another in this process (no interpreter start-up per run)."""
     from lm.checkpoint import config_from_dict
-    from lm.train import monitor_hooks, train
+    from lm.loop import train
+    from lm.train import monitor_hooks
 
     prev = torch.get_num_threads()
     try:

@@ -80,7 +80,7 @@ def is_interior(lr: float, lrs: list[float]) -> bool:
 
 def phase_train_config(args: argparse.Namespace, block_size: int, out_dir: Path, lr: float, tokens: int,
                        evals: int, eval_batches: int, ckpt_steps: int) -> dict:
-    from lm.train import TrainConfig
+    from lm.trainconfig import TrainConfig
 
     steps = max(1, math.ceil(tokens / (args.batch_size * block_size)))
     return TrainConfig(

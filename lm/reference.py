@@ -136,7 +136,7 @@ def ship_run(run_dir: str | Path, name: str, command: str, *, dest: str | Path |
     """Write ``<name>.pt`` (weights only), ``<name>.log.jsonl`` and the card ``<name>.json`` into ``dest``
     (default: the package folder) from the finished training run in ``run_dir``; each written atomically,
     the card last.  Refuses an unfinished run, a file over :data:`MAX_FILE_BYTES`, an empty command."""
-    from lm.train import machine_description
+    from lm.runlog import machine_description
 
     run_dir = Path(run_dir)
     weights_path, card_path, log_path = _paths(name, dest)

@@ -175,7 +175,7 @@ def test_nonfinite_cli_exit_status_is_1(tmp_path, small_corpus, capsys, monkeypa
 
 
 def test_logs_are_strict_json_with_null_and_flag(tmp_path):
-    from lm.train import JsonLog
+    from lm.runlog import JsonLog
 
     log = JsonLog(tmp_path / "l.jsonl", None)
     log.write({"event": "eval", "step": 1, "val_loss": math.nan, "x": [1.0, math.inf]})
@@ -261,7 +261,7 @@ def test_gauge_summary_after_resume_covers_the_whole_run(tmp_path, small_corpus)
 
 
 def test_sigint_during_evaluation_is_acknowledged(tmp_path, small_corpus, capsys, monkeypatch):
-    import lm.train as lt
+    import lm.loop as lt  # the loop calls evaluate from its own module
 
     real = lt.evaluate
     calls = []

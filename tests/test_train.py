@@ -27,7 +27,8 @@ from lm.checkpoint import (
 from lm.corpus import bundled_corpus_files
 from lm.dense import DenseConfig, DenseTransformer
 from lm.sample import sample_text
-from lm.train import TrainConfig, expected_gauges, main, monitor_hooks, read_log, summary_claims, train
+from lm.summary import expected_gauges, summary_claims
+from lm.train import TrainConfig, main, monitor_hooks, read_log, train
 from rmsgauge import assert_close, tolerance
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}

@@ -1,0 +1,77 @@
+"""One process or many (torchrun): the distributed context and the device."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+# ---------------------------------------------------------------------------------------------
+# Distributed context
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DistContext:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    owns_group: bool = False  # we called init_process_group, so we tear it down
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls, device: str) -> DistContext:
+        """Read torchrun's env (RANK, WORLD_SIZE, LOCAL_RANK); join the process group when WORLD_SIZE > 1."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", str(rank)))
+        dev = resolve_device(device, local if world > 1 else None)
+        owns = False
+        if world > 1 and not dist.is_initialized():
+            backend = "nccl" if dev.type == "cuda" else "gloo"
+            if dev.type == "cuda":
+                torch.cuda.set_device(dev)
+            dist.init_process_group(backend=backend, rank=rank, world_size=world)
+            owns = True
+        return cls(rank, world, local, dev, owns)
+
+    def all_mean(self, x: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            x = x.clone()
+            dist.all_reduce(x, op=dist.ReduceOp.SUM)
+            x /= self.world
+        return x
+
+    def any_flag(self, flag: bool) -> bool:
+        return self.any_flags(flag)[0]
+
+    def any_flags(self, *flags: bool) -> tuple[bool, ...]:
+        """Each flag OR-ed over the ranks, in one collective (every rank takes the same branch)."""
+        if self.world == 1:
+            return tuple(bool(f) for f in flags)
+        t = torch.tensor([1.0 if f else 0.0 for f in flags], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return tuple(bool(v > 0) for v in t.tolist())
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def resolve_device(device: str, local_rank: int | None = None) -> torch.device:
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"train.device={device!r} but CUDA is not available; use --device cpu or auto")
+        if device == "cuda" and local_rank is not None:
+            device = f"cuda:{local_rank}"
+    return torch.device(device)
+
+

@@ -1,0 +1,123 @@
+"""The training loop's configuration (:class:`TrainConfig`) and the keys a resume may not change."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rmsgauge import (
+    check_choice,
+    check_range,
+)
+
+NO_DECAY_KEYWORDS = ("norm", "angle", "phase", "scale", "gate", "bias")  # see decay_split()
+EQUILIBRIUM_FACTOR = 2.0  # the random-walk model is a statistical law, not an identity: agreement within x2
+RUN_FILES = ("ckpt.pt", "log.jsonl", "summary.json")  # a folder holding any of these holds a run
+WRITTEN_FILES = ("ckpt.pt", "ckpt.pt.sha256", "log.jsonl", "summary.json")  # what a run writes (orphan temp files)
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 3e-3  # peak learning rate (after warmup)
+    min_lr_frac: float = 0.1  # cosine decays to min_lr_frac * lr at the last step
+    warmup_steps: int = 50
+    schedule: str = "cosine"  # cosine | constant (after warmup)
+    wd: float = 0.1  # AdamW decoupled weight decay, on the tensors decay_split() selects
+    beta1: float = 0.9
+    beta2: float = 0.95  # language-model convention (GPT-3, Chinchilla)
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0  # global gradient-norm clip; 0 disables
+    batch_size: int = 16  # GLOBAL batch in windows of model.block_size bytes (split across DDP ranks)
+    max_steps: int = 1000
+    max_tokens: int = 0  # > 0 overrides max_steps: ceil(max_tokens / (batch_size * block_size)) steps
+    eval_interval: int = 100  # 0: evaluate only at the start and the end
+    eval_batches: int = 8  # validation batches (of batch_size windows) per evaluation, always the same ones
+    log_interval: int = 10  # progress line + a "train" log record every N steps
+    gauge_interval: int = 10  # the CLI's equilibrium monitor records every N steps; 0 attaches none
+    ckpt_interval: int = 500  # 0: checkpoint only at the end (and on stop/interrupt)
+    val_fraction: float = 0.1  # the last 10% of the corpus bytes are validation, never trained on
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "float32"  # float32 | float64 (float64: for equivalence tests)
+    threads: int = 0  # torch CPU threads; 0 leaves torch's default
+    data: str = ""  # "" = the bundled corpus; else a file or a folder of .txt/.md files (read as bytes)
+    out_dir: str = "runs/train"
+    probe_gauges: bool = True  # the CLI runs the gauge census at start (finds the gauges to monitor)
+
+    def __post_init__(self) -> None:
+        _float("train.lr", self.lr, 0.0, 10.0, lo_open=True)
+        _float("train.min_lr_frac", self.min_lr_frac, 0.0, 1.0)
+        _int("train.warmup_steps", self.warmup_steps, 0)
+        _choice("train.schedule", self.schedule, ("cosine", "constant"))
+        _float("train.wd", self.wd, 0.0, 10.0)
+        if self.lr * self.wd >= 1.0:  # AdamW multiplies decayed weights by 1 - lr*wd every step
+            raise ValueError(f"train.lr * train.wd must be in [0, 1) (AdamW scales the weights by 1 - lr*wd each "
+                             f"step), got {self.lr:g} * {self.wd:g} = {self.lr * self.wd:g}")
+        _float("train.beta1", self.beta1, 0.0, 1.0, hi_open=True)
+        _float("train.beta2", self.beta2, 0.0, 1.0, hi_open=True)
+        _float("train.adam_eps", self.adam_eps, 0.0, 1.0, lo_open=True)
+        _float("train.grad_clip", self.grad_clip, 0.0)
+        _int("train.batch_size", self.batch_size, 1)
+        _int("train.max_steps", self.max_steps, 1)
+        _int("train.max_tokens", self.max_tokens, 0)
+        _int("train.eval_interval", self.eval_interval, 0)
+        _int("train.eval_batches", self.eval_batches, 1)
+        _int("train.log_interval", self.log_interval, 1)
+        _int("train.gauge_interval", self.gauge_interval, 0)
+        _int("train.ckpt_interval", self.ckpt_interval, 0)
+        _float("train.val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+        _int("train.seed", self.seed, 0, 2**32 - 1)
+        if not isinstance(self.device, str) or not (
+                self.device in ("auto", "cpu", "cuda")
+                or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+            raise ValueError(f"train.device must be one of auto, cpu, cuda, cuda:N; got {self.device!r}")
+        _choice("train.dtype", self.dtype, ("float32", "float64"))
+        _int("train.threads", self.threads, 0, 1024)
+        if not isinstance(self.data, str):
+            raise ValueError(f"train.data must be a path string (\"\" = the bundled corpus), got {self.data!r}")
+        if not isinstance(self.out_dir, str) or not self.out_dir:
+            raise ValueError(f"train.out_dir must be a non-empty folder path, got {self.out_dir!r}")
+        if not isinstance(self.probe_gauges, bool):
+            raise ValueError(f"train.probe_gauges must be true or false, got {self.probe_gauges!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def total_steps(self, block_size: int) -> int:
+        if self.max_tokens > 0:
+            return max(1, math.ceil(self.max_tokens / (self.batch_size * block_size)))
+        return self.max_steps
+
+    def lr_at(self, step: int, total: int) -> float:
+        """Linear warmup over ``warmup_steps``, then constant or cosine down to ``min_lr_frac * lr``."""
+        if step < self.warmup_steps:
+            return self.lr * (step + 1) / self.warmup_steps
+        if self.schedule == "constant":
+            return self.lr
+        progress = (step - self.warmup_steps) / max(1, total - 1 - self.warmup_steps)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return self.lr * (self.min_lr_frac + (1.0 - self.min_lr_frac) * cosine)
+
+
+# keys that shape the trajectory: changing them on --resume would not continue the same run
+RESUME_LOCKED = ("lr", "min_lr_frac", "warmup_steps", "schedule", "wd", "beta1", "beta2", "adam_eps", "grad_clip",
+                 "batch_size", "seed", "dtype", "data", "val_fraction")
+
+
+def _float(name: str, v: Any, lo: float | None, hi: float | None = None, **kw) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{name} must be a number, got {v!r}")
+    check_range(name, v, lo, hi, **kw)
+
+
+def _int(name: str, v: Any, lo: int, hi: int | None = None) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{name} must be an integer in [{lo}, {'inf' if hi is None else hi}], got {v!r}")
+    check_range(name, v, lo, hi)
+
+
+def _choice(name: str, v: Any, choices: tuple[str, ...]) -> None:
+    check_choice(name, v, choices)
+
+
