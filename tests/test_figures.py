@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from report_samples import synthetic_claims, synthetic_proofs  # tests/ is on the path (conftest's folder)
 
 from figures import FigureContext, load_all, run
 from figures import gather as gather_mod
@@ -19,7 +20,6 @@ from figures.__main__ import display_command, main
 from figures.model_source import write_untrained_checkpoint
 from figures.registry import resolve
 from figures.report import render_html, render_markdown
-from proofs.core import ProofResult
 from rmsgauge import Claim
 
 TRAINED_SUBSET = ("grt.fig_q_pair_trace", "grt.fig_gates")  # one interactive 3-D view, one plain
@@ -27,29 +27,6 @@ TRAINED_SUBSET = ("grt.fig_q_pair_trace", "grt.fig_gates")  # one interactive 3-
 
 def fast_names() -> list[str]:
     return [n for n, s in load_all().items() if s.fast]
-
-
-def synthetic_claims() -> list[Claim]:
-    """Claims covering every source status, a failing verdict and HTML-special characters."""
-    return [
-        Claim(id="gauge.forward_invariance", statement="RMSNorm(x (cW)) = RMSNorm(x W), c > 0",
-              stated=3e-15, measured=2.1e-16, tolerance=1e-13, holds=True),
-        Claim(id="dynamics.angular_rate_scaling", statement="the rate grows like 1 / ||W|| <wording>",
-              stated=[0.0025, 0.01, 0.04],
-              measured={"exponent": -2.0}, tolerance=0.05, holds=True, source_status="wrong",
-              exact_law="angle ∝ ||W||^-2 & not ^-1"),
-        Claim(id="dynamics.trajectory_tracking", statement="tracks to a relative 4e-4",
-              stated=4e-4, measured=3.9e-4, tolerance=1e-3, holds=True,
-              source_status="approximate", exact_law="(1-wd)^2 ||W||^2 + lr^2 ||g||^2"),
-        Claim(id="grt.mixing", statement="a local pair reaches across the whole vector within a few stages",
-              stated=None, measured=6, tolerance=None, holds=False,
-              dtype="n/a", source_status="unstated"),
-    ]
-
-
-def synthetic_proofs() -> list[ProofResult]:
-    return [ProofResult("gauge.forward_invariance", "RMSNorm(c z) = RMSNorm(z), c > 0", True, "0", "symbolic n"),
-            ProofResult("grt.det_positive", "det = s0 s1 > 0", True, "0", "2x2")]
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from report_samples import synthetic_claims, synthetic_proofs  # tests/ is on the path (conftest's folder)
 
 from figures import FigureContext, load_all, run
 from figures.model_source import write_untrained_checkpoint
 from figures.registry import read_sidecars
-from proofs.core import ProofResult
-from rmsgauge import Claim
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 BROWSER = next((p for p in map(shutil.which, BROWSERS) if p), None)
@@ -43,24 +42,6 @@ def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=WALL_TIMEOUT_S, check=False)
 
 
-def synthetic_claims() -> list[Claim]:
-    """One claim per source status, a failing verdict, and HTML-special characters in the text."""
-    return [
-        Claim(id="gauge.forward_invariance", statement="RMSNorm(x (cW)) = RMSNorm(x W), c > 0",
-              stated=3e-15, measured=2.1e-16, tolerance=1e-13, holds=True),
-        Claim(id="dynamics.angular_rate_scaling", statement="the rate grows like 1 / ||W|| <wording>",
-              stated=[0.0025, 0.01, 0.04],
-              measured={"exponent": -2.0}, tolerance=0.05, holds=True, source_status="wrong",
-              exact_law="angle ∝ ||W||^-2 & not ^-1"),
-        Claim(id="dynamics.trajectory_tracking", statement="tracks to a relative 4e-4",
-              stated=4e-4, measured=3.9e-4, tolerance=1e-3, holds=True,
-              source_status="approximate", exact_law="(1-wd)^2 ||W||^2 + lr^2 ||g||^2"),
-        Claim(id="grt.mixing", statement="a local pair reaches across the whole vector",
-              stated=None, measured=6, tolerance=None, holds=False, dtype="n/a",
-              source_status="unstated"),
-    ]
-
-
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     """A fast subset of figures (static GRT figures + two trained-model figures, one with a 3-D view) and the
@@ -70,8 +51,7 @@ def page(tmp_path_factory):
     out = root / "out"
     names = [n for n, s in load_all().items() if s.fast] + list(TRAINED_SUBSET)
     ctx = FigureContext(out_dir=out, quick=True, checkpoint=ckpt)
-    proofs = [ProofResult("gauge.forward_invariance", "RMSNorm(c z) = RMSNorm(z), c > 0", True, "0", "symbolic n"),
-              ProofResult("grt.det_positive", "det = s0 s1 > 0", True, "0", "2x2")]
+    proofs = synthetic_proofs()
     res = run(names, ctx, claims=synthetic_claims(), proofs=proofs, command="python -m figures --quick")
     assert not res.log.failed, res.log.failed
     return {"out": out, "claims": res.claims, "proofs": res.proofs, "sidecars": read_sidecars(out),
