@@ -1,0 +1,116 @@
+"""RadialGELU on a tile, forward, drift check and backward."""
+
+from __future__ import annotations
+
+import math
+
+import numba as nb
+import numpy as np
+
+from grt_model.kernels_math import _JIT, cdf_pdf_exact, cdf_pdf_fast32
+
+
+@nb.njit(**_JIT)
+def _gelu(buf, ev, od, exact, rec):
+    """RadialGELU in place on the adjacent pairs ``(ev[q], od[q]) = (2q, 2q+1)``: ``x <- Phi(r) x``; records
+    ``rec[0] = Phi`` and ``rec[1] = phi(r)/r`` (0 at r = 0) for the backward.  The float32 path takes r and 1/r
+    in float32 (as the eager path does), the polynomials in float64, and rounds Phi and phi once.  (Rows come
+    from index arrays on purpose: rows affine in the loop counter make LLVM hoist its overlap check over the
+    whole loop nest, where neighbouring rows do overlap, and run the scalar loop.)"""
+    tt = buf.shape[1]
+    for q in range(ev.shape[0]):
+        i0 = ev[q]
+        i1 = od[q]
+        if exact:
+            for t in range(tt):
+                u0 = buf[i0, t]
+                u1 = buf[i1, t]
+                rr = math.sqrt(u0 * u0 + u1 * u1)
+                cdf64, pdf64 = cdf_pdf_exact(rr)
+                rec[0, q, t] = cdf64
+                rec[1, q, t] = pdf64 / rr if rr > 0.0 else 0.0
+        else:
+            for t in range(tt):
+                x0 = buf[i0, t]
+                x1 = buf[i1, t]
+                r = math.sqrt(x0 * x0 + x1 * x1)
+                ir = np.float32(1.0) / r if r > 0.0 else np.float32(0.0)
+                cdf, pdf = cdf_pdf_fast32(r)
+                rec[0, q, t] = cdf
+                rec[1, q, t] = pdf * ir
+        for t in range(tt):
+            cdf = rec[0, q, t]
+            buf[i0, t] = cdf * buf[i0, t]
+            buf[i1, t] = cdf * buf[i1, t]
+
+
+@nb.njit(**_JIT)
+def _gelu_pdf(h, ev, od, exact, rec):
+    """``rec[1] = phi(r)/r`` (0 at r = 0) from the GELU input ``h``, exactly as :func:`_gelu` computes it (the
+    backward recomputes it rather than keep it: half the FFN's saved memory)."""
+    tt = h.shape[1]
+    for q in range(ev.shape[0]):
+        i0 = ev[q]
+        i1 = od[q]
+        if exact:
+            for t in range(tt):
+                u0 = h[i0, t]
+                u1 = h[i1, t]
+                rr = math.sqrt(u0 * u0 + u1 * u1)
+                cdf64, pdf64 = cdf_pdf_exact(rr)
+                rec[1, q, t] = pdf64 / rr if rr > 0.0 else 0.0
+        else:
+            for t in range(tt):
+                x0 = h[i0, t]
+                x1 = h[i1, t]
+                r = math.sqrt(x0 * x0 + x1 * x1)
+                ir = np.float32(1.0) / r if r > 0.0 else np.float32(0.0)
+                cdf, pdf = cdf_pdf_fast32(r)
+                rec[1, q, t] = pdf * ir
+
+
+@nb.njit(**_JIT)
+def _gelu_apply(buf, ev, od, rec):
+    """``x <- Phi x`` in place from recorded ``Phi`` (the backward's recompute: no transcendental)."""
+    tt = buf.shape[1]
+    for q in range(ev.shape[0]):
+        i0 = ev[q]
+        i1 = od[q]
+        for t in range(tt):
+            cdf = rec[0, q, t]
+            buf[i0, t] = cdf * buf[i0, t]
+            buf[i1, t] = cdf * buf[i1, t]
+
+
+@nb.njit(**_JIT)
+def _gelu_drift(x, h, ev, od, rec):
+    """``(||x - Phi h||, ||Phi h||)``: the contract inversion's drift against the recorded GELU output."""
+    err = 0.0
+    mag = 0.0
+    for q in range(ev.shape[0]):
+        for i in (ev[q], od[q]):
+            for t in range(x.shape[1]):
+                ref = np.float64(rec[0, q, t]) * np.float64(h[i, t])
+                d = np.float64(x[i, t]) - ref
+                err += d * d
+                mag += ref * ref
+    return math.sqrt(err), math.sqrt(mag)
+
+
+@nb.njit(**_JIT)
+def _gelu_bwd(g, xs, ev, od, rec, tmp):
+    """``g <- Phi g + (phi/r) (g . x) x`` per pair (the Jacobian ``Phi I + phi x x^T / r`` is symmetric);
+    ``tmp [tt]`` scratch (split loops: see :func:`_gelu`)."""
+    tt = g.shape[1]
+    for q in range(ev.shape[0]):
+        i0 = ev[q]
+        i1 = od[q]
+        for t in range(tt):
+            tmp[t] = rec[1, q, t] * (g[i0, t] * xs[i0, t] + g[i1, t] * xs[i1, t])
+        for t in range(tt):
+            g[i0, t] = rec[0, q, t] * g[i0, t] + tmp[t] * xs[i0, t]
+        for t in range(tt):
+            g[i1, t] = rec[0, q, t] * g[i1, t] + tmp[t] * xs[i1, t]
+
+
+# ---------------------------------------------------------------------------------------------------
