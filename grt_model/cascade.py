@@ -72,6 +72,7 @@ class RotationCascade(nn.Module):
 
     def __init__(self, width: int, n_stages: int, coupling: bool = True, heads: int = 1,
                  *, first_stage: int = 0, coupling_init_std: float = COUPLING_INIT_STD,
+                 feature_norm: str = "pair_energy",
                  dtype: torch.dtype | None = None, device: torch.device | str | None = None,
                  backend: str = "auto", settings: BackendSettings | None = None,
                  runtime: KernelRuntime | None = None) -> None:
@@ -83,7 +84,10 @@ class RotationCascade(nn.Module):
             raise ValueError(f"heads must be >= 1, got {heads}")
         if first_stage < 0:
             raise ValueError(f"first_stage must be >= 0, got {first_stage}")
+        if feature_norm not in ("pair_energy", "feature_rms"):
+            raise ValueError(f"feature_norm must be pair_energy or feature_rms, got {feature_norm!r}")
         self.width, self.n_stages, self.heads, self.first_stage = width, n_stages, heads, first_stage
+        self.feature_norm = feature_norm  # the kernels implement pair_energy only; feature_rms runs eager
         # how this cascade runs (explicit per-module objects: grt_model.backend)
         self.settings = settings if settings is not None else BackendSettings(backend=check_backend(backend))
         self.runtime = runtime if runtime is not None else default_runtime()
@@ -150,9 +154,11 @@ class RotationCascade(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., Hin*width] -> [..., heads*width]`` (``Hin = heads``, or a divisor: shared input heads)."""
         self._check_input(x)  # shape check with the message every backend shares
-        if use_fused(self.settings, x, self.angles, self.raw_scales, self.coupling, runtime=self.runtime):
+        fusable = self.coupling is None or self.feature_norm == "pair_energy"
+        if fusable and use_fused(self.settings, x, self.angles, self.raw_scales, self.coupling, runtime=self.runtime):
             return cascade_fused(self, x)
-        return cascade_eager(x, self.angles, self.raw_scales, self.coupling, self.width, self.first_stage)
+        return cascade_eager(x, self.angles, self.raw_scales, self.coupling, self.width, self.first_stage,
+                             self.feature_norm)
 
     def stage_trace(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The activation after every stage (stage 0's input first): for figures and diagnostics (eager)."""
@@ -161,7 +167,7 @@ class RotationCascade(nn.Module):
         for s in range(self.n_stages):
             cpl = None if self.coupling is None else self.coupling[:, s : s + 1]
             out.append(cascade_eager(out[-1], self.angles[:, s : s + 1], self.raw_scales[:, s : s + 1], cpl,
-                                     self.width, self.first_stage + s))
+                                     self.width, self.first_stage + s, self.feature_norm))
         return out
 
     @torch.no_grad()

@@ -15,11 +15,18 @@ from grt_model.butterfly import from_pairs, stage_stride, to_pairs
 from grt_model.radial_gelu import radial_gelu
 
 
-def clifford_features(x0: torch.Tensor, x1: torch.Tensor) -> torch.Tensor:
+def clifford_features(x0: torch.Tensor, x1: torch.Tensor, norm: str = "pair_energy") -> torch.Tensor:
     r"""The four normalized Clifford features, feature-major: ``[..., P] x2 -> [..., 4P]``:
     :math:`[e/m,\ x_0/\sqrt m,\ x_1/\sqrt m,\ (x_{0,p}x_{1,p+1} - x_{1,p}x_{0,p+1})/m]` with
-    :math:`e = x_0^2 + x_1^2` and :math:`m` the token's mean pair energy (floored at the dtype's tiny)."""
+    :math:`e = x_0^2 + x_1^2` and :math:`m` the token's mean pair energy (floored at the dtype's tiny).
+
+    ``norm="feature_rms"`` (the ablation of :data:`grt_model.config.COUPLING_NORMS`) instead divides the raw
+    features :math:`[e, x_0, x_1, \text{area}]` by their root mean square over all :math:`4P`."""
     energy = x0 * x0 + x1 * x1  # (..., P)
+    if norm == "feature_rms":
+        raw = torch.cat((energy, x0, x1, x0 * x1.roll(-1, dims=-1) - x1 * x0.roll(-1, dims=-1)), dim=-1)  # (..., 4P)
+        rms = raw.square().mean(dim=-1, keepdim=True).sqrt().clamp_min(torch.finfo(x0.dtype).tiny)
+        return raw / rms
     # tiny floor: an all-zero token (FFN padding) gives zero features instead of 0/0
     m = energy.mean(dim=-1, keepdim=True).clamp_min(torch.finfo(x0.dtype).tiny)  # (..., 1)
     rs = m.sqrt()
@@ -40,7 +47,7 @@ def broadcast_input_heads(x: torch.Tensor, heads: int, width: int) -> torch.Tens
 
 
 def cascade_eager(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tensor, coupling: torch.Tensor | None,
-                  width: int, first_stage: int = 0) -> torch.Tensor:
+                  width: int, first_stage: int = 0, feature_norm: str = "pair_energy") -> torch.Tensor:
     """The eager backend as a function of the parameters: ``x [..., Hin*width]`` (``Hin`` dividing ``H``:
     see :func:`broadcast_input_heads`), ``angles [H, S, P]``, ``raw_scales [H, S, P, 2]``,
     ``coupling [H, S, 4P, P]`` or None; ``[..., H*width]`` out.  Vectorized: strides are views, heads are a
@@ -54,7 +61,7 @@ def cascade_eager(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tenso
         x0, x1 = to_pairs(x, h)  # (..., H, P) each
         theta = angles[:, s]  # (H, P)
         if coupling is not None:
-            feats = clifford_features(x0, x1)  # (..., H, 4P)
+            feats = clifford_features(x0, x1, feature_norm)  # (..., H, 4P)
             theta = theta + torch.tanh(torch.einsum("...hf,hfp->...hp", feats, coupling[:, s]))
         c, sn = torch.cos(theta), torch.sin(theta)
         y0 = (c * x0 - sn * x1) * scales[:, s, :, 0]

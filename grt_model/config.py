@@ -42,6 +42,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 PRESETS = ("reference", "small")
+# The text says only that the coupling features are "normalized".  "pair_energy" divides them by the token's
+# mean pair energy m (degree-0 features: the cascade stays homogeneous of degree 1, the fused kernels' form);
+# "feature_rms" divides the raw features [e, x0, x1, area] by their RMS (an ablation: mixed degrees, eager only).
+COUPLING_NORMS = ("pair_energy", "feature_rms")
 
 
 def _is_pow2(n: Any) -> bool:
@@ -62,6 +66,7 @@ class GRTConfig:
     qkvo_coupling: bool = True  # Clifford coupling W [4P, P] per head per stage in Q, K, V, O
     mixer_coupling: bool = True  # the mixer's coupling: its only route across heads at stride 1
     ffn_coupling: bool = False  # the text: the FFN's angles are fixed (adapts only through RadialGELU)
+    coupling_norm: str = "pair_energy"  # how the Clifford features are normalized: see COUPLING_NORMS
     mixer_first_stage: int = 0  # butterfly stage index of the mixer's first stage (0: stride 1)
     rope: bool = True  # rotary position on Q/K pairs (the text is silent on position)
     rope_base: float = 10000.0
@@ -96,6 +101,9 @@ class GRTConfig:
         for name in ("qkvo_coupling", "mixer_coupling", "ffn_coupling", "rope", "tie_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"GRTConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.coupling_norm not in COUPLING_NORMS:
+            raise ValueError(f"GRTConfig.coupling_norm must be one of {', '.join(COUPLING_NORMS)}, got "
+                             f"{self.coupling_norm!r}")
         self._check_real("rope_base", self.rope_base, 1.0, None, lo_open=True)
         self._check_real("embed_radius_init", self.embed_radius_init, 0.0, None, lo_open=True)
         self._check_real("gate_init", self.gate_init, 0.0, 1.0, lo_open=True, hi_open=True)

@@ -282,7 +282,8 @@ class GRTAttention(nn.Module):
         super().__init__()
         self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
         self.rope, self.rope_base = cfg.rope, cfg.rope_base
-        kw = {"coupling_init_std": cfg.coupling_init_std, "dtype": dtype, "device": device}
+        kw = {"coupling_init_std": cfg.coupling_init_std, "feature_norm": cfg.coupling_norm, "dtype": dtype,
+              "device": device}
         # one call for Q, K, V of every head: cascade head j*H + h = projection j (q, k, v) of head h
         self.qkv = RotationCascade(cfg.d_head, cfg.qkvo_stages, coupling=cfg.qkvo_coupling,
                                    heads=3 * cfg.n_heads, **kw)
@@ -336,7 +337,8 @@ class GRTFFN(nn.Module):
                  device: torch.device | str | None = None) -> None:
         super().__init__()
         self.d_model, self.d_ff = cfg.d_model, cfg.d_ff
-        kw = {"coupling_init_std": cfg.coupling_init_std, "dtype": dtype, "device": device}
+        kw = {"coupling_init_std": cfg.coupling_init_std, "feature_norm": cfg.coupling_norm, "dtype": dtype,
+              "device": device}
         self.expand = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
         self.act = RadialGELU()
         self.contract = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
@@ -345,6 +347,9 @@ class GRTFFN(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         tr = self._tracer
+        if tr is None and self.expand.coupling is not None:  # the fused FFN kernels are coupling-off only
+            h = self.act(self.expand(F.pad(z, (0, self.d_ff - self.d_model))))  # (..., d_ff)
+            return self.contract(h)[..., : self.d_model]
         if tr is None:
             # one fused kernel per direction where numba is available (same function: tests/test_fast_cascade.py)
             return fused_ffn(z, self.expand, self.contract, self.d_model)
@@ -361,7 +366,7 @@ class GRTMixer(nn.Module):
                  device: torch.device | str | None = None) -> None:
         super().__init__()
         self.cascade = RotationCascade(cfg.d_model, cfg.mixer_stages, coupling=cfg.mixer_coupling,
-                                       first_stage=cfg.mixer_first_stage,
+                                       first_stage=cfg.mixer_first_stage, feature_norm=cfg.coupling_norm,
                                        coupling_init_std=cfg.coupling_init_std, dtype=dtype, device=device)
 
     _tracer: BlockTracer | None = None  # set only while GRTBlock.traced() runs
@@ -464,6 +469,10 @@ class GRT(nn.Module):
             raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
         if idx.shape[1] > self.config.block_size:
             raise ValueError(f"sequence length {idx.shape[1]} exceeds block_size {self.config.block_size}")
+
+    def gates(self) -> torch.Tensor:
+        """``[n_blocks, 3]`` residual gates in (0, 1) per block: attention, mixer, FFN."""
+        return torch.stack([b.gates() for b in self.blocks])
 
     def output_weight(self) -> torch.Tensor:
         """``[V, D]``: the embedding's rebuilt Cartesian table (tied) or the untied head's weight."""

@@ -170,7 +170,7 @@ def cascade_head_jacobians(c: RotationCascade, x: torch.Tensor) -> torch.Tensor:
     def head_jac(xh, ang, raw, cpl):  # xh (w,), ang (S, P), raw (S, P, 2), cpl (S, 4P, P)
         def f(t):
             return cascade_eager(t.unsqueeze(0), ang.unsqueeze(0), raw.unsqueeze(0), cpl.unsqueeze(0), w,
-                                 c.first_stage).squeeze(0)
+                                 c.first_stage, c.feature_norm).squeeze(0)
 
         return torch.func.jacrev(f)(xh)  # (w, w)
 
@@ -439,6 +439,40 @@ def _grt_projection_inputs(blk: GRTBlock, bt) -> dict[str, tuple[RotationCascade
         "ffn_expand": (blk.ffn.expand, F.pad(bt.ffn_in, (0, blk.ffn.d_ff - D)).reshape(-1, blk.ffn.d_ff)),
         "ffn_contract": (blk.ffn.contract, bt.gelu_out.reshape(-1, blk.ffn.d_ff)),
     }
+
+
+def coupled_projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int = JAC_TOKENS,
+                                 cache: dict | None = None) -> list[dict[str, torch.Tensor]]:
+    """Per block: the per-head Jacobians ``[n, heads, w, w]`` of the projections in :data:`COUPLED` (Q, K, V, O,
+    mixer) at ``n`` held-out tokens -- the determinant-sign measurement alone, without the FFN's ``D x D``
+    Jacobians that :func:`grt_jacobians` adds for signal propagation."""
+    rec = grt_record(model, ids, cache)
+    m, tr = rec["model"], rec["trace"]
+    out = []
+    for blk, bt in zip(m.blocks, tr.blocks):
+        inp = _grt_projection_inputs(blk, bt)
+        sel = jacobian_token_index(inp["qkv"][1].shape[0], jac_tokens)
+        js: dict[str, torch.Tensor] = {}
+        for name in ("qkv", "o", "mixer"):
+            c, x = inp[name]
+            J = cascade_head_jacobians(c, x[sel] if c.has_coupling else x[sel[:1]])  # (n, H, w, w)
+            js.update(_split_qkv(J, m.config.n_heads) if name == "qkv" else {name: J})
+        out.append(js)
+    return out
+
+
+def negative_det_fraction(model: GRT, ids: torch.Tensor, jac_tokens: int = JAC_TOKENS) -> dict[str, Any]:
+    """The fraction of (token, head) Jacobians of the coupled projections with det < 0 (``slogdet``, float64),
+    over every block: ``{"fraction", "negative", "of", "per_block": [{projection: fraction}]}``."""
+    per_block, neg, of = [], 0, 0
+    for js in coupled_projection_jacobians(model, ids, jac_tokens):
+        row = {}
+        for k in COUPLED:
+            sign = torch.linalg.slogdet(js[k])[0]  # (n, heads)
+            row[k] = float((sign < 0).to(torch.float64).mean())
+            neg, of = neg + int((sign < 0).sum()), of + int(sign.numel())
+        per_block.append(row)
+    return {"fraction": neg / max(1, of), "negative": neg, "of": of, "per_block": per_block}
 
 
 def _split_qkv(t: torch.Tensor, n_heads: int) -> dict[str, torch.Tensor]:

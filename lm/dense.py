@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grt_model.embedding import PhaseEmbedding
 from grt_model.rope import apply_rope, rope_angles
 from lm.rmsnorm import RMSNorm
 
@@ -37,6 +38,10 @@ class DenseConfig:
     rope: bool = True  # rotary position on q/k pairs
     tie_embeddings: bool = True  # output head = token embedding^T
     init_std: float = 0.02  # GPT-2 style normal init
+    # ablations of the GRT experiments (studies.experiments); the defaults are the baseline
+    embedding: str = "table"  # table: nn.Embedding | phase: the GRT's phase embedding (one radius, P phases)
+    norms: bool = True  # False: no pre-norms and no final norm (QK-norm is its own flag)
+    residual_init: str = "scaled"  # scaled: o_proj/down at init_std/sqrt(2L) (GPT-2) | zero: both start at 0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers", "d_ff"):
@@ -47,6 +52,14 @@ class DenseConfig:
             raise ValueError(f"DenseConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if (self.d_model // self.n_heads) % 2:
             raise ValueError("DenseConfig: head dim d_model/n_heads must be even (rotary pairs)")
+        if self.embedding not in ("table", "phase"):
+            raise ValueError(f"DenseConfig.embedding must be table or phase, got {self.embedding!r}")
+        if self.embedding == "phase" and not self.tie_embeddings:
+            raise ValueError("DenseConfig.embedding=phase needs tie_embeddings=true (the head reads the phase table)")
+        if not isinstance(self.norms, bool):
+            raise ValueError(f"DenseConfig.norms must be true or false, got {self.norms!r}")
+        if self.residual_init not in ("scaled", "zero"):
+            raise ValueError(f"DenseConfig.residual_init must be scaled or zero, got {self.residual_init!r}")
         for name in ("qk_norm_eps", "norm_eps", "init_std"):
             v = getattr(self, name, 0.0)
             # `nan < 0` is False: test finiteness explicitly so a NaN never reaches a norm or an init
@@ -101,12 +114,17 @@ class DenseMLP(nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
+def _pre_norm(cfg: DenseConfig) -> nn.Module:
+    """The block's pre-norm, or the identity for the norm-free ablation (``norms=False``)."""
+    return RMSNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.norms else nn.Identity()
+
+
 class DenseBlock(nn.Module):
     def __init__(self, cfg: DenseConfig) -> None:
         super().__init__()
-        self.norm1 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm1 = _pre_norm(cfg)
         self.attn = DenseAttention(cfg)
-        self.norm2 = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm2 = _pre_norm(cfg)
         self.mlp = DenseMLP(cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -120,15 +138,26 @@ class DenseTransformer(nn.Module):
     def __init__(self, cfg: DenseConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.embedding == "phase":  # the GRT's embedding: a token is one radius and P phases
+            self.tok_emb = PhaseEmbedding(cfg.vocab_size, cfg.d_model // 2)
+        else:
+            self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(DenseBlock(cfg) for _ in range(cfg.n_layers))
-        self.norm_f = RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm_f = _pre_norm(cfg)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)
         for name, p in self.named_parameters():
             if name.endswith("o_proj.weight") or name.endswith("down.weight"):
                 # residual writes scaled by depth (GPT-2): keeps the stream's variance O(1)
-                nn.init.normal_(p, 0.0, cfg.init_std / math.sqrt(2 * cfg.n_layers))
+                if cfg.residual_init == "zero":  # SkipInit/Fixup: every block starts as the identity
+                    nn.init.zeros_(p)
+                else:
+                    nn.init.normal_(p, 0.0, cfg.init_std / math.sqrt(2 * cfg.n_layers))
+        if cfg.embedding == "phase" and cfg.norms:
+            # tied to a phase table of radius ~0.79, a unit final gain gives logit std ~ r sqrt(P/2) (a loss
+            # near 20 at step 0); 1/sqrt(P) is the GRT's own choice (GRTConfig.final_gain_init)
+            with torch.no_grad():
+                self.norm_f.weight.fill_(1.0 / math.sqrt(cfg.d_model // 2))
 
     def _init(self, m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -142,7 +171,12 @@ class DenseTransformer(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         x = self.norm_f(x)
-        logits = x @ self.tok_emb.weight.T if self.head is None else self.head(x)  # (B, T, V)
+        if self.head is not None:
+            logits = self.head(x)  # (B, T, V)
+        elif isinstance(self.tok_emb, PhaseEmbedding):
+            logits = x @ self.tok_emb.cartesian_table().T
+        else:
+            logits = x @ self.tok_emb.weight.T
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

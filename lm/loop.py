@@ -240,6 +240,10 @@ def run_eval(run: Run, step: int, stop: _StopFlag | None = None) -> None:
         stop.busy = "training"
     rec = {"event": "eval", "step": step, "tokens": step * run.tokens_per_step, "val_loss": vl, "val_bpb": vl / LN2,
            "train_time_s": run.train_time}  # seconds of training so far: curves against wall-clock
+    gates = getattr(run.model, "gates", None)
+    if callable(gates):  # the GRT's residual gates [n_blocks, 3] (attn, mixer, ffn): their trajectories
+        with torch.no_grad():
+            rec["gates"] = gates().tolist()
     run.evals.append({k: rec[k] for k in ("step", "tokens", "val_loss", "val_bpb", "train_time_s")})
     run.log.write(rec)
     if not math.isfinite(vl):

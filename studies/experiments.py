@@ -1,0 +1,309 @@
+"""The GRT experiment grid: run it, resume it, summarize it.
+
+    python -m studies.experiments run [--groups ablation,stability,text_shape,depth] [--jobs 2]
+    python -m studies.experiments status
+    python -m studies.experiments summary [--json PATH] [--verbose]
+
+``run`` trains every run of :func:`studies.grid.grid` not yet recorded, ``--jobs`` at a time, each in its own
+process on ``--threads`` CPU threads (``python -m studies.job``), and merges each finished run's record into
+``RESULTS/runs.json`` (plus its training log under ``RESULTS/logs/``) as it lands.  Run folders live under
+``--runs-dir`` (checkpoints: not committed); stop with Ctrl-C (the running jobs checkpoint and stop) and run the
+same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded.
+``summary`` prints the tables and the verdicts of the text's three selling points
+(:mod:`studies.experiments_report`) from the committed records alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmsgauge import atomic_write_json, atomic_write_text
+from rmsgauge.cli import run_guarded
+from studies.grid import GRIDS, GROUPS, RunSpec, grid
+
+DEFAULT_RUNS_DIR = "runs/grt-experiments"
+DEFAULT_RESULTS = "results/grt-experiments"
+POLL_S = 5.0
+PROGRESS_S = 60.0
+
+
+@dataclass
+class Job:
+    spec: RunSpec
+    run_dir: Path
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parents[1])
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def read_records(results: Path) -> list[dict[str, Any]]:
+    path = results / "runs.json"
+    if not path.exists():
+        return []
+    recs = json.loads(path.read_text())
+    if not isinstance(recs, list):
+        raise ValueError(f"{path} must hold a JSON list of run records")
+    return recs
+
+
+def merge_record(results: Path, rec: dict[str, Any], order: list[str]) -> None:
+    """Put ``rec`` into ``runs.json`` (replacing a record of the same name), in grid order, atomically."""
+    recs = {r["name"]: r for r in read_records(results)}
+    recs[rec["name"]] = rec
+    rank = {n: i for i, n in enumerate(order)}
+    ordered = sorted(recs.values(), key=lambda r: (rank.get(r["name"], len(rank)), r["name"]))
+    atomic_write_json(results / "runs.json", ordered)
+
+
+def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> float | None:
+    """The lr of the sweep's run with the lowest sampled validation bits/byte, once every run of it is recorded
+    (a diverged run counts as worst); ``None`` while any is missing."""
+    members = [s for s in specs if s.phase == "sweep" and s.sweep == sweep]
+    if not members or any(s.name not in records for s in members):
+        return None
+    scored = [(records[s.name].get("val_bpb_sample") or float("inf"), s.lr) for s in members]
+    return min(scored)[1]
+
+
+def resolved_lr(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> float | None:
+    if spec.imported:
+        return 0.0  # not trained here: its lr comes from its model card
+    return spec.lr if spec.lr is not None else best_lr(spec.sweep or "", records, specs)
+
+
+def _progress(job: Job) -> str:
+    path = job.run_dir / "log.jsonl"
+    step = 0
+    if path.exists():
+        for line in reversed(path.read_text().splitlines()[-50:]):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("event") in ("train", "eval"):
+                step = int(rec["step"])
+                break
+    return f"{job.spec.name} {step}/{job.spec.steps()} ({time.perf_counter() - job.started:.0f}s)"
+
+
+class Driver:
+    def __init__(self, args: argparse.Namespace, specs: list[RunSpec]) -> None:
+        self.args, self.specs = args, specs
+        self.runs_dir, self.results = Path(args.runs_dir), Path(args.results)
+        self.order = [s.name for s in grid(args.grid)]
+        self.running: list[Job] = []
+        self.failed: dict[str, str] = {}
+        self.stopping = False
+
+    def say(self, msg: str) -> None:
+        sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
+        sys.stderr.flush()
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return {r["name"]: r for r in read_records(self.results)}
+
+    def pending(self) -> list[RunSpec]:
+        done, busy = self.records(), {j.spec.name for j in self.running}
+        return [s for s in self.specs if s.name not in done and s.name not in busy and s.name not in self.failed]
+
+    def launch(self, spec: RunSpec, lr: float) -> Job:
+        run_dir = self.runs_dir / spec.name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec_path = run_dir / "spec.json"
+        want = {**spec.to_dict(), "resolved_lr": lr}
+        if spec_path.exists() and json.loads(spec_path.read_text()) != want:
+            raise ValueError(f"{spec_path} describes a different run than the grid's {spec.name} (the grid changed "
+                             f"since it started); move {run_dir} aside to start it again")
+        atomic_write_json(spec_path, want)
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.args.threads), "MKL_NUM_THREADS": str(self.args.threads)}
+        err = (run_dir / "stderr.txt").open("a")
+        job = Job(spec, run_dir)
+        job.proc = subprocess.Popen([sys.executable, "-m", "studies.job", str(run_dir), str(self.args.threads)],
+                                    stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                    cwd=Path(__file__).resolve().parents[1], start_new_session=True)
+        err.close()
+        job.started = time.perf_counter()
+        self.say(f"start {spec.name} ({spec.group}, {spec.model}, lr {lr:g}, {spec.steps()} steps)")
+        return job
+
+    def collect(self, job: Job) -> None:
+        rc = job.proc.returncode
+        rec_path = job.run_dir / "record.json"
+        if rc in (0, 3) and rec_path.exists():
+            rec = json.loads(rec_path.read_text())
+            rec["commit"] = self.args.commit
+            merge_record(self.results, rec, self.order)
+            log = job.run_dir / "log.jsonl"
+            if log.exists():
+                (self.results / "logs").mkdir(parents=True, exist_ok=True)
+                atomic_write_text(self.results / "logs" / f"{job.spec.name}.log.jsonl", log.read_text())
+            bpb = rec.get("val_bpb_full")
+            self.say(f"done  {job.spec.name}: {rec['status']}, full-split {bpb if bpb is None else f'{bpb:.4f}'} "
+                     f"bits/byte, {time.perf_counter() - job.started:.0f}s")
+        elif rc == 130 or self.stopping:
+            self.say(f"stopped {job.spec.name} (checkpoint kept; run again to continue)")
+        else:
+            tail = (job.run_dir / "stderr.txt").read_text().strip().splitlines()[-1:] or ["(no message)"]
+            self.failed[job.spec.name] = tail[0]
+            self.say(f"FAILED {job.spec.name} (exit {rc}): {tail[0]}")
+
+    def step(self) -> bool:
+        """Collect finished jobs, start ready ones; ``False`` when nothing is running or startable."""
+        for job in [j for j in self.running if j.proc.poll() is not None]:
+            self.running.remove(job)
+            self.collect(job)
+        if self.stopping:
+            return bool(self.running)
+        records = self.records()
+        for spec in self.pending():
+            if len(self.running) >= self.args.jobs:
+                break
+            lr = resolved_lr(spec, records, self.specs)
+            if lr is not None:
+                self.running.append(self.launch(spec, lr))
+        return bool(self.running)
+
+    def stop(self, signum: int, frame: Any) -> None:
+        if not self.stopping:
+            self.say("stopping: the running jobs write a checkpoint and exit (Ctrl-C again does not hurry them)")
+        self.stopping = True
+        for job in self.running:
+            if job.proc.poll() is None:
+                job.proc.send_signal(signal.SIGINT)
+
+    def run(self) -> int:
+        last = 0.0
+        while self.step():
+            if time.perf_counter() - last > PROGRESS_S and self.running:
+                last = time.perf_counter()
+                left = len(self.pending())
+                self.say("running: " + "; ".join(_progress(j) for j in self.running) + f" | {left} waiting")
+            time.sleep(POLL_S if self.args.grid == "full" else 0.2)
+        if self.stopping:
+            return 130
+        left = self.pending()
+        waiting = [s.name for s in left if s.name not in self.failed]
+        if self.failed:
+            self.say(f"{len(self.failed)} run(s) failed: {', '.join(sorted(self.failed))} (see their stderr.txt)")
+        if waiting:
+            self.say(f"{len(waiting)} run(s) could not start (their sweep failed): {', '.join(waiting)}")
+        self.say(f"{len(self.records())} records in {self.results / 'runs.json'}")
+        return 1 if self.failed or waiting else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m studies.experiments", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{run,status,summary}")
+    for name, text in (("run", "train every run not yet recorded (resumes unfinished ones)"),
+                       ("status", "which runs are recorded, unfinished or waiting"),
+                       ("summary", "tables and verdicts from the records")):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--grid", default="full", choices=GRIDS, help="full: the issue's grid; tiny: a seconds-long "
+                       "grid of the same shape (tests)")
+        p.add_argument("--results", default=DEFAULT_RESULTS, help=f"records, logs, tables (default {DEFAULT_RESULTS})")
+        p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
+                       help=f"run folders with checkpoints (default {DEFAULT_RUNS_DIR}; not committed)")
+        p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
+        if name == "run":
+            p.add_argument("--groups", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
+            p.add_argument("--only", action="append", default=[], metavar="NAME", help="only these runs")
+            p.add_argument("--jobs", type=int, default=2, help="runs at a time, in [1, 64] (default 2)")
+            p.add_argument("--threads", type=int, default=1, help="CPU threads per run, in [1, 64] (default 1)")
+        if name == "summary":
+            p.add_argument("--json", metavar="PATH", help="also write the tables and verdicts as JSON")
+            p.add_argument("--verbose", action="store_true", help="every run's row, not only the tables")
+    return ap
+
+
+def _check(args: argparse.Namespace) -> list[RunSpec]:
+    specs = grid(args.grid)
+    if args.command != "run":
+        return specs
+    groups = [g for g in args.groups.split(",") if g]
+    bad = [g for g in groups if g not in GROUPS]
+    if bad or not groups:
+        raise ValueError(f"--groups must be a comma list of {', '.join(GROUPS)}, got {args.groups!r}")
+    for name in ("jobs", "threads"):
+        v = getattr(args, name)
+        if not 1 <= v <= 64:
+            raise ValueError(f"--{name} must be an integer in [1, 64], got {v}")
+    names = {s.name for s in specs}
+    unknown = [n for n in args.only if n not in names]
+    if unknown:
+        raise ValueError(f"--only: no run called {unknown[0]!r} in the {args.grid} grid (see the status command)")
+    runs, res = Path(args.runs_dir).resolve(), Path(args.results).resolve()
+    if runs == res or res in runs.parents or runs in res.parents:
+        raise ValueError(f"--runs-dir ({args.runs_dir}) and --results ({args.results}) must be separate folders "
+                         f"(checkpoints are not results)")
+    for p in (runs, res):
+        if p.exists() and not p.is_dir():
+            raise ValueError(f"{p} exists and is not a folder")
+    specs = [s for s in specs if s.group in groups and (not args.only or s.name in args.only)]
+    return specs
+
+
+def status(args: argparse.Namespace, specs: list[RunSpec]) -> int:
+    recs = {r["name"]: r for r in read_records(Path(args.results))}
+    counts: dict[str, dict[str, int]] = {}
+    for s in specs:
+        run_dir = Path(args.runs_dir) / s.name
+        state = ("recorded" if s.name in recs else "unfinished" if (run_dir / "ckpt.pt").exists()
+                 else "waiting")
+        counts.setdefault(s.group, {"recorded": 0, "unfinished": 0, "waiting": 0})[state] += 1
+        if args.command == "status" and state != "waiting":
+            print(f"  {s.name:34s} {state}")
+    for g, c in counts.items():
+        print(f"{g:11s} {c['recorded']:3d} recorded, {c['unfinished']:3d} unfinished, {c['waiting']:3d} waiting")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+
+    def go() -> int:
+        specs = _check(args)
+        if args.command == "status":
+            return status(args, specs)
+        if args.command == "summary":
+            from studies.experiments_report import summary
+
+            return summary(Path(args.results), specs, json_path=args.json, verbose=args.verbose)
+        Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+        Path(args.results).mkdir(parents=True, exist_ok=True)
+        lock = (Path(args.runs_dir) / ".driver.lock").open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"another python -m studies.experiments run is using {args.runs_dir} (its lock "
+                             f"{args.runs_dir}/.driver.lock is held); wait for it or stop it first") from None
+        args.commit = git_commit()
+        driver = Driver(args, specs)
+        signal.signal(signal.SIGINT, driver.stop)
+        signal.signal(signal.SIGTERM, driver.stop)
+        return driver.run()
+
+    return run_guarded("python -m studies.experiments", go, debug=args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

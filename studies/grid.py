@@ -1,0 +1,229 @@
+r"""The GRT experiment grid: which runs test which of the text's three selling points.
+
+Source: ``../shared/seeds/001_cfb910613b442095.txt`` -- the GRT is "content-adaptive where it needs to be"
+(the Clifford coupling), "stable by construction" (rotations; a deep stack is "trainable at all" because of
+normalize-process-gate-add) and "space-efficient by math".  Each is turned into runs here; the verdicts are
+computed from the runs' records in :mod:`studies.experiments_report`.
+
+Four groups (``RunSpec.group``):
+
+* ``ablation`` -- the shipped reference shape (d 128, 4 heads, 2 blocks, d_ff 512, context 64) at lr 3e-3 for
+  1,000,000 tokens, GRT variants that remove or change one choice, and two dense models; seeds 0 and 1.
+  Names ``<variant>-seed<N>``.
+* ``stability`` -- width 128, 4 heads, 12 blocks: the GRT, the dense QK-norm baseline, the dense model with
+  no norms, and the no-norm dense model with zero-initialized residual writes (SkipInit/Fixup style: the fair
+  normalization-free init), over lr 1e-4 ... 1e-1 (7 values), 200 steps each.  Names ``<variant>-lr<value>``.
+* ``text_shape`` -- the text's configuration (d 256, 4 heads of 64, 12 blocks, d_ff 1024, stages 11/1/21) on
+  the byte corpus (vocabulary 256, context 64) and its parameter-matched dense model: a short lr sweep each
+  (``phase="sweep"``), then 3,000,000 tokens at the best sweep lr (``phase="final"``).
+* ``depth`` -- GRT and parameter-matched dense at 4 and 8 blocks (width 128): sweep, then 3M tokens.  The
+  2-block pair is the shipped reference models (3M tokens at their sweep's best lr), measured, not retrained.
+
+A final run's lr is ``None`` with ``sweep`` naming its sweep: the driver starts it once every run of that
+sweep is done, at the lr whose sampled validation bits/byte was lowest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GROUPS = ("ablation", "stability", "text_shape", "depth")
+GRIDS = ("full", "tiny")
+
+REFERENCE_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512}
+TEXT_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 256, "n_heads": 4, "n_blocks": 12, "d_ff": 1024}
+STABILITY_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads": 4, "n_blocks": 12, "d_ff": 512}
+REFERENCE_LR = 3e-3  # the shipped recipe's lr (an interior best of its sweep)
+STABILITY_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+SWEEP_LRS = (1e-3, 3e-3, 1e-2)
+TEXT_SWEEP_LRS = (3e-4, 1e-3, 3e-3)  # a 12-block stack: the sweep is centred a factor 3 lower
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the grid (everything the job needs; ``to_dict`` is what it is given)."""
+
+    name: str  # unique in the grid: also the run folder's name
+    group: str  # one of GROUPS
+    variant: str  # the model variant (a row of the group's table)
+    model: str  # "grt" | "dense"
+    model_config: dict[str, Any]
+    tokens: int  # training tokens (ceil to whole steps of batch_size x block_size)
+    seed: int = 0
+    lr: float | None = REFERENCE_LR  # None: the best lr of the runs whose ``sweep`` key is ``sweep``
+    phase: str = "grid"  # grid | sweep | final
+    sweep: str | None = None  # the sweep this run belongs to (phase sweep) or takes its lr from (phase final)
+    batch_size: int = 16
+    evals: int = 12  # evaluations over the run (gates are logged at each)
+    warmup_frac: float = 0.1  # warmup steps = min(50, warmup_frac x steps)
+    est_tok_s: float = 2000.0  # a rough speed on one core, only to space the checkpoints a few minutes apart
+    imported: str | None = None  # a run not trained by the grid (the shipped models): where it comes from
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def steps(self) -> int:
+        return max(1, math.ceil(self.tokens / (self.batch_size * int(self.model_config["block_size"]))))
+
+    def train_config(self, lr: float, out_dir: str, threads: int = 1) -> dict[str, Any]:
+        """The :class:`lm.trainconfig.TrainConfig` fields of this run at ``lr``."""
+        steps = self.steps()
+        tokens_per_step = self.batch_size * int(self.model_config["block_size"])
+        ckpt_every = max(1, round(240.0 * self.est_tok_s / tokens_per_step))  # about every 4 minutes
+        return {"lr": lr, "batch_size": self.batch_size, "max_steps": steps, "max_tokens": 0,
+                "warmup_steps": min(50, max(1, int(self.warmup_frac * steps))),
+                "eval_interval": max(1, steps // self.evals), "eval_batches": 16,
+                "log_interval": max(1, steps // 50), "gauge_interval": 0, "ckpt_interval": ckpt_every,
+                "seed": self.seed, "device": "cpu", "threads": threads, "data": "", "out_dir": out_dir,
+                "probe_gauges": False}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def lr_label(lr: float) -> str:
+    return f"{lr:g}"
+
+
+def _grt(shape: dict[str, Any], **over: Any) -> dict[str, Any]:
+    from grt_model.config import GRTConfig
+
+    return GRTConfig(**{**shape, **over}).to_dict()
+
+
+def grt_params(cfg: dict[str, Any]) -> int:
+    """The GRT's parameter count for a config dict (built on the meta device: nothing allocated)."""
+    import torch
+
+    from grt_model.config import GRTConfig
+    from grt_model.model import GRT
+
+    with torch.device("meta"):
+        m = GRT(GRTConfig(**cfg))
+    return sum(p.numel() for p in {id(p): p for p in m.parameters()}.values())
+
+
+def matched_dense(grt_cfg: dict[str, Any], **over: Any) -> dict[str, Any]:
+    """The dense QK-norm model with the GRT's depth, heads, context and vocabulary at the width whose parameter
+    count is nearest the GRT's (``lm.compare.param_matched_width``), ``d_ff = 4 d``."""
+    from grt_model.config import GRTConfig
+    from lm.compare import dense_family, param_matched_width
+
+    g = GRTConfig(**grt_cfg)
+    d = dense_family(g, param_matched_width(g, grt_params(grt_cfg)))
+    return {**d.to_dict(), **over}
+
+
+def _dense(shape: dict[str, Any], d_model: int | None = None, **over: Any) -> dict[str, Any]:
+    from lm.dense import DenseConfig
+
+    d = d_model or shape["d_model"]
+    return DenseConfig(vocab_size=shape["vocab_size"], block_size=shape["block_size"], d_model=d,
+                       n_heads=shape["n_heads"], n_layers=shape["n_blocks"], d_ff=4 * d, **over).to_dict()
+
+
+def ablation_variants(shape: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``variant -> (model kind, model config)`` at ``shape``: the shipped GRT and one change each."""
+    d_head = shape["d_model"] // shape["n_heads"]
+    dense = matched_dense(_grt(shape))
+    return {
+        "shipped": ("grt", _grt(shape)),
+        "qkvo-coupling-off": ("grt", _grt(shape, qkvo_coupling=False)),
+        "mixer-coupling-off": ("grt", _grt(shape, mixer_coupling=False)),
+        "coupling-off": ("grt", _grt(shape, qkvo_coupling=False, mixer_coupling=False)),
+        "ffn-coupling-on": ("grt", _grt(shape, ffn_coupling=True)),
+        "feature-rms": ("grt", _grt(shape, coupling_norm="feature_rms")),
+        "no-rope": ("grt", _grt(shape, rope=False)),
+        # stride d_head: the mixer's rotations pair head h with head h XOR 1 (crossing heads in the wiring
+        # itself, not only through the coupling as the stride-1 default does)
+        "mixer-stride-dhead": ("grt", _grt(shape, mixer_first_stage=int(math.log2(d_head)))),
+        "dense": ("dense", dense),
+        "dense-phase-embedding": ("dense", {**dense, "embedding": "phase"}),
+    }
+
+
+def stability_variants(shape: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    return {
+        "grt": ("grt", _grt(shape)),
+        "dense": ("dense", _dense(shape)),
+        "dense-no-norms": ("dense", _dense(shape, qk_norm=False, norms=False)),
+        "dense-no-norms-zero-init": ("dense", _dense(shape, qk_norm=False, norms=False, residual_init="zero")),
+    }
+
+
+def _speed(kind: str, cfg: dict[str, Any]) -> float:
+    """A rough single-core training speed (tokens/s) measured on this machine class, for checkpoint spacing."""
+    if kind == "dense":
+        return 10000.0 * (136 / cfg["d_model"]) ** 2 * 2 / max(1, cfg["n_layers"])
+    return 2800.0 * (128 / cfg["d_model"]) ** 2 * 2 / max(1, cfg["n_blocks"])
+
+
+def _sweep_and_final(group: str, tag: str, kind: str, cfg: dict[str, Any], lrs: tuple[float, ...],
+                     sweep_tokens: int, final_tokens: int, evals: int) -> list[RunSpec]:
+    est = _speed(kind, cfg)
+    out = [RunSpec(f"{tag}-sweep-lr{lr_label(lr)}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
+                   sweep=tag, evals=4, est_tok_s=est) for lr in lrs]
+    out.append(RunSpec(f"{tag}-final", group, tag, kind, cfg, final_tokens, lr=None, phase="final", sweep=tag,
+                       evals=evals, est_tok_s=est))
+    return out
+
+
+def full_grid() -> list[RunSpec]:
+    """Every run of the grid, in the order the driver starts them (two at a time): the text shape's sweep first
+    so its long final run starts early; the ablation; the stability grid; the rest."""
+    specs: list[RunSpec] = []
+    text = _grt(TEXT_SHAPE)
+    text_sweep = _sweep_and_final("text_shape", "text-grt", "grt", text, TEXT_SWEEP_LRS, 64 * 1024, 3_000_000, 24)
+    specs += text_sweep[:-1]
+    for seed in (0, 1):
+        for variant, (kind, cfg) in ablation_variants(REFERENCE_SHAPE).items():
+            specs.append(RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
+                                 est_tok_s=_speed(kind, cfg)))
+    specs.append(text_sweep[-1])
+    for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items():
+        for lr in STABILITY_LRS:
+            specs.append(RunSpec(f"{variant}-lr{lr_label(lr)}", "stability", variant, kind, cfg,
+                                 200 * 16 * STABILITY_SHAPE["block_size"], lr=lr, evals=4, warmup_frac=0.1,
+                                 est_tok_s=_speed(kind, cfg)))
+    specs += _sweep_and_final("text_shape", "text-dense", "dense", matched_dense(text), SWEEP_LRS, 256 * 1024,
+                              3_000_000, 24)
+    for n_blocks in (4, 8):
+        g = _grt({**REFERENCE_SHAPE, "n_blocks": n_blocks})
+        specs += _sweep_and_final("depth", f"depth{n_blocks}-grt", "grt", g, SWEEP_LRS, 200 * 1024, 3_000_000, 24)
+        specs += _sweep_and_final("depth", f"depth{n_blocks}-dense", "dense", matched_dense(g), SWEEP_LRS,
+                                  200 * 1024, 3_000_000, 24)
+    shipped = _grt(REFERENCE_SHAPE)
+    for kind, cfg in (("grt", shipped), ("dense", matched_dense(shipped))):  # the shipped models' configs
+        specs.append(RunSpec(f"depth2-{kind}-final", "depth", f"depth2-{kind}", kind, cfg, 3_000_000, lr=None,
+                             phase="final", imported=kind))
+    return specs
+
+
+def tiny_grid() -> list[RunSpec]:
+    """The same four groups and the sweep -> final dependency on models that train in a second (tests)."""
+    shape = {"vocab_size": 256, "block_size": 16, "d_model": 16, "n_heads": 2, "n_blocks": 1, "d_ff": 32}
+    g = _grt(shape)
+    dense = _dense(shape)
+    tok = 2 * 4 * 16  # two steps of 4 windows
+    specs = [RunSpec(f"{v}-seed{s}", "ablation", v, k, c, tok, seed=s, batch_size=4, evals=2)
+             for s in (0, 1) for v, (k, c) in (("shipped", ("grt", g)),
+                                               ("coupling-off", ("grt", _grt(shape, qkvo_coupling=False,
+                                                                             mixer_coupling=False))))]
+    specs += [RunSpec(f"{v}-lr{lr_label(lr)}", "stability", v, k, c, tok, lr=lr, batch_size=4, evals=2)
+              for v, (k, c) in (("grt", ("grt", g)), ("dense", ("dense", dense))) for lr in (1e-3, 1e-1)]
+    for tag, kind, cfg in (("text-grt", "grt", g), ("depth1-dense", "dense", dense)):
+        group = "text_shape" if tag.startswith("text") else "depth"
+        sw = _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok, 2 * tok, 2)
+        specs += [RunSpec(**{**s.to_dict(), "batch_size": 4}) for s in sw]
+    return specs
+
+
+def grid(name: str) -> list[RunSpec]:
+    if name not in GRIDS:
+        raise ValueError(f"--grid must be one of {', '.join(GRIDS)}, got {name!r}")
+    specs = full_grid() if name == "full" else tiny_grid()
+    names = [s.name for s in specs]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:  # a programming error in the grid itself
+        raise AssertionError(f"duplicate run names in the {name} grid: {sorted(dup)}")
+    return specs

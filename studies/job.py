@@ -1,0 +1,194 @@
+"""One run of the experiment grid, in its own process: train (or resume), measure, write ``record.json``.
+
+``python -m studies.job RUN_DIR`` reads ``RUN_DIR/spec.json`` (written by :mod:`studies.experiments`: the
+:class:`~studies.grid.RunSpec` fields plus the resolved ``lr``).  A folder with a checkpoint short of the run's
+steps resumes from it (bit-exact: :mod:`lm.loop`); a finished training only runs the measurements; a folder
+that already holds ``record.json`` is left alone.  Exit status: 0 done, 3 diverged (the record says so), 130
+interrupted (checkpoint kept; run the driver again to continue), 1 an error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rmsgauge import atomic_write_json, seed_everything
+
+EXIT_DIVERGED = 3
+BLOWUP_FACTOR = 1.1  # "no blow-up": no logged training-loss average above 1.1 x the loss at step 0
+
+
+def _log_records(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "log.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: the next resume's log goes on after it
+            continue
+    return out
+
+
+def _train(spec: dict[str, Any], run_dir: Path, threads: int) -> tuple[dict[str, Any] | None, str]:
+    """Train to the end; ``(summary, status)`` with status ``complete`` | ``diverged`` | ``interrupted``."""
+    from lm.checkpoint import config_from_dict
+    from lm.errors import NonFiniteError
+    from lm.loop import train
+    from lm.trainconfig import TrainConfig
+    from studies.grid import RunSpec
+
+    rs = RunSpec(**{k: v for k, v in spec.items() if k != "resolved_lr"})
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        if summary.get("complete"):
+            return summary, "complete"
+    if any(r.get("event") == "nonfinite" for r in _log_records(run_dir)):
+        return None, "diverged"  # a resume would only repeat the same non-finite step
+    tcfg = TrainConfig(**rs.train_config(float(spec["resolved_lr"]), str(run_dir), threads))
+    resume = (run_dir / "ckpt.pt").exists()
+    force = not resume and (run_dir / "log.jsonl").exists()  # killed before its first checkpoint: set aside
+    try:
+        summary = train(rs.model, config_from_dict(rs.model, rs.model_config), tcfg, resume=resume, force=force,
+                        progress=False)
+    except NonFiniteError:
+        return None, "diverged"
+    return summary, "complete" if summary["complete"] else "interrupted"
+
+
+def _loss_path(run_dir: Path) -> dict[str, Any]:
+    recs = _log_records(run_dir)
+    evals = [r for r in recs if r.get("event") == "eval"]
+    train = [r for r in recs if r.get("event") == "train"]
+    first = evals[0]["val_loss"] if evals else math.nan
+    losses = [r["loss_avg"] for r in train if r.get("loss_avg") is not None]
+    return {"initial_val_loss": first, "max_train_loss": max(losses) if losses else None,
+            "last_train_loss": losses[-1] if losses else None,
+            "final_val_loss": evals[-1]["val_loss"] if evals else None,
+            "nonfinite_step": next((r["step"] for r in recs if r.get("event") == "nonfinite"), None)}
+
+
+def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tuple, path: dict[str, Any],
+               status: str) -> dict[str, Any]:
+    from lm.checkpoint import build_model
+    from studies.measure import block_grad_norms, grad_norm_ratio
+
+    seed_everything(seed)
+    init = build_model(kind, cfg)
+    g_init = block_grad_norms(init, *batch)
+    g_trained = block_grad_norms(model, *batch) if model is not None else None
+    first, fin, mx = path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"]
+    stable = (status == "complete" and fin is not None and math.isfinite(fin) and fin < first
+              and mx is not None and mx <= BLOWUP_FACTOR * first)
+    return {"stable": bool(stable), "grad_norms_init": g_init, "grad_norms_trained": g_trained,
+            "grad_ratio_init": grad_norm_ratio(g_init),
+            "grad_ratio_trained": grad_norm_ratio(g_trained) if g_trained else None,
+            "stable_rule": f"finite, final val loss < step-0 val loss, every logged train loss <= "
+                           f"{BLOWUP_FACTOR} x step-0 val loss"}
+
+
+def measure(model: torch.nn.Module | None, kind: str, cfg: Any) -> dict[str, Any]:
+    """The full-split bits/byte, gates and negative-determinant fraction of a trained model (float32 model,
+    float64 Jacobians)."""
+    from lm.corpus import ByteCorpus
+    from studies.measure import full_split_bpb, gates, held_out_batch, negative_det_fraction
+
+    if model is None:
+        return {"val_bpb_full": None, "gates": None, "neg_det_fraction": None, "neg_det": None}
+    corpus = ByteCorpus.load()
+    full = full_split_bpb(model, corpus)
+    nd = negative_det_fraction(model, held_out_batch(corpus, int(cfg.block_size))[0])
+    return {"val_bpb_full": full["bpb"], "val_full_bytes": full["bytes_scored"], "gates": gates(model),
+            "neg_det_fraction": None if nd is None else nd["fraction"], "neg_det": nd}
+
+
+def _imported(spec: dict[str, Any]) -> dict[str, Any]:
+    """A shipped reference model as a grid record (measured here, trained by ``lm.compare --preset reference``)."""
+    from lm.reference import load_reference
+
+    model = load_reference(spec["imported"])
+    card = model.reference_card
+    rec = {"model_config": card["model_config"], "lr": card["train_config"]["lr"],
+           "seed": card["train_config"]["seed"], "tokens": card["tokens_seen"], "steps": card["steps"],
+           "wall_s": card["train_time_s"], "tok_per_s": card["tokens_seen"] / card["train_time_s"],
+           "val_bpb_sample": card["final_val_bpb"], "params": card["params"], "status": "complete",
+           "source": f"lm/reference_models/{spec['imported']}.pt ({card.get('command', '')})"}
+    return {**rec, **measure(model.float(), spec["model"], model.config)}
+
+
+def run_job(run_dir: Path, threads: int = 1) -> int:
+    from lm.checkpoint import config_from_dict, load_checkpoint, model_from_checkpoint
+    from lm.corpus import ByteCorpus
+
+    spec = json.loads((run_dir / "spec.json").read_text())
+    if (run_dir / "record.json").exists():
+        return 0
+    t0 = time.perf_counter()
+    torch.set_num_threads(threads)
+    base = {k: spec[k] for k in ("name", "group", "variant", "phase", "sweep", "model", "seed")}
+    if spec.get("imported"):
+        rec = {**base, **_imported(spec)}
+    else:
+        summary, status = _train(spec, run_dir, threads)
+        if status == "interrupted":
+            return 130
+        cfg = config_from_dict(spec["model"], spec["model_config"])
+        model = None
+        if status == "complete":
+            model = model_from_checkpoint(load_checkpoint(run_dir / "ckpt.pt"))
+        path = _loss_path(run_dir)
+        rec = {**base, "model_config": spec["model_config"], "lr": spec["resolved_lr"],
+               "tokens": summary["tokens_seen"] if summary else None,
+               "steps": summary["steps"] if summary else path.get("nonfinite_step"),
+               "wall_s": summary["train_time_s"] if summary else None,
+               "tok_per_s": summary["tokens_per_s"] if summary else None,
+               "val_bpb_sample": summary["final_val_bpb"] if summary else None,
+               "params": summary["params"] if summary else None, "status": status, **path,
+               **measure(model, spec["model"], cfg)}
+        if spec["group"] == "stability":
+            batch = held_out_batch_for(spec, ByteCorpus.load())
+            rec.update(_stability(model, spec["model"], cfg, int(spec["seed"]), batch, path, status))
+    rec["measure_s"] = time.perf_counter() - t0 - (rec.get("wall_s") or 0.0) if not spec.get("imported") else None
+    rec["threads"] = threads
+    atomic_write_json(run_dir / "record.json", rec)
+    return EXIT_DIVERGED if rec["status"] == "diverged" else 0
+
+
+def held_out_batch_for(spec: dict[str, Any], corpus: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    from studies.measure import held_out_batch
+
+    return held_out_batch(corpus, int(spec["model_config"]["block_size"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) not in (1, 2) or argv[0].startswith("-"):
+        sys.stderr.write("usage: python -m studies.job RUN_DIR [THREADS]  (started by python -m studies.experiments)\n")
+        return 2
+    run_dir = Path(argv[0])
+    if not (run_dir / "spec.json").is_file():
+        sys.stderr.write(f"studies.job: {run_dir / 'spec.json'} not found (the driver writes it)\n")
+        return 2
+    try:
+        return run_job(run_dir, int(argv[1]) if len(argv) == 2 else 1)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # one line for the driver's log; the traceback with STUDIES_DEBUG=1
+        import os
+
+        if os.environ.get("STUDIES_DEBUG"):
+            raise
+        sys.stderr.write(f"studies.job {run_dir.name}: {type(e).__name__}: {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
