@@ -22,7 +22,7 @@ from figures.interactive import PlotlyMissing, figure3d, line_trace
 from figures.model_source import TRACE_WORD, SentenceTrace, sentence_trace
 from figures.registry import FigureOutput, figure
 from figures.style import COS_CMAP, FADED, HEAD_COLORS, STAGE_GROUP_COLORS, new_figure
-from grt_model.trained_claims import STATED_GATES_BLOCK0, STATED_RING_RADIUS  # the text's numbers, once
+from studies.trained_claims import STATED_GATES_BLOCK0, STATED_RING_RADIUS  # the text's numbers, once
 
 LIT_PER_HEAD = 4  # the text's interactive view: "4 pairs per head lit in their head color, the other 112 faded"
 CASCADE_LABELS = {"q": "Q", "k": "K", "v": "V", "o": "O", "mixer": "mixer", "ffn_expand": "FFN expand",

@@ -84,43 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-forward", action="store_true", help="skip building the model and the forward pass")
     ap.add_argument("--claims", action="store_true", help="also measure every structural claim (float64, ~30 s)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    ap.add_argument("--trained", action="store_true",
-                    help="with --claims: also the trained-model claims, measured on the shipped reference GRT and its "
-                         "parameter-matched dense baseline (float64, about 2 minutes)")
     ap.add_argument("--verbose", action="store_true", help="with --claims: each claim's source, law and details")
     ap.add_argument("--json", metavar="PATH", help="write config, stage counts, parameter table, forward, claims")
     return ap
 
 
-def _trained_claims(seed: int) -> list:
-    """The ``grt.trained`` claims on the shipped models.  The loaders live in :mod:`lm` (one level up): this
-    CLI entry is the app layer and imports them here, never at module level, so ``grt_model`` stays below ``lm``."""
-    import json
-    from pathlib import Path
-
-    from grt_model.trained_claims import run_trained_claims, trained_vs_dense_claim
-    from lm.checkpoint import build_model
-    from lm.corpus import ByteCorpus
-    from lm.reference import load_reference
-
-    print("\ntrained-model claims on the shipped reference models (float64) ...", file=sys.stderr, flush=True)
-    grt, dense = load_reference("grt"), load_reference("dense")
-
-    def init(model, kind: str):  # the same config and seed as the shipped run, before its first step
-        seed_everything(model.reference_card["train_config"]["seed"])
-        return build_model(kind, model.config)
-
-    block = grt.config.block_size
-    ids = ByteCorpus.load().batch("val", 8, block, generator=torch.Generator().manual_seed(seed))[0]  # (8, T)
-    claims = run_trained_claims(grt, dense, ids, grt_init=init(grt, "grt"), dense_init=init(dense, "dense"))
-    results = Path(__file__).resolve().parents[1] / "results" / "compare-reference" / "compare.json"
-    comparison = json.loads(results.read_text()) if results.is_file() else None  # a source checkout has it
-    return [*claims, trained_vs_dense_claim(grt.reference_card, dense.reference_card, comparison)]
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
+    if "--trained" in argv:  # the trained-model claims load lm's shipped models: they live above lm
+        ap.error("--trained moved: the trained-model claims are python -m studies.trained [--checkpoint PATH]")
     args = parse_shared_args(ap, argv)
     from grt_model.config import GRTConfig
 
@@ -206,8 +179,6 @@ def main(argv: list[str] | None = None) -> int:
 
         print("\nstructural claims (float64 unless marked):", flush=True)
         claims = run_all(args.seed, progress=lambda cid: print(f"  measuring {cid} ...", file=sys.stderr, flush=True))
-    if args.claims and args.trained:
-        claims += _trained_claims(args.seed)
     if args.json:
         write_claims_json(args.json, claims, tool="grt_model", preset=args.preset, config=cfg.to_dict(),
                           stage_counts=sc, param_table=[r.to_json() for r in rows],

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ from studies.grid import GRIDS, GROUPS, RunSpec, grid
 DEFAULT_RUNS_DIR = "runs/grt-experiments"
 DEFAULT_RESULTS = "results/grt-experiments"
 POLL_S = 5.0
+# what makes a run the same run on a restart (the rest of a spec is bookkeeping: speed estimates, labels)
+IDENTITY_KEYS = ("model", "model_config", "tokens", "seed", "resolved_lr", "batch_size", "evals", "warmup_frac")
 PROGRESS_S = 60.0
 
 
@@ -83,10 +85,21 @@ def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]
     return min(scored)[1]
 
 
-def resolved_lr(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> float | None:
+def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> RunSpec | None:
+    """The run with every field fixed (its lr from its sweep, its tokens from a wall-clock match), or ``None``
+    while a run it depends on is not recorded."""
     if spec.imported:
-        return 0.0  # not trained here: its lr comes from its model card
-    return spec.lr if spec.lr is not None else best_lr(spec.sweep or "", records, specs)
+        return spec  # not trained here: its lr and tokens come from its model card
+    lr = spec.lr if spec.lr is not None else best_lr(spec.sweep or "", records, specs)
+    if lr is None:
+        return None
+    tokens = spec.tokens
+    if spec.match_wallclock is not None:
+        ref, fast = (records.get(n) for n in spec.match_wallclock)
+        if ref is None or fast is None or not ref.get("tok_per_s") or not fast.get("tok_per_s"):
+            return None
+        tokens = round(ref["tokens"] * fast["tok_per_s"] / ref["tok_per_s"])
+    return replace(spec, lr=lr, tokens=tokens)
 
 
 def _progress(job: Job) -> str:
@@ -128,8 +141,9 @@ class Driver:
         run_dir = self.runs_dir / spec.name
         run_dir.mkdir(parents=True, exist_ok=True)
         spec_path = run_dir / "spec.json"
-        want = {**spec.to_dict(), "resolved_lr": lr}
-        if spec_path.exists() and json.loads(spec_path.read_text()) != want:
+        want = json.loads(json.dumps({**spec.to_dict(), "resolved_lr": lr}))
+        old = json.loads(spec_path.read_text()) if spec_path.exists() else None
+        if old is not None and any(old.get(k) != want[k] for k in IDENTITY_KEYS):
             raise ValueError(f"{spec_path} describes a different run than the grid's {spec.name} (the grid changed "
                              f"since it started); move {run_dir} aside to start it again")
         atomic_write_json(spec_path, want)
@@ -155,6 +169,9 @@ class Driver:
             if log.exists():
                 (self.results / "logs").mkdir(parents=True, exist_ok=True)
                 atomic_write_text(self.results / "logs" / f"{job.spec.name}.log.jsonl", log.read_text())
+            claims = job.run_dir / "trained_claims.json"
+            if claims.exists():  # the trained-model claims of the text-shape GRT, beside the shipped model's
+                atomic_write_text(self.results / f"trained_claims_{job.spec.group}.json", claims.read_text())
             bpb = rec.get("val_bpb_full")
             self.say(f"done  {job.spec.name}: {rec['status']}, full-split {bpb if bpb is None else f'{bpb:.4f}'} "
                      f"bits/byte, {time.perf_counter() - job.started:.0f}s")
@@ -176,9 +193,9 @@ class Driver:
         for spec in self.pending():
             if len(self.running) >= self.args.jobs:
                 break
-            lr = resolved_lr(spec, records, self.specs)
-            if lr is not None:
-                self.running.append(self.launch(spec, lr))
+            fixed = resolve(spec, records, self.specs)
+            if fixed is not None:
+                self.running.append(self.launch(fixed, fixed.lr or 0.0))
         return bool(self.running)
 
     def stop(self, signum: int, frame: Any) -> None:
@@ -204,7 +221,7 @@ class Driver:
         if self.failed:
             self.say(f"{len(self.failed)} run(s) failed: {', '.join(sorted(self.failed))} (see their stderr.txt)")
         if waiting:
-            self.say(f"{len(waiting)} run(s) could not start (their sweep failed): {', '.join(waiting)}")
+            self.say(f"{len(waiting)} run(s) could not start (a run they depend on failed): {', '.join(waiting)}")
         self.say(f"{len(self.records())} records in {self.results / 'runs.json'}")
         return 1 if self.failed or waiting else 0
 

@@ -60,9 +60,14 @@ class RunSpec:
     warmup_frac: float = 0.1  # warmup steps = min(50, warmup_frac x steps)
     est_tok_s: float = 2000.0  # a rough speed on one core, only to space the checkpoints a few minutes apart
     imported: str | None = None  # a run not trained by the grid (the shipped models): where it comes from
+    # tokens = 0 with match_wallclock = (reference run, speed run): train as many tokens as the speed run's model
+    # gets through in the reference run's training seconds (tokens x tok/s(speed run) / tok/s(reference run))
+    match_wallclock: tuple[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def steps(self) -> int:
+        if self.tokens <= 0:
+            raise ValueError(f"run {self.name}: its token count is resolved by the driver (match_wallclock)")
         return max(1, math.ceil(self.tokens / (self.batch_size * int(self.model_config["block_size"]))))
 
     def train_config(self, lr: float, out_dir: str, threads: int = 1) -> dict[str, Any]:
@@ -179,6 +184,11 @@ def full_grid() -> list[RunSpec]:
         for variant, (kind, cfg) in ablation_variants(REFERENCE_SHAPE).items():
             specs.append(RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
                                  est_tok_s=_speed(kind, cfg)))
+    for seed in (0, 1):  # the coupling's verdict at equal wall-clock: coupling-off trained for the shipped's time
+        kind, cfg = ablation_variants(REFERENCE_SHAPE)["coupling-off"]
+        specs.append(RunSpec(f"coupling-off-wallclock-seed{seed}", "ablation", "coupling-off-wallclock", kind, cfg,
+                             0, seed=seed, est_tok_s=_speed(kind, cfg),
+                             match_wallclock=(f"shipped-seed{seed}", f"coupling-off-seed{seed}")))
     specs.append(text_sweep[-1])
     for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items():
         for lr in STABILITY_LRS:
@@ -209,6 +219,9 @@ def tiny_grid() -> list[RunSpec]:
              for s in (0, 1) for v, (k, c) in (("shipped", ("grt", g)),
                                                ("coupling-off", ("grt", _grt(shape, qkvo_coupling=False,
                                                                              mixer_coupling=False))))]
+    specs += [RunSpec(f"coupling-off-wallclock-seed{s}", "ablation", "coupling-off-wallclock", "grt",
+                      _grt(shape, qkvo_coupling=False, mixer_coupling=False), 0, seed=s, batch_size=4, evals=2,
+                      match_wallclock=(f"shipped-seed{s}", f"coupling-off-seed{s}")) for s in (0, 1)]
     specs += [RunSpec(f"{v}-lr{lr_label(lr)}", "stability", v, k, c, tok, lr=lr, batch_size=4, evals=2)
               for v, (k, c) in (("grt", ("grt", g)), ("dense", ("dense", dense))) for lr in (1e-3, 1e-1)]
     for tag, kind, cfg in (("text-grt", "grt", g), ("depth1-dense", "dense", dense)):

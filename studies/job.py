@@ -134,6 +134,7 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
     t0 = time.perf_counter()
     torch.set_num_threads(threads)
     base = {k: spec[k] for k in ("name", "group", "variant", "phase", "sweep", "model", "seed")}
+    model = None
     if spec.get("imported"):
         rec = {**base, **_imported(spec)}
     else:
@@ -141,7 +142,6 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
         if status == "interrupted":
             return 130
         cfg = config_from_dict(spec["model"], spec["model_config"])
-        model = None
         if status == "complete":
             model = model_from_checkpoint(load_checkpoint(run_dir / "ckpt.pt"))
         path = _loss_path(run_dir)
@@ -156,10 +156,28 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
         if spec["group"] == "stability":
             batch = held_out_batch_for(spec, ByteCorpus.load())
             rec.update(_stability(model, spec["model"], cfg, int(spec["seed"]), batch, path, status))
+    if spec["group"] == "text_shape" and spec["phase"] == "final" and spec["model"] == "grt" and model is not None:
+        _trained_claims(model, spec, run_dir)
     rec["measure_s"] = time.perf_counter() - t0 - (rec.get("wall_s") or 0.0) if not spec.get("imported") else None
     rec["threads"] = threads
     atomic_write_json(run_dir / "record.json", rec)
     return EXIT_DIVERGED if rec["status"] == "diverged" else 0
+
+
+def _trained_claims(model: torch.nn.Module, spec: dict[str, Any], run_dir: Path) -> None:
+    """The trained-model claims on this run (float64 copies, against its own init): ``trained_claims.json``."""
+    from lm.checkpoint import build_model
+    from lm.corpus import ByteCorpus
+    from rmsgauge import write_claims_json
+    from studies.measure import held_out_batch
+    from studies.trained_claims import run_trained_claims
+
+    seed_everything(int(spec["seed"]))
+    init = build_model(spec["model"], model.config)
+    ids = held_out_batch(ByteCorpus.load(), int(model.config.block_size))[0]
+    claims = run_trained_claims(model, None, ids, grt_init=init)
+    write_claims_json(run_dir / "trained_claims.json", claims, tool="studies.job", run=spec["name"],
+                      config=model.config.to_dict())
 
 
 def held_out_batch_for(spec: dict[str, Any], corpus: Any) -> tuple[torch.Tensor, torch.Tensor]:

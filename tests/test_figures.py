@@ -106,7 +106,7 @@ def test_figure_names_follow_the_claim_id_convention():
 
 
 def test_grt_figures_cite_real_grt_claim_ids():
-    import grt_model.trained_claims  # noqa: F401  (registers the grt.trained group)
+    import studies.trained_claims  # noqa: F401  (registers the grt.trained group)
     from grt_model.claims import CLAIM_IDS
     from rmsgauge import registered
 

@@ -1,4 +1,4 @@
-"""grt_model.trained_claims: each trained-model claim on a tiny model trained a few steps, and a case that flips it.
+"""studies.trained_claims: each trained-model claim on a tiny model trained a few steps, and a case that flips it.
 
 Every verdict is shown to be able to fail: the test builds the model the claim would reject (gates out of the
 text's ordering or saturated, a uniform PearlNorm gain, a projection amplified past its scale bound, heads made
@@ -15,17 +15,23 @@ import torch
 
 from grt_model.config import GRTConfig
 from grt_model.model import GRT
-from grt_model.trained_claims import (
+from lm.corpus import ByteCorpus
+from lm.dense import DenseConfig, DenseTransformer
+from rmsgauge import registered, seed_everything, tolerance
+from studies.trained_claims import (
     CLAIM_IDS,
     GROUP,
-    cascade_bounds,
-    cascade_gain,
-    cascade_head_jacobians,
     claim_coupled_det_sign_trained,
     claim_head_diversity,
     claim_signal_propagation,
     claim_trained_gates,
     claim_trained_ring_radius,
+    run_trained_claims,
+)
+from studies.trained_measure import (
+    cascade_bounds,
+    cascade_gain,
+    cascade_head_jacobians,
     dense_record,
     ffn_composed,
     ffn_jacobian,
@@ -33,11 +39,7 @@ from grt_model.trained_claims import (
     pairwise_js_bits,
     per_token_jacobian,
     radial_gelu_jacobian_max,
-    run_trained_claims,
 )
-from lm.corpus import ByteCorpus
-from lm.dense import DenseConfig, DenseTransformer
-from rmsgauge import registered, seed_everything, tolerance
 
 STEPS = 6  # a few AdamW steps: enough to move gates, gains and scales off their init values
 JAC = 16  # Jacobian tokens in the tests

@@ -1,0 +1,130 @@
+"""python -m studies.trained: the GRT text's trained-model claims on a trained GRT (float64 copies).
+
+    python -m studies.trained                                  # the shipped reference GRT and dense model
+    python -m studies.trained --checkpoint RUN/ckpt.pt         # any GRT run of python -m lm.train
+    python -m studies.trained --checkpoint G/ckpt.pt --dense-checkpoint D/ckpt.pt --json claims.json
+
+Each claim is measured on the trained model and, beside it, on the same config re-initialized with the run's
+seed (its state before the first step); a dense model, when given, is measured beside the GRT.
+``grt.trained_vs_dense`` compares the two models' bits per byte on the **whole validation split** (computed here,
+every byte scored once; the training log's 16-batch sample is shown beside it) when both runs say what they
+trained on (the shipped models' cards, or a run folder's ``summary.json``).  Exit 0 when every claim holds,
+1 when one fails, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from rmsgauge import check_output_file, claims_table, seed_everything, write_claims_json
+from rmsgauge.cli import run_guarded
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m studies.trained", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", metavar="PATH", help="a GRT checkpoint (ckpt.pt of a run); default: the "
+                    "shipped reference GRT")
+    ap.add_argument("--dense-checkpoint", metavar="PATH", help="a dense checkpoint measured beside it; default: the "
+                    "shipped dense model when --checkpoint is not given, none otherwise")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the 8 held-out validation windows (default 0)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads, in [1, 256] (default 1)")
+    ap.add_argument("--json", metavar="PATH", help="write the claim records here")
+    ap.add_argument("--verbose", action="store_true", help="each claim's source, law and details")
+    ap.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
+    return ap
+
+
+def _card_of(ckpt_path: Path, ckpt: dict[str, Any]) -> dict[str, Any] | None:
+    """What a run trained on and reached: its ``summary.json`` beside the checkpoint, when it is the same run."""
+    summary = ckpt_path.parent / "summary.json"
+    if not summary.is_file():
+        return None
+    s = json.loads(summary.read_text())
+    if s.get("steps") != ckpt.get("step"):
+        return None  # the summary of another state of the run
+    return {"final_val_bpb": s["final_val_bpb"], "params": s["params"], "tokens_seen": s["tokens_seen"],
+            "train_config": s["train_config"], "train_time_s": s.get("train_time_s")}
+
+
+def load(path: str | None, kind: str) -> tuple[nn.Module, dict[str, Any] | None]:
+    """``(model, card)``: a checkpoint (checksum-verified by :func:`lm.checkpoint.load_checkpoint`) or the shipped
+    reference model of ``kind``."""
+    from lm.checkpoint import load_checkpoint, model_from_checkpoint
+    from lm.reference import load_reference
+
+    if path is None:
+        model = load_reference(kind)
+        return model, dict(model.reference_card)
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--{'checkpoint' if kind == 'grt' else 'dense-checkpoint'} {p}: no such file")
+    ckpt = load_checkpoint(p)
+    if ckpt.get("model_kind") != kind:
+        raise ValueError(f"{p} holds a {ckpt.get('model_kind')!r} model; this flag takes a {kind} checkpoint")
+    model = model_from_checkpoint(ckpt).float().eval()
+    return model, _card_of(p, ckpt)
+
+
+def init_copy(model: nn.Module, kind: str, card: dict[str, Any] | None) -> nn.Module:
+    """The same config initialized with the run's seed: the model before its first step."""
+    from lm.checkpoint import build_model
+
+    seed_everything(int(card["train_config"]["seed"]) if card else 0)
+    return build_model(kind, model.config)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lm.corpus import ByteCorpus
+    from studies.measure import full_split_bpb
+    from studies.trained_claims import run_trained_claims, trained_vs_dense_claim
+
+    inputs = [Path(p).resolve() for p in (args.checkpoint, args.dense_checkpoint) if p]
+    out = check_output_file("--json", args.json)
+    if out is not None and out.resolve() in inputs:
+        raise ValueError(f"--json {out} is one of this command's input checkpoints; give another path")
+    if not 0 <= args.seed < 2**32:
+        raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
+    if not 1 <= args.threads <= 256:
+        raise ValueError(f"--threads must be in [1, 256], got {args.threads}")
+    torch.set_num_threads(args.threads)
+    grt, grt_card = load(args.checkpoint, "grt")
+    dense_path = args.dense_checkpoint
+    dense, dense_card = (None, None)
+    if dense_path is not None or args.checkpoint is None:
+        dense, dense_card = load(dense_path, "dense")
+    print("trained-model claims (float64 copies) ...", file=sys.stderr, flush=True)
+    corpus = ByteCorpus.load()
+    ids = corpus.batch("val", 8, grt.config.block_size, generator=torch.Generator().manual_seed(args.seed))[0]
+    claims = run_trained_claims(grt, dense, ids, grt_init=init_copy(grt, "grt", grt_card),
+                                dense_init=None if dense is None else init_copy(dense, "dense", dense_card))
+    if grt_card is not None and dense_card is not None:
+        grt_card["final_val_bpb_full"] = full_split_bpb(grt, corpus)["bpb"]
+        dense_card["final_val_bpb_full"] = full_split_bpb(dense, corpus)["bpb"]
+        results = Path(__file__).resolve().parents[1] / "results" / "compare-reference" / "compare.json"
+        comparison = json.loads(results.read_text()) if args.checkpoint is None and results.is_file() else None
+        claims.append(trained_vs_dense_claim(grt_card, dense_card, comparison))
+    if out is not None:
+        write_claims_json(out, claims, tool="studies.trained", checkpoint=args.checkpoint or "shipped grt",
+                          dense_checkpoint=dense_path or ("shipped dense" if dense is not None else None),
+                          config=grt.config.to_dict())
+        print(f"wrote {out}", file=sys.stderr)
+    print(claims_table(claims, verbose=args.verbose))
+    return 0 if all(c.holds for c in claims) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    return run_guarded("python -m studies.trained", lambda: run(args), debug=args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+r"""The measurements behind the trained-model claims (:mod:`studies.trained_claims`): float64 copies, one
+traced pass over the held-out text per model (cached), per-token and per-head Jacobians of the cascades, the
+coupled projections' determinant signs, and the head-comparison statistics.
+
+Shapes inline: ``B`` sequences, ``T`` tokens, ``N = B*T``, ``D`` width, ``H`` heads, ``S`` stages.  Vectorized:
+Jacobians are ``torch.func.vmap(jacrev(...))`` over tokens and heads; the only Python loops run over blocks,
+projections and models.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from grt_model.cascade import RotationCascade, broadcast_input_heads, cascade_eager, materialize
+from grt_model.model import GRT, GRTBlock, causal_attention_with_weights
+from grt_model.radial_gelu import radial_gelu
+from grt_model.rope import apply_rope, rope_angles
+
+JAC_TOKENS = 128  # held-out tokens whose per-token Jacobians are taken (spread evenly over the batch)
+GRT_PROJECTIONS = ("q", "k", "v", "o", "mixer", "ffn_expand", "ffn_contract")
+COUPLED = ("q", "k", "v", "o", "mixer")
+
+# ---------------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+def radial_gelu_jacobian_max() -> float:
+    r"""Largest eigenvalue of RadialGELU's Jacobian: :math:`\max_r \Phi(r) + r\varphi(r)`, at :math:`r = \sqrt2`
+    (the derivative :math:`\varphi(r)(2 - r^2)` vanishes there); float64, closed form."""
+    r = math.sqrt(2.0)
+    return 0.5 * (1.0 + math.erf(r / math.sqrt(2.0))) + r * math.exp(-r * r / 2.0) / math.sqrt(2.0 * math.pi)
+
+
+def float64_copy(model: nn.Module) -> nn.Module:
+    """A float64, eval-mode, gradient-free copy (measurements never touch the float32 model)."""
+    m = copy.deepcopy(model).to(torch.float64).eval()
+    m.requires_grad_(False)
+    return m
+
+
+def memo(cache: dict | None, key: tuple, fn: Callable[[], Any]) -> Any:
+    if cache is None:
+        return fn()
+    if key not in cache:
+        cache[key] = fn()
+    return cache[key]
+
+
+def summary_stats(x: torch.Tensor) -> dict[str, float]:
+    x = x.detach().reshape(-1).to(torch.float64)
+    q = torch.quantile(x, torch.tensor([0.0, 0.5, 1.0], dtype=torch.float64))
+    return {"min": float(q[0]), "median": float(q[1]), "max": float(q[2])}
+
+
+def rms(x: torch.Tensor) -> torch.Tensor:
+    """``[..., D] -> [...]`` root mean square over the last dim."""
+    return x.pow(2).mean(dim=-1).sqrt()
+
+
+def jacobian_token_index(n_tokens: int, k: int) -> torch.Tensor:
+    """``[min(k, N)]`` flat token indices spread evenly over the held-out batch (deterministic)."""
+    k = min(k, n_tokens)
+    return torch.linspace(0, n_tokens - 1, k, dtype=torch.float64).round().long()
+
+
+def per_token_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``x [n, d_in] -> [n, d_out, d_in]``: the Jacobian of a per-token map at each of ``n`` tokens
+    (``vmap(jacrev)``; the cascade runs its eager backend under ``torch.func``)."""
+    return torch.func.vmap(torch.func.jacrev(lambda t: fn(t.unsqueeze(0)).squeeze(0)))(x)
+
+
+def cascade_bounds(c: RotationCascade) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``([H], [H])``: :math:`\prod_s \min s` and :math:`\prod_s \max s` per cascade head (min/max over the
+    stage's pairs and both axes), summed in logs (11 to 21 factors)."""
+    s = c.scales().detach().to(torch.float64)  # (H, S, P, 2)
+    return s.amin(dim=(2, 3)).log().sum(1).exp(), s.amax(dim=(2, 3)).log().sum(1).exp()
+
+
+def cascade_gain(c: RotationCascade, x: torch.Tensor) -> torch.Tensor:
+    """``x [N, Hin*w] -> [N, H]``: ||C(x)_h|| / ||x_h|| per token and cascade head (the module's own forward)."""
+    y = c(x).unflatten(-1, (c.heads, c.width))  # (N, H, w)
+    xin = broadcast_input_heads(x, c.heads, c.width).unflatten(-1, (c.heads, c.width))  # (N, H, w)
+    return torch.linalg.vector_norm(y, dim=-1) / torch.linalg.vector_norm(xin, dim=-1)
+
+
+def cascade_head_jacobians(c: RotationCascade, x: torch.Tensor) -> torch.Tensor:
+    """``x [n, Hin*w] -> [n, H, w, w]``: each cascade head's own ``w x w`` Jacobian (heads never mix).
+
+    Coupling on: ``vmap`` over tokens and heads of ``jacrev`` of the head's cascade (``cascade_eager`` on that
+    head's parameters: w cotangents per head, not H*w).  Coupling off: the cascade is linear and its Jacobian
+    is its matrix (:func:`grt_model.cascade.materialize`), the same at every token.
+    """
+    n, H, w = x.shape[0], c.heads, c.width
+    if not c.has_coupling:
+        return materialize(c).unsqueeze(0).expand(n, H, w, w)
+    xin = broadcast_input_heads(x, H, w).view(n, H, w)  # (n, H, w)
+
+    def head_jac(xh, ang, raw, cpl):  # xh (w,), ang (S, P), raw (S, P, 2), cpl (S, 4P, P)
+        def f(t):
+            return cascade_eager(t.unsqueeze(0), ang.unsqueeze(0), raw.unsqueeze(0), cpl.unsqueeze(0), w,
+                                 c.first_stage, c.feature_norm).squeeze(0)
+
+        return torch.func.jacrev(f)(xh)  # (w, w)
+
+    over_heads = torch.func.vmap(head_jac, in_dims=(0, 0, 0, 0))
+    return torch.func.vmap(over_heads, in_dims=(0, None, None, None))(xin, c.angles, c.raw_scales, c.coupling)
+
+
+def ffn_jacobian(blk: GRTBlock, z: torch.Tensor) -> torch.Tensor:
+    r"""``z [n, D] -> [n, D, D]``: the FFN sublayer's Jacobian :math:`\Pi M_2 J_{RG}(h) M_1 \Pi^\top` at each
+    token, :math:`h = M_1\Pi^\top z`, with the RadialGELU Jacobian in closed form per adjacent pair
+    :math:`J_{RG} = \Phi(r)I + \varphi(r)\,x x^\top / r` (:mod:`grt_model.radial_gelu`).  Coupling-off FFN
+    cascades (the text's) are the matrices :math:`M_1, M_2`; with coupling on, ``vmap(jacrev)`` of the composition.
+    """
+    if blk.ffn.expand.has_coupling or blk.ffn.contract.has_coupling:
+        return per_token_jacobian(lambda t: ffn_composed(blk, t), z)
+    n, D = z.shape
+    d_ff = blk.ffn.d_ff
+    M1, M2 = materialize(blk.ffn.expand)[0], materialize(blk.ffn.contract)[0]  # (d_ff, d_ff) each
+    A = M1[:, :D]  # (d_ff, D): zero padding keeps the first D columns
+    h = (z @ A.T).view(n, d_ff // 2, 2)  # (n, P, 2) adjacent pairs
+    r = torch.linalg.vector_norm(h, dim=-1, keepdim=True)  # (n, P, 1)
+    cdf = 0.5 * (1.0 + torch.erf(r / math.sqrt(2.0)))
+    pdf_over_r = torch.where(r > 0, torch.exp(-r * r / 2.0) / math.sqrt(2.0 * math.pi) / torch.where(r > 0, r, 1.0),
+                             0.0)  # phi(r)/r; the x x^T term vanishes at r = 0
+    Ap = A.view(d_ff // 2, 2, D)  # (P, 2, D)
+    JA = cdf.unsqueeze(-1) * Ap + pdf_over_r.unsqueeze(-1) * h.unsqueeze(-1) * torch.einsum("npi,pid->npd", h, Ap
+                                                                                          ).unsqueeze(-2)
+    return M2[:D] @ JA.reshape(n, d_ff, D)  # (n, D, D): truncation keeps the first D rows
+
+
+def ffn_composed(blk: GRTBlock, z: torch.Tensor) -> torch.Tensor:
+    r"""``[N, D] -> [N, D]``: :math:`\Pi C_2(\operatorname{RadialGELU}(C_1(\Pi^\top z)))` through the cascade
+    modules themselves (the fused FFN computes the same function; the claim records the difference)."""
+    D = z.shape[-1]
+    h = blk.ffn.expand(F.pad(z, (0, blk.ffn.d_ff - D)))
+    return blk.ffn.contract(radial_gelu(h))[..., :D]
+
+
+# ---------------------------------------------------------------------------------------------------
+# One pass over the held-out text per model (cached): what every claim reads
+# ---------------------------------------------------------------------------------------------------
+
+
+def grt_record(model: GRT, ids: torch.Tensor, cache: dict | None = None) -> dict[str, Any]:
+    """The float64 copy and its :meth:`GRT.trace` on ``ids [B, T]``."""
+
+    def run() -> dict[str, Any]:
+        m = float64_copy(model)
+        return {"model": m, "trace": m.trace(ids)}
+
+    return memo(cache, ("grt", id(model)), run)
+
+
+def dense_attention(attn: nn.Module, z: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The dense baseline's attention, unrolled to expose its weights (duck-typed: ``q_proj``, ``k_proj``,
+    ``v_proj``, ``o_proj``, optional ``q_norm``/``k_norm``, ``cfg.rope``; the same function as its forward,
+    checked in the claim's details).  ``z [B, T, D]``."""
+    B, T, D = z.shape
+    H = attn.cfg.n_heads
+    hd = D // H
+    q, k, v = (p(z).view(B, T, H, hd).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    raw = {"q": q.transpose(1, 2), "k": k.transpose(1, 2), "v": v.transpose(1, 2)}  # (B, T, H, hd) each
+    if attn.q_norm is not None:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    if attn.cfg.rope:
+        ang = rope_angles(T, hd, dtype=z.dtype, device=z.device)  # (T, hd/2)
+        q, k = apply_rope(q, ang), apply_rope(k, ang)
+    a, w = causal_attention_with_weights(q, k, v)  # (B, H, T, hd), (B, H, T, T)
+    a = a.transpose(1, 2).reshape(B, T, D)
+    return {**raw, "weights": w, "values": a, "out": attn.o_proj(a)}
+
+
+def dense_record(model: nn.Module, ids: torch.Tensor, cache: dict | None = None) -> dict[str, Any]:
+    """Float64 copy of the dense baseline and, per block, its intermediates on ``ids [B, T]``."""
+
+    def run() -> dict[str, Any]:
+        m = float64_copy(model)
+        with torch.no_grad():
+            x = m.tok_emb(ids)  # (B, T, D)
+            blocks, replica_err = [], 0.0
+            for blk in m.blocks:
+                z = blk.norm1(x)
+                att = dense_attention(blk.attn, z)
+                replica_err = max(replica_err, float((att["out"] - blk.attn(z)).abs().max()))
+                after = x + att["out"]
+                z2 = blk.norm2(after)
+                mlp = blk.mlp(z2)
+                out = after + mlp
+                blocks.append({"stream_in": x, "attn_in": z, **att, "after_attn": after, "mlp_in": z2,
+                               "mlp_out": mlp, "stream_out": out})
+                x = out
+        return {"model": m, "blocks": blocks, "replica_err": replica_err}
+
+    return memo(cache, ("dense", id(model)), run)
+
+
+def models_by_state(grt: GRT, dense: nn.Module | None, grt_init: GRT | None, dense_init: nn.Module | None
+            ) -> list[tuple[str, str, nn.Module]]:
+    """``(kind, state, model)`` for every model given: trained first, then init."""
+    out = [("grt", "trained", grt)]
+    if dense is not None:
+        out.append(("dense", "trained", dense))
+    if grt_init is not None:
+        out.append(("grt", "init", grt_init))
+    if dense_init is not None:
+        out.append(("dense", "init", dense_init))
+    return out
+
+
+def check_held_out_ids(grt: GRT, ids: torch.Tensor) -> torch.Tensor:
+    if not isinstance(grt, GRT):
+        raise TypeError(f"the trained claims need a grt_model.GRT, got {type(grt).__name__}")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+        raise ValueError("held_out_ids must be a [B, T] long tensor of held-out token ids")
+    if ids.shape[0] < 2 or ids.shape[1] < 2:
+        raise ValueError(f"held_out_ids needs at least 2 sequences of 2 tokens (standard errors, attention), "
+                         f"got shape {tuple(ids.shape)}")
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------------
+# grt.signal_propagation
+# ---------------------------------------------------------------------------------------------------
+
+
+def projection_inputs(blk: GRTBlock, bt) -> dict[str, tuple[RotationCascade, torch.Tensor]]:
+    """Each cascade of a block with its held-out input ``[N, Hin*w]`` (from the block's trace ``bt``)."""
+    D = bt.attn_in.shape[-1]
+    return {
+        "qkv": (blk.attn.qkv, bt.attn_in.reshape(-1, D)),
+        "o": (blk.attn.o, bt.attn_values.reshape(-1, D)),
+        "mixer": (blk.mixer.cascade, bt.mixer_in.reshape(-1, D)),
+        "ffn_expand": (blk.ffn.expand, F.pad(bt.ffn_in, (0, blk.ffn.d_ff - D)).reshape(-1, blk.ffn.d_ff)),
+        "ffn_contract": (blk.ffn.contract, bt.gelu_out.reshape(-1, blk.ffn.d_ff)),
+    }
+
+
+def coupled_projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int = JAC_TOKENS,
+                                 cache: dict | None = None) -> list[dict[str, torch.Tensor]]:
+    """Per block: the per-head Jacobians ``[n, heads, w, w]`` of the projections in :data:`COUPLED` (Q, K, V, O,
+    mixer) at ``n`` held-out tokens -- the determinant-sign measurement alone, without the FFN's ``D x D``
+    Jacobians that :func:`grt_jacobians` adds for signal propagation."""
+    rec = grt_record(model, ids, cache)
+    m, tr = rec["model"], rec["trace"]
+    out = []
+    for blk, bt in zip(m.blocks, tr.blocks):
+        inp = projection_inputs(blk, bt)
+        sel = jacobian_token_index(inp["qkv"][1].shape[0], jac_tokens)
+        js: dict[str, torch.Tensor] = {}
+        for name in ("qkv", "o", "mixer"):
+            c, x = inp[name]
+            J = cascade_head_jacobians(c, x[sel] if c.has_coupling else x[sel[:1]])  # (n, H, w, w)
+            js.update(split_qkv(J, m.config.n_heads) if name == "qkv" else {name: J})
+        out.append(js)
+    return out
+
+
+def negative_det_fraction(model: GRT, ids: torch.Tensor, jac_tokens: int = JAC_TOKENS) -> dict[str, Any]:
+    """The fraction of (token, head) Jacobians of the coupled projections with det < 0 (``slogdet``, float64),
+    over every block: ``{"fraction", "negative", "of", "per_block": [{projection: fraction}]}``."""
+    per_block, neg, of = [], 0, 0
+    for js in coupled_projection_jacobians(model, ids, jac_tokens):
+        row = {}
+        for k in COUPLED:
+            sign = torch.linalg.slogdet(js[k])[0]  # (n, heads)
+            row[k] = float((sign < 0).to(torch.float64).mean())
+            neg, of = neg + int((sign < 0).sum()), of + int(sign.numel())
+        per_block.append(row)
+    return {"fraction": neg / max(1, of), "negative": neg, "of": of, "per_block": per_block}
+
+
+def split_qkv(t: torch.Tensor, n_heads: int) -> dict[str, torch.Tensor]:
+    """``[n, 3H, ...] -> {q, k, v}: [n, H, ...]`` (cascade head j*H + h is projection j of head h)."""
+    return dict(zip("qkv", t.unflatten(1, (3, n_heads)).unbind(1)))
+
+
+def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | None = None
+                  ) -> list[dict[str, torch.Tensor]]:
+    """Per block: each projection's per-head Jacobians ``[n, heads, w, w]`` at ``n`` held-out tokens, plus the
+    whole FFN sublayer's ``[n, D, D]`` (cached: signal propagation and the det sign share them)."""
+
+    def run() -> list[dict[str, torch.Tensor]]:
+        rec = grt_record(model, ids, cache)
+        m, tr = rec["model"], rec["trace"]
+        out = []
+        for blk, bt in zip(m.blocks, tr.blocks):
+            inp = projection_inputs(blk, bt)
+            sel = jacobian_token_index(inp["qkv"][1].shape[0], jac_tokens)
+            js: dict[str, torch.Tensor] = {}
+            for name, (c, x) in inp.items():
+                # (n, H, w, w); a coupling-off cascade is linear: its one matrix serves every token
+                J = cascade_head_jacobians(c, x[sel] if c.has_coupling else x[sel[:1]])
+                js.update(split_qkv(J, m.config.n_heads) if name == "qkv" else {name: J})
+            z = bt.ffn_in.reshape(-1, bt.ffn_in.shape[-1])[sel]  # (n, D)
+            js["ffn"] = ffn_jacobian(blk, z)  # (n, D, D)
+            out.append(js)
+        return out
+
+    return memo(cache, ("grt_jac", id(model), jac_tokens), run)
+
+
+# ---------------------------------------------------------------------------------------------------
+# grt.head_diversity
+# ---------------------------------------------------------------------------------------------------
+
+
+def pairwise_js_bits(w: torch.Tensor) -> torch.Tensor:
+    r"""``w [B, H, T, T]`` attention rows -> ``[B, H, H, T]`` Jensen-Shannon divergence (bits) between every
+    pair of heads' distributions of each query:
+    :math:`\tfrac12\mathrm{KL}(p\Vert m) + \tfrac12\mathrm{KL}(q\Vert m)`, :math:`m = (p+q)/2`, :math:`0\log0 = 0`."""
+    p, q = w.unsqueeze(2), w.unsqueeze(1)  # (B, H, 1, T, T), (B, 1, H, T, T)
+    mid = (p + q) / 2
+
+    def kl(a: torch.Tensor) -> torch.Tensor:
+        return torch.where(a > 0, a * torch.log2(torch.where(a > 0, a, 1.0) / torch.where(a > 0, mid, 1.0)),
+                           0.0).sum(-1)
+
+    return 0.5 * kl(p.expand_as(mid)) + 0.5 * kl(q.expand_as(mid))
+
+
+def linear_cka(x: torch.Tensor) -> torch.Tensor:
+    r"""``x [N, H, d] -> [H, H]`` linear CKA between heads' representations (Kornblith et al. 2019):
+    :math:`\lVert Y^\top X\rVert_F^2 / (\lVert X^\top X\rVert_F \lVert Y^\top Y\rVert_F)` on centred columns."""
+    x = x - x.mean(0, keepdim=True)
+    cross = torch.einsum("nhi,ngj->hgij", x, x).pow(2).sum((-1, -2))  # (H, H)
+    d = cross.diagonal().sqrt()
+    return cross / (d[:, None] * d[None, :])
+
+
+def cosine_matrix(v: torch.Tensor) -> torch.Tensor:
+    """``[H, n] -> [H, H]`` cosine similarity of rows."""
+    v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True)
+    return v @ v.T
+
+
+def grt_head_parameters(m: GRT, b: int) -> dict[str, torch.Tensor]:
+    """``{q, k, v, o}: [H, n]`` per head: (cos θ, sin θ, log s, coupling W) of its cascade, flattened."""
+    H = m.config.n_heads
+
+    def flat(c: RotationCascade) -> torch.Tensor:
+        parts = [torch.cos(c.angles), torch.sin(c.angles), c.scales().log().flatten(2)]
+        if c.coupling is not None:
+            parts.append(c.coupling.flatten(2))
+        return torch.cat([p.flatten(1) for p in parts], dim=1)  # (heads, n)
+
+    attn = m.blocks[b].attn
+    return {**dict(zip("qkv", flat(attn.qkv).unflatten(0, (3, H)).unbind(0))), "o": flat(attn.o)}
+
+
