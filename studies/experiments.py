@@ -124,6 +124,7 @@ class Driver:
         self.order = [s.name for s in grid(args.grid)]
         self.running: list[Job] = []
         self.failed: dict[str, str] = {}
+        self.stopped: set[str] = set()
         self.stopping = False
 
     def say(self, msg: str) -> None:
@@ -135,7 +136,8 @@ class Driver:
 
     def pending(self) -> list[RunSpec]:
         done, busy = self.records(), {j.spec.name for j in self.running}
-        return [s for s in self.specs if s.name not in done and s.name not in busy and s.name not in self.failed]
+        skip = busy | set(self.failed) | self.stopped
+        return [s for s in self.specs if s.name not in done and s.name not in skip]
 
     def launch(self, spec: RunSpec, lr: float) -> Job:
         run_dir = self.runs_dir / spec.name
@@ -176,6 +178,7 @@ class Driver:
             self.say(f"done  {job.spec.name}: {rec['status']}, full-split {bpb if bpb is None else f'{bpb:.4f}'} "
                      f"bits/byte, {time.perf_counter() - job.started:.0f}s")
         elif rc == 130 or self.stopping:
+            self.stopped.add(job.spec.name)  # not restarted by this driver: run the command again to continue
             self.say(f"stopped {job.spec.name} (checkpoint kept; run again to continue)")
         else:
             tail = (job.run_dir / "stderr.txt").read_text().strip().splitlines()[-1:] or ["(no message)"]
@@ -214,7 +217,7 @@ class Driver:
                 left = len(self.pending())
                 self.say("running: " + "; ".join(_progress(j) for j in self.running) + f" | {left} waiting")
             time.sleep(POLL_S if self.args.grid == "full" else 0.2)
-        if self.stopping:
+        if self.stopping or self.stopped:
             return 130
         left = self.pending()
         waiting = [s.name for s in left if s.name not in self.failed]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -57,8 +58,9 @@ def _train(spec: dict[str, Any], run_dir: Path, threads: int) -> tuple[dict[str,
     resume = (run_dir / "ckpt.pt").exists()
     force = not resume and (run_dir / "log.jsonl").exists()  # killed before its first checkpoint: set aside
     try:
+        stop_after = int(os.environ.get("STUDIES_STOP_AFTER", "0")) or None  # tests: an interruption at a step
         summary = train(rs.model, config_from_dict(rs.model, rs.model_config), tcfg, resume=resume, force=force,
-                        progress=False)
+                        progress=False, stop_after=stop_after)
     except NonFiniteError:
         return None, "diverged"
     return summary, "complete" if summary["complete"] else "interrupted"
@@ -200,8 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # one line for the driver's log; the traceback with STUDIES_DEBUG=1
-        import os
-
         if os.environ.get("STUDIES_DEBUG"):
             raise
         sys.stderr.write(f"studies.job {run_dir.name}: {type(e).__name__}: {e}\n")

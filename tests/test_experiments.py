@@ -1,0 +1,156 @@
+"""studies.experiments: the experiment driver on the tiny grid (seconds): records, the sweep -> final dependency,
+the wall-clock match, a bit-exact resume after an interruption, a rerun that trains nothing, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studies.experiments import IDENTITY_KEYS, best_lr, resolve
+from studies.experiments_report import ablation_rows, content_adaptive, stable_range
+from studies.grid import GROUPS, grid
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = ("name", "model", "model_config", "lr", "seed", "tokens", "wall_s", "tok_per_s", "val_bpb_full",
+            "val_bpb_sample", "gates", "neg_det_fraction", "group")
+
+
+def _driver(tmp: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "studies.experiments", *args]
+    if args and args[0] == "run":
+        cmd += ["--grid", "tiny", "--runs-dir", str(tmp / "runs"), "--results", str(tmp / "res")]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def _records(tmp: Path) -> dict[str, dict]:
+    return {r["name"]: r for r in json.loads((tmp / "res" / "runs.json").read_text())}
+
+
+def test_every_grid_has_the_issue_groups_and_unique_names():
+    for name in ("full", "tiny"):
+        specs = grid(name)
+        assert {s.group for s in specs} == set(GROUPS)
+        assert len({s.name for s in specs}) == len(specs)
+    full = grid("full")
+    abl = [s for s in full if s.group == "ablation"]
+    assert all(s.name == f"{s.variant}-seed{s.seed}" for s in abl)
+    assert {s.seed for s in abl} == {0, 1}
+    stab = [s for s in full if s.group == "stability"]
+    per_model = {v: [s.lr for s in stab if s.variant == v] for v in {s.variant for s in stab}}
+    assert len(per_model) == 4 and all(len(lrs) >= 7 for lrs in per_model.values())
+    assert all(min(lrs) == 1e-4 and max(lrs) == 1e-1 for lrs in per_model.values())
+    finals = {(s.model, s.model_config.get("n_blocks") or s.model_config.get("n_layers"))
+              for s in full if s.group == "depth" and s.phase == "final"}
+    assert finals == {(m, n) for m in ("grt", "dense") for n in (2, 4, 8)}
+
+
+def test_final_waits_for_its_sweep_and_takes_its_best_lr():
+    specs = grid("tiny")
+    final = next(s for s in specs if s.name == "text-grt-final")
+    recs = {"text-grt-sweep-lr0.001": {"val_bpb_sample": 7.0}}
+    assert resolve(final, recs, specs) is None  # one sweep run missing
+    recs["text-grt-sweep-lr0.01"] = {"val_bpb_sample": 6.5}
+    assert best_lr("text-grt", recs, specs) == 0.01
+    assert resolve(final, recs, specs).lr == 0.01
+    recs["text-grt-sweep-lr0.01"] = {"val_bpb_sample": None}  # diverged: counts as worst
+    assert resolve(final, recs, specs).lr == 0.001
+
+
+def test_wallclock_match_scales_tokens_by_the_speed_ratio():
+    specs = grid("tiny")
+    wall = next(s for s in specs if s.name == "coupling-off-wallclock-seed0")
+    recs = {"shipped-seed0": {"tokens": 1000, "tok_per_s": 100.0}}
+    assert resolve(wall, recs, specs) is None
+    recs["coupling-off-seed0"] = {"tokens": 1000, "tok_per_s": 250.0}
+    assert resolve(wall, recs, specs).tokens == 2500
+
+
+def test_driver_records_resumes_bit_exactly_and_reruns_nothing(tmp_path):
+    sweep_and_final = ["--only", "text-grt-sweep-lr0.001", "--only", "text-grt-sweep-lr0.01",
+                       "--only", "text-grt-final"]
+    done = _driver(tmp_path, "run", *sweep_and_final)
+    assert done.returncode == 0, done.stderr
+    recs = _records(tmp_path)
+    assert set(recs) == {"text-grt-sweep-lr0.001", "text-grt-sweep-lr0.01", "text-grt-final"}
+    for r in recs.values():
+        assert set(REQUIRED) <= set(r)
+        assert r["status"] == "complete" and math.isfinite(r["val_bpb_full"]) and math.isfinite(r["val_bpb_sample"])
+        assert r["val_full_bytes"] > 100_000  # the whole validation split, every byte after the first
+        assert len(r["gates"]) == r["model_config"]["n_blocks"] and all(0 < g < 1 for g in r["gates"][0])
+        assert 0.0 <= r["neg_det_fraction"] <= 1.0
+    best = min(("text-grt-sweep-lr0.001", "text-grt-sweep-lr0.01"), key=lambda n: recs[n]["val_bpb_sample"])
+    assert recs["text-grt-final"]["lr"] == recs[best]["lr"]
+    assert (tmp_path / "res" / "logs" / "text-grt-final.log.jsonl").exists()
+    assert (tmp_path / "res" / "trained_claims_text_shape.json").exists()  # the text-shape GRT's claims
+    gate_evals = [json.loads(x) for x in (tmp_path / "res" / "logs" / "text-grt-final.log.jsonl").read_text()
+                  .splitlines() if '"eval"' in x]
+    assert all("gates" in e for e in gate_evals)
+
+    # an interrupted run resumes to the same numbers as a straight one
+    straight = recs["text-grt-sweep-lr0.001"]
+    other = tmp_path / "again"
+    stopped = _driver(other, "run", "--only", "text-grt-sweep-lr0.001", env={"STUDIES_STOP_AFTER": "1"})
+    assert stopped.returncode == 130, stopped.stderr
+    assert not (other / "res" / "runs.json").exists()
+    assert (other / "runs" / "text-grt-sweep-lr0.001" / "ckpt.pt").exists()
+    resumed = _driver(other, "run", "--only", "text-grt-sweep-lr0.001")
+    assert resumed.returncode == 0, resumed.stderr
+    again = _records(other)["text-grt-sweep-lr0.001"]
+    for key in ("val_bpb_full", "val_bpb_sample", "gates", "neg_det_fraction", "tokens"):
+        assert again[key] == straight[key], key
+
+    # a second run trains nothing and changes no record
+    before = (tmp_path / "res" / "runs.json").read_bytes()
+    rerun = _driver(tmp_path, "run", *sweep_and_final)
+    assert rerun.returncode == 0 and "start " not in rerun.stderr
+    assert (tmp_path / "res" / "runs.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--jobs", "0"], "--jobs must be an integer in [1, 64]"),
+    (["run", "--groups", "ablation,nope"], "--groups must be a comma list"),
+    (["run", "--only", "no-such-run"], "--only: no run called"),
+])
+def test_bad_input_is_one_line_before_work(tmp_path, args, needle):
+    out = _driver(tmp_path, *args)
+    assert out.returncode == 2
+    assert needle in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_runs_dir_inside_results_is_refused(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "studies.experiments", "run", "--grid", "tiny", "--results",
+                          str(tmp_path), "--runs-dir", str(tmp_path / "runs")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "must be separate folders" in out.stderr
+
+
+def test_verdicts_wait_for_their_runs_and_use_the_seed_spread():
+    def rec(variant, seed, bpb):
+        return {"name": f"{variant}-seed{seed}", "group": "ablation", "variant": variant, "seed": seed,
+                "model": "grt", "params": {"total": 10}, "val_bpb_full": bpb, "tokens": 100, "tok_per_s": 1.0,
+                "neg_det_fraction": 0.0}
+
+    recs = [rec("shipped", 0, 2.50), rec("shipped", 1, 2.52), rec("coupling-off", 0, 2.60)]
+    assert isinstance(content_adaptive(recs), str)  # pending, never a verdict on half the runs
+    recs += [rec("coupling-off", 1, 2.61), rec("coupling-off-wallclock", 0, 2.55),
+             rec("coupling-off-wallclock", 1, 2.56)]
+    c = content_adaptive(recs)
+    assert c.holds and abs(c.measured["coupling_off_minus_shipped_bpb_equal_tokens"] - 0.095) < 1e-12
+    recs[-1]["val_bpb_full"] = 2.45  # seed range 0.10 > the 0.035 gap at equal wall-clock
+    assert not content_adaptive(recs).holds
+    rows = {r["variant"]: r for r in ablation_rows(recs)}
+    assert rows["shipped"]["delta"] == 0.0
+    assert stable_range([{"lr": 1e-3, "stable": True}, {"lr": 1e-2, "stable": False}])["largest"] == 1e-3
+
+
+def test_identity_keys_are_spec_fields():
+    spec = grid("tiny")[0].to_dict()
+    assert set(IDENTITY_KEYS) - {"resolved_lr"} <= set(spec)
