@@ -8,6 +8,7 @@ name       call                    gives
 gauge      ``gauge.checks.run_all``        ``list[Claim]`` (first text)
 dynamics   ``dynamics.checks.run_all``     ``list[Claim]`` (first text)
 grt        ``grt_model.claims.run_all``    ``list[Claim]`` (GRT text)
+studies    ``studies.experiments_report``  ``list[Claim]`` (trained GRT, grid)
 proofs     ``proofs.run_all``              ``list[ProofResult]`` (sympy)
 =========  ======================  =====================================
 
@@ -32,6 +33,9 @@ CLAIM_SOURCES: dict[str, tuple[str, str]] = {
     "gauge": ("gauge.checks", "run_all"),
     "dynamics": ("dynamics.checks", "run_all"),
     "grt": ("grt_model.claims", "run_all"),
+    # committed records, no compute: the experiment grid's verdicts and the trained-model claims of the shipped
+    # GRT and the text-shape GRT (studies.experiments, studies.trained)
+    "studies": ("studies.experiments_report", "run_all"),
 }
 ALL_SOURCES = (*CLAIM_SOURCES, "proofs")
 

@@ -1,10 +1,7 @@
 r"""What the experiment grid measures on a trained model, beyond its training log.
 
-* :func:`full_split_bpb` -- bits per byte on the **whole validation split**: the split cut into consecutive
-  windows of ``block_size + 1`` bytes overlapping by one (window ``i`` predicts bytes
-  ``iT+1 .. (i+1)T`` from the bytes before them inside the window), so every byte after the first is scored
-  exactly once.  The training log's ``val_bpb`` is a *sample*: 16 fixed random batches of windows.
-  :math:`\text{bpb} = \sum_t -\ln p(x_t \mid x_{<t}) / (N \ln 2)`, the sum in float64.
+* :func:`lm.scoring.full_split_bpb` -- bits per byte on the **whole validation split** (every byte scored once);
+  the training log's ``val_bpb`` is a *sample*: 16 fixed random batches of windows.
 * :func:`gates` -- the GRT's residual gates ``[n_blocks, 3]`` (attention, mixer, FFN).
 * :func:`negative_det_fraction` -- on held-out windows, the fraction of (token, head) Jacobians of the
   coupled projections with negative determinant (float64, :mod:`studies.trained_measure`).
@@ -18,44 +15,16 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from lm.corpus import ByteCorpus
+from lm.scoring import full_split_bpb
+
+__all__ = ["block_grad_norms", "full_split_bpb", "gates", "grad_norm_ratio", "held_out_batch",
+           "negative_det_fraction"]
 
 HELD_OUT_WINDOWS = 8  # the trained claims' held-out batch: 8 validation windows (seed 0)
 JAC_TOKENS = 128
-
-
-def full_split_bpb(model: nn.Module, corpus: ByteCorpus, batch_windows: int = 64) -> dict[str, Any]:
-    """``{"bpb", "bytes_scored", "windows"}`` over every byte of the validation split (see the module doc)."""
-    val = torch.as_tensor(corpus.split("val").astype("int64"))
-    T = int(model.config.block_size)
-    n_win = (len(val) - 1) // T
-    if n_win < 1:
-        raise ValueError(f"the validation split ({len(val)} bytes) is shorter than one window of {T + 1} bytes")
-    starts = torch.arange(n_win) * T
-    nll, count = torch.zeros((), dtype=torch.float64), 0
-    was = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for i in range(0, n_win, batch_windows):
-                idx = starts[i:i + batch_windows, None] + torch.arange(T + 1)  # (b, T+1)
-                w = val[idx]
-                logits, _ = model(w[:, :-1])  # (b, T, V)
-                nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), w[:, 1:].reshape(-1),
-                                       reduction="sum")
-                count += w[:, 1:].numel()
-        tail = val[n_win * T:]
-        if len(tail) > 1:  # the last partial window: its bytes are scored too
-            with torch.no_grad():
-                logits, _ = model(tail[None, :-1])
-                nll += F.cross_entropy(logits[0].double(), tail[1:], reduction="sum")
-                count += len(tail) - 1
-    finally:
-        model.train(was)
-    return {"bpb": float(nll) / count / math.log(2), "bytes_scored": count, "windows": n_win + (len(tail) > 1)}
 
 
 def held_out_batch(corpus: ByteCorpus, block_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,159 @@
+r"""Figures of the GRT experiment grid (:mod:`studies.experiments`), drawn from its committed records.
+
+- ``studies.content_adaptive``: whole-split bits/byte of each ablation variant against the shipped GRT, with
+  both seeds and their range (1M tokens at the shipped shape).
+- ``studies.stable_by_construction``: final validation loss against lr, one line per 12-block model; unstable
+  runs (non-finite, loss not below its start, or a blow-up) drawn hollow.
+- ``studies.space_efficient``: bits/byte against parameters and against training seconds, GRT and
+  parameter-matched dense at 2, 4 and 8 blocks, with the text-shape pair.
+- ``studies.fig_gate_trajectories``: every GRT run's residual gates (attention, mixer, FFN) at each evaluation,
+  block 0 and the last block, against the text's trained block-0 values 0.99 / 0.97 / 0.79.
+
+Each reads ``results/grt-experiments/runs.json`` (and ``logs/`` for the trajectories): a view of committed
+results, never a rerun.  A figure whose runs are not recorded yet says so in its caption.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from figures.registry import FigureOutput, FigureUnavailable, figure
+from figures.style import new_figure
+
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "grt-experiments"
+STATED_GATES = (0.99, 0.97, 0.79)  # the GRT text's trained block-0 gates: attention, mixer, FFN
+GATE_NAMES = ("attention", "mixer", "FFN")
+
+
+def _records() -> list[dict[str, Any]]:
+    path = RESULTS / "runs.json"
+    if not path.is_file():
+        raise FigureUnavailable(f"{path} is missing: run python -m studies.experiments run")
+    return json.loads(path.read_text())
+
+
+@figure("studies.content_adaptive", title="Ablations: what each GRT choice is worth (1M tokens, 2 seeds)",
+        source="GRT text", claims=("studies.content_adaptive",), fast=True)
+def content_adaptive_fig(ctx) -> FigureOutput:
+    from studies.experiments_report import ablation_rows
+
+    rows = sorted(ablation_rows(_records()), key=lambda r: r["mean"])
+    if not rows:
+        raise FigureUnavailable("no ablation run is recorded yet")
+    fig = new_figure(figsize=(8.0, 0.45 * len(rows) + 1.5))
+    ax = fig.add_subplot(1, 1, 1)
+    y = np.arange(len(rows))
+    for i, r in enumerate(rows):
+        ax.plot(r["bpb"], [i] * len(r["bpb"]), "o", color="C0" if r["model"] == "grt" else "C1", ms=4)
+        ax.plot([min(r["bpb"]), max(r["bpb"])], [i, i], color="0.5", lw=1)
+    ship = next((r["mean"] for r in rows if r["variant"] == "shipped"), None)
+    if ship is not None:
+        ax.axvline(ship, color="C0", lw=0.8, ls="--")
+    ax.set_yticks(y, [f"{r['variant']} ({r['params']:,})" for r in rows], fontsize=7)
+    ax.set(xlabel="validation bits/byte, whole split (each seed; line: range)",
+           title="dashed: shipped GRT mean; blue GRT, orange dense (parameters in brackets)")
+    cap = ("Ablations of the GRT at the shipped shape (d 128, 4 heads, 2 blocks), 1,000,000 tokens at lr 3e-3, "
+           "seeds 0 and 1, float32 training; whole-split validation bits/byte. coupling-off-wallclock trains the "
+           "coupling-off model for the shipped model's training seconds.")
+    return FigureOutput(fig=fig, caption=cap, numbers={r["variant"]: r["mean"] for r in rows})
+
+
+@figure("studies.stable_by_construction", title="Final loss against learning rate at 12 blocks",
+        source="GRT text", claims=("studies.stable_by_construction",), fast=True)
+def stability_fig(ctx) -> FigureOutput:
+    from studies.experiments_report import stability_rows
+
+    rows = stability_rows(_records())
+    if not rows:
+        raise FigureUnavailable("no stability run is recorded yet")
+    fig = new_figure(figsize=(7.0, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    numbers = {}
+    for i, (variant, rs) in enumerate(sorted(rows.items())):
+        lrs = [r["lr"] for r in rs]
+        loss = [r["final_val_loss"] if r.get("final_val_loss") is not None else np.nan for r in rs]
+        ax.plot(lrs, loss, color=f"C{i}", lw=1, label=variant)
+        for r, lv in zip(rs, loss):
+            ax.plot(r["lr"], lv, "o", color=f"C{i}", mfc=f"C{i}" if r.get("stable") else "none", ms=5)
+        numbers[variant] = dict(zip(map(str, lrs), loss))
+    ax.set(xscale="log", xlabel="peak learning rate (AdamW, 200 steps)", ylabel="final validation loss (nats)",
+           title="hollow: unstable (non-finite, not below its start, or blew up)")
+    ax.legend(fontsize=7)
+    cap = ("12 blocks, width 128, 4 heads, context 64, batch 16, 200 AdamW steps (warmup 20, cosine, clip 1.0), "
+           "float32: the GRT, the dense QK-norm baseline, the dense model without norms, and the same with "
+           "zero-initialized residual writes. Final loss on the 16-batch validation sample.")
+    return FigureOutput(fig=fig, caption=cap, numbers=numbers)
+
+
+@figure("studies.space_efficient", title="Bits per byte against parameters and training seconds",
+        source="GRT text", claims=("studies.space_efficient",), fast=True)
+def depth_fig(ctx) -> FigureOutput:
+    from studies.experiments_report import depth_rows
+
+    rows = depth_rows(_records())
+    if not rows:
+        raise FigureUnavailable("no depth or text-shape final run is recorded yet")
+    fig = new_figure(figsize=(10.0, 4.0))
+    axes = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    numbers: dict[str, Any] = {}
+    for j, kind in enumerate(("grt", "dense")):
+        pts = [(r[kind]["params"]["total"], r[kind]["wall_s"], r[kind]["val_bpb_full"], r["shape"])
+               for r in rows if r[kind] is not None]
+        depth = [p for p in pts if p[3] != "text"]
+        for ax, x in zip(axes, (0, 1)):
+            ax.plot([p[x] for p in depth], [p[2] for p in depth], "o-", color=f"C{j}", label=kind)
+            for p in pts:
+                if p[3] == "text":
+                    ax.plot(p[x], p[2], "*", color=f"C{j}", ms=10, label=f"{kind} text shape")
+                ax.annotate(p[3], (p[x], p[2]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        numbers[kind] = {p[3]: {"params": p[0], "train_s": p[1], "bpb": p[2]} for p in pts}
+    axes[0].set(xscale="log", xlabel="parameters", ylabel="validation bits/byte (whole split)")
+    axes[1].set(xscale="log", xlabel="training seconds (2 shared cores, 1 thread each)")
+    axes[0].legend(fontsize=7)
+    cap = ("GRT and parameter-matched dense QK-norm models at 2, 4 and 8 blocks (width 128) and at the text's "
+           "shape (d 256, 12 blocks; stars), 3M tokens each at its sweep's best lr, float32 training.")
+    return FigureOutput(fig=fig, caption=cap, numbers=numbers)
+
+
+def _gate_curves(name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    path = RESULTS / "logs" / f"{name}.log.jsonl"
+    if not path.is_file():
+        return None
+    evals = [json.loads(x) for x in path.read_text().splitlines() if '"eval"' in x]
+    evals = [e for e in evals if e.get("gates")]
+    if not evals:
+        return None
+    return np.array([e["tokens"] for e in evals]), np.array([e["gates"] for e in evals])  # (E,), (E, L, 3)
+
+
+@figure("studies.fig_gate_trajectories", title="Residual gates during training, against the text's ordering",
+        source="GRT text", claims=("grt.trained_gates",), fast=True)
+def gate_trajectories(ctx) -> FigureOutput:
+    runs = [r for r in _records() if r["model"] == "grt" and r.get("phase") in ("final", "grid")
+            and r["group"] in ("text_shape", "depth", "ablation") and r.get("variant") in
+            ("shipped", "text-grt", "depth4-grt", "depth8-grt")]
+    curves = {r["name"]: c for r in runs if (c := _gate_curves(r["name"])) is not None}
+    if not curves:
+        raise FigureUnavailable("no GRT run with gate logs is recorded yet")
+    fig = new_figure(figsize=(11.0, 3.6))
+    axes = [fig.add_subplot(1, 3, k + 1) for k in range(3)]
+    numbers = {}
+    for i, (name, (tok, g)) in enumerate(sorted(curves.items())):
+        for k, ax in enumerate(axes):
+            ax.plot(tok, g[:, 0, k], color=f"C{i}", lw=1, label=f"{name} block 0")
+            if g.shape[1] > 1:
+                ax.plot(tok, g[:, -1, k], color=f"C{i}", lw=1, ls=":", label=f"{name} block {g.shape[1] - 1}")
+        numbers[name] = {"final_block0": g[-1, 0].tolist(), "final_last_block": g[-1, -1].tolist()}
+    for k, ax in enumerate(axes):
+        ax.axhline(STATED_GATES[k], color="k", lw=0.7, ls="--")
+        ax.set(xlabel="training tokens", ylim=(0, 1), title=f"{GATE_NAMES[k]} gate (dashed: text {STATED_GATES[k]})")
+    axes[0].set_ylabel("gate sigmoid(logit)")
+    axes[0].legend(fontsize=6)
+    cap = ("Residual gates at every evaluation of the grid's GRT runs (solid: block 0, dotted: the last block), "
+           "float32 training, against the text's trained block-0 gates 0.99 / 0.97 / 0.79 (attention >= mixer >= "
+           "FFN). Shipped shape: 2 blocks; text shape: 12 blocks.")
+    return FigureOutput(fig=fig, caption=cap, numbers=numbers)
