@@ -112,6 +112,7 @@ def check_equilibrium_angle(ctx: Context) -> Claim:
         statement="The weight settles onto a sphere and rotates on it, a rotational equilibrium.",
         stated=None,
         measured=measured,
+        summary=f"worst err/tol {max(abs(r['rel_err']) / r['tol'] for r in rows.values() if r['n'] >= SMALL_NOISE_N):.2g}",  # noqa: E501 (one expression)
         tolerance=max(tols),
         holds=ok,
         dtype=ctx.dtype_for("float64") + ("" if plan.single else ", float32"),
@@ -251,6 +252,7 @@ def check_angular_rate_scaling(ctx: Context) -> Claim:
                   "1/||W||: halving the norm quadruples the per-step rotation (0.0025, 0.010, 0.040 at 1, 1/2, 1/4).",
         stated=list(SOURCE_ANGLES),
         measured={"angles": main["angles"], "lr_for_0.0025": main["lr"], "fitted_exponent": main["fitted_exponent"]},
+        summary=f"exponent {main['fitted_exponent']:.3g}",
         tolerance=main["tol"],
         holds=ok,
         dtype=", ".join(sorted({r_dt.split("/")[1].split()[0] for r_dt in rows}, reverse=True)),
@@ -295,6 +297,7 @@ def check_radial_gradient_during_training(ctx: Context) -> Claim:
         statement="The middle term -2 lr <g, W> is exactly zero (the radial part measures about 1e-15).",
         stated=0.0,
         measured=measured,
+        summary=", ".join(f"{dt} {v['max_rel']:.2g}" for dt, v in by_dtype.items()),
         tolerance=max(v["tol"] for v in by_dtype.values()),
         holds=ok,
         dtype=", ".join(sorted(by_dtype, reverse=True)),

@@ -67,6 +67,8 @@ def check_norm_identity(ctx: Context) -> Claim:
         statement="||W_next||^2 = (1 - 2 wd) ||W||^2 - 2 lr <g, W> + lr^2 ||g||^2 = (1 - 2 wd) ||W||^2 + lr^2 ||g||^2",
         stated="(1-2wd)||W||^2 + lr^2||g||^2",
         measured=measured,
+        summary=(f"exact {max(v for k, v in measured.items() if k.startswith('exact_')):.2g}, "
+                 f"(1-2wd) {src_max:.2g}"),
         tolerance=max(r["tol"] for r in rows.values()),
         holds=ok,
         dtype=", ".join(sorted({tr.dtype for tr in traces}, reverse=True)),
@@ -147,6 +149,7 @@ def check_trajectory_tracking(ctx: Context) -> Claim:
         statement="The measured squared-norm trajectory tracks this zero-radial prediction to a relative 4e-4.",
         stated=SOURCE_TRACKING,
         measured=measured,
+        summary=f"exact {measured['exact_form_max_rel']:.2g}, (1-2wd) {measured['source_one_step_rel']:.2g}",
         tolerance=max(r["tol"] for r in rows.values()),
         holds=ok,
         dtype=", ".join(sorted({tr.dtype for tr in traces}, reverse=True)),
@@ -353,6 +356,8 @@ def check_equilibrium_norm(ctx: Context) -> Claim:
                   "(a rotational equilibrium).",
         stated="2 wd ||W*||^2 = lr^2 ||g||^2",
         measured=measured,
+        summary=(f"rel err {measured['noise_max_rel_err']:.2g}"
+                 + (f", train {measured['training_max_rel_err']:.2g}" if "training_max_rel_err" in measured else "")),
         tolerance=max([r["tol_fixed_point"] for r in phase_rows.values()] + [r["tol"] for r in noise_rows.values()]),
         holds=ok,
         dtype=ctx.dtype_for("float64") + ("" if plan.single else ", float32"),

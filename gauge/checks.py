@@ -127,11 +127,11 @@ def _grad(loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor]) -
             p.requires_grad_(False)
 
 
-def measured_tensor(setup: GaugeSetup, dtype: str) -> dict[str, object]:
-    """Which tensor a check measured, named from the model itself (the parameter that *is* ``setup.weight``),
-    so a record cannot say ``q_proj`` while measuring another tensor."""
-    W = setup.weight(dtype)
-    name = next(n for n, p in setup.model(dtype).named_parameters() if p is W)
+def measured_tensor(setup: GaugeSetup, dtype: str, tensor: torch.Tensor | None = None) -> dict[str, object]:
+    """Which tensor a check measured, named from the model itself (the parameter that *is* ``tensor``, by default
+    ``setup.weight``), so a record cannot say ``q_proj`` while measuring another tensor."""
+    W = setup.weight(dtype) if tensor is None else tensor
+    name = next((n for n, p in setup.model(dtype).named_parameters() if p is W), "<not a parameter of the model>")
     return {"tensor": name, "shape": list(W.shape), "n_heads": setup.config.n_heads}
 
 
@@ -171,6 +171,7 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
         measured=max_dev,
         tolerance=tol,
         holds=holds,
+        summary=f"max dev {max_dev:.2g}",
         dtype=dtype,
         exact_law="RMSNorm(cz) = RMSNorm(z) exactly for c > 0 (eps = 0); in floats only the rounding of cW and of "
         "the matmul remains, O(eps_mach sqrt(d_model)) relative.",
@@ -202,7 +203,8 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
     def loss() -> torch.Tensor:
         return loss_of(model, setup.idx, setup.targets)
 
-    (g,) = _grad(loss, [W])
+    differentiated = [W]  # the record names this tensor, read off the model: what autograd measured, not a label
+    (g,) = _grad(loss, differentiated)
     radial, gn, wn = float((g * W).sum()), float(g.norm()), float(W.norm())
     rel = radial / (gn * wn)
     ratios, vec_err = {}, 0.0
@@ -221,13 +223,14 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
         measured={"<g,W>": radial, "<g,W>/(||g|| ||W||)": rel, "||g||": gn},
         tolerance=tol.rtol,
         holds=holds,
+        summary=f"<g,W>/(|g||W|) {rel:.2g}",
         dtype=dtype,
         exact_law="<g,W> = d/dc L(cW)|_{c=1} = 0 exactly (Euler, degree 0). Differentiating L(cW) = L(W) gives "
         "c g(cW) = g(W): the gradient is homogeneous of degree -1, so ||g|| scales as 1/||W|| and a bare "
         "||g|| (the source's 3.6) says nothing without ||W||; ||g||*||W|| is the scale-free number.",
         source_status="exact",
         details={
-            **measured_tensor(setup, dtype),
+            **measured_tensor(setup, dtype, differentiated[0]),
             # the loss: next-byte cross-entropy on a held-out batch after train_steps AdamW steps
             "batch_size": cfg.batch, "seq_len": cfg.block, "train_steps": cfg.train_steps,
             "||W||": wn,
@@ -294,6 +297,7 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
                   "backward <J^T u, z>": float(back)},
         tolerance=tol,
         holds=holds,
+        summary=f"|Jz| rel {max(rel_fwd, rel_auto, rel_closed):.2g}",
         dtype=dtype,
         exact_law="J(z) = (I - z z^T/(n rho^2))/rho, rho^2 = ms(z) + eps, so J(z) z = (eps/rho^3) z: exactly 0 "
         "at eps = 0; J is symmetric, so every back-propagated gradient J^T u is orthogonal to z.",
@@ -373,6 +377,7 @@ def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
         measured={"c": float(cs[0]), "dev_by_eps": dev_at_c_min},
         tolerance=output_tolerance(dtype, cfg, 1.0).rtol,  # the dtype round-off bound of the eps = 0 check
         holds=holds,
+        summary=f"law err {max(v['max_c |measured - exact law|'] for v in per_eps.values()):.2g}",
         dtype=dtype,
         exact_law="RMSNorm_eps(cz) = r(c) RMSNorm_eps(z), r(c) - 1 = eps (c^2 - 1)/((c^2 m + eps)(1 + r)) "
         "= (eps/2m)(1 - 1/c^2) + O(eps^2/(c^4 m^2)), m = row mean square; <g,W> = eps sum_rows <dL/dy, y>/(m + eps).",
@@ -506,6 +511,7 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
                   "max |dL| whole W": max(d["whole"])},
         tolerance=ltol,
         holds=holds,
+        summary=f"neuron {min(d['strongest']):.2g} head {max(d['head']):.2g}",
         dtype=dtype,
         exact_law="With per-head QK-norm the gauge group is (R_{>0})^H: each head's row block of W_q scales freely "
         "(Euler per head: sum_{j in head} <g_j, W_j> = 0), but one neuron (row) is not a gauge: dL = (c-1)<g_j,W_j> "
@@ -643,6 +649,8 @@ def check_census(setup: GaugeSetup, dtype: str) -> Claim:
         measured=found,
         tolerance=max(d["loss_tol"] for d in details.values()),  # loss round-off; the radial bound is in details
         holds=ok and not exact_scales,
+        summary=(f"{len(found.get('QK-norm gauges', []))} gauges with QK-norm, "
+                 f"{len(found.get('no QK-norm gauges', []))} without"),
         dtype=dtype,
         exact_law="A tensor is a scale gauge iff its output reaches the loss only through an RMSNorm with nothing "
         "added in between: with QK-norm that is W_q and W_k of every block (each per head); in a plain pre-norm "

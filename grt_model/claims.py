@@ -186,6 +186,7 @@ def claim_det_positive(dtype=torch.float64) -> Claim:
         id="grt.det_positive",
         statement="the projection-level det > 0 guarantee (rotations times positive softplus scales)",
         stated="det > 0", measured={"min_sign": num(sign.min()), "max_logdet_error": err},
+        summary=f"min sign {num(sign.min()):+.0f}, logdet err {err:.2g}",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="coupling off: det C = prod over stages and pairs of s0*s1 > 0 exactly (slogdet of the "
                   "materialized matrix). Coupling on: C is not linear; its Jacobian det is "
@@ -232,6 +233,7 @@ def claim_length_preservation(dtype=torch.float64) -> Claim:
         stated="||C x|| = ||x||",
         measured={"max_norm_ratio_error": max(norms.values()), "max_orthogonality_error": orth,
                             "det_coupling_off": num(sign.min()) * math.exp(num(logabs.max()))},
+        summary=f"norm err {max(norms.values()):.2g}, orth {orth:.2g}",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="unit scales: ||C(x)|| = ||x|| for every x, coupling on or off; coupling off: C in SO(d) "
                   "(det +1). General scales: prod_s min s <= ||C(x)||/||x|| <= prod_s max s -- "
@@ -286,6 +288,7 @@ def claim_jacobian(dtype=torch.float64) -> Claim:
         stated=None, measured={"gradcheck_passed": sum(checks.values()), "gradcheck_total": len(checks),
                "coupling_off_jacobian_vs_matrix": lin_err,
                "coupling_on_init_JtJ_minus_I": far["coupling_std_0.02"]["JtJ_minus_I_2norm"]},
+        summary=f"gradcheck {sum(checks.values())} of {len(checks)}",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="J_C(x) = M (coupling off). Coupling on, unit scales: J = A(I + U V^T) with A orthogonal, "
                   "U_p = rotated pair direction, V_p = grad of the nudge: ||J^T J - I|| > 0.",
@@ -339,6 +342,7 @@ def claim_residual_det_sign(dtype=torch.float64) -> Claim:
         stated="det(I + J_f) can be < 0",
         measured={"witness_det_sign": sign0, "witness_log_abs_det": logabs0, "closed_form_log_abs_det": closed,
          "coupled_witness_det_sign": out[True][0], "sufficient_condition_violations": violations},
+        summary=f"witness sign {sign0:+.0f}",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="||J_f||_2 < 1 => det(I + J_f) > 0 (eigenvalues |lambda| < 1; conjugate pairs give |1+lambda|^2). "
                   "Mixer sublayer with angle pi, unit scales, coupling off, gain 1: det(I + J_f) = (1 - g/mu)^(d-1), "
@@ -367,6 +371,7 @@ def claim_mixing(dtype=torch.float64) -> Claim:
             "the butterfly routing hands each pair a new partner, so a local pair reaches across the whole vector "
         "within a few stages",
         stated="a few stages", measured={"stages_to_full_dependence": {str(d): v for d, v in first_dense.items()}},
+        summary="full after " + ", ".join(f"{v}" for v in first_dense.values()) + " stages",
         tolerance=None, holds=holds, dtype=dtype,
         exact_law="coupling off: after k <= log2 d stages each output depends on exactly 2^k inputs; every output "
                   "depends on every input after exactly log2 d stages (6 at d_head = 64, 8 at d = 256, 10 at 1024).",
@@ -397,6 +402,7 @@ def claim_embedding_rebuild(dtype=torch.float64) -> Claim:
         statement="x0 = r cos theta, x1 = r sin theta rebuilt every forward pass, never saved",
         stated=None,
         measured={"radius_error": r_err, "angle_error": a_err, "param_count": n, "expected_count": V * (P + 1)},
+        summary=f"radius err {r_err:.2g}, {n:,} params",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="rebuilt pair p of token v has radius r_v and angle theta_{v,p} exactly; V(P+1) parameters",
         details={"reference_embedding_ratio": f"{ratio.numerator}/{ratio.denominator} = {num(ratio)}",
@@ -437,6 +443,7 @@ def claim_pearlnorm_invariance(dtype=torch.float64) -> Claim:
         "run away",
         stated=None, measured={"max_relative_change_c_in_1e-6..1e6": inv, "euler_Jx_relative": euler,
                "gauge_cos_gradW_W": radial, "jacobian_norm_closed_form_rel_error": jn_err},
+        summary=f"max change {inv:.2g}",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="mu(x) = mean_p r_p; PearlNorm(cx) = PearlNorm(x) for c > 0 (eps = 0); J x = 0; a weight feeding it "
                   "is a scale gauge (<grad_W L, W> = 0); ||J||_2 = rho/mu^2 (gain 1); eps > 0 breaks it by "
@@ -465,6 +472,7 @@ def claim_radial_gelu_angle(dtype=torch.float64) -> Claim:
         statement="RadialGELU applies GELU to each pair's radius while preserving its angle",
         stated="angle preserved",
         measured={"angle_error": a_err, "radius_vs_gelu_error": r_err, "jacobian_at_zero_vs_I/2": j0_err},
+        summary=f"angle err {a_err:.2g}",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="y_p = Phi(r_p) x_p: angle unchanged (Phi > 0), radius GELU(r_p) = r_p Phi(r_p); C^1 at r = 0 "
                   "with Jacobian I/2",
@@ -506,6 +514,7 @@ def claim_mixer_crosses_heads(dtype=torch.float64) -> Claim:
         measured={"attn_path_cross_head_max_abs": path_cross, "attn_sublayer_cross_rank_max": max(r_attn_sub),
          "mixer_cross_rank_min": min(r_mix), "mixer_cross_rank_max": max(r_mix),
          "mixer_cross_over_within_fro_min": rel, "uncoupled_mixer_cross_head_max_abs": uncoupled_cross},
+        summary=f"attn cross {path_cross:.2g}, mixer rank {max(r_mix_sub)}",
         tolerance=tol.rtol, holds=holds, dtype=dtype,
         exact_law="one token: Q/K/V/O + attention have exactly zero cross-head Jacobian blocks; with PearlNorm in "
                   "front the blocks have rank 1 (its single per-token factor); after the mixer they have rank "
@@ -550,6 +559,7 @@ def claim_model_trains(dtype=torch.float32, steps: int = 8) -> Claim:
         id="grt.model_trains",
         statement="training stays stable from the first step",
         stated=None, measured={"loss_first": losses[0], "loss_last": losses[-1], "steps": steps},
+        summary=f"loss {losses[0]:.3f} -> {losses[-1]:.3f}",
         tolerance=None, holds=holds, dtype=dtype,
         exact_law="forward/backward finite, every parameter's gradient finite, AdamW lowers the loss on a fixed "
                   "corpus batch, the checkpoint {config, state_dict} rebuilds an identical model",
@@ -573,6 +583,7 @@ def claim_stage_counts() -> Claim:
             "Q (11) + K (11) + V (11) + O (11) + Mixer (1) + FFN expand (21) + FFN contract (21) = 87 rotation stages "
         "per block ... 12 blocks ... 1,044 rotation stages total",
         stated={"per_block": 87, "total": 1044}, measured={"per_block": counts["per_block"], "total": counts["total"]},
+        summary=f"{counts['per_block']} per block, {counts['total']:,} in all",
         tolerance=None, holds=holds, dtype="n/a", exact_law="4*S_qkvo + S_mix + 2*S_ffn per block, times n_blocks",
         details={"from_modules": counts, "from_config": cfg.stage_counts()},
     )
@@ -595,6 +606,7 @@ def claim_param_accounting() -> Claim:
         statement=
             "tokens stored as phases, compressing the embedding to about half the numbers a full vector would take",
         stated="about half", measured={"embedding_ratio": num(ratio), "total_ratio": rows["total"].ratio},
+        summary=f"embedding ratio {num(ratio):.3f}",
         tolerance=None, holds=holds, dtype="n/a",
         exact_law=f"embedding V(P+1) vs V d: ratio (P+1)/d = {ratio.numerator}/{ratio.denominator}. A coupled stage of "
                   "width w stores w^2 coupling numbers (one dense w x w matrix per stage): Q/K/V/O cost "
@@ -671,6 +683,7 @@ def claim_butterfly_wiring(dtype=torch.float64) -> Claim:
         statement="an FFT butterfly routing hands each pair a new partner at every stage",
         stated="FFT butterfly wiring",
         measured={"stages_wrong": {k: v for k, v in wrong.items()}, "strides_64_11": strides},
+        summary=f"{sum(len(v) for v in wrong.values())} stages wrong",
         tolerance=None, holds=holds, dtype=dtype,
         exact_law="stage s has stride h = 2^(s mod log2 d) and pairs (2hj + k, 2hj + h + k), j < d/2h, k < h; a "
                   "pair turns counter-clockwise by its angle (x1' = x0 sin + x1 cos)",
@@ -723,6 +736,7 @@ def claim_fast_equals_reference(dtype=torch.float64) -> Claim:
         statement="the fast cascade is the same function as the written-out product of Givens rotations",
         stated=None,
         measured={"max_rel_error": worst, "backends_compared": len(backends)},
+        summary=f"max rel err {worst:.2g}",
         tolerance=tol.atol, holds=holds, dtype=dtype,
         exact_law="fused(x) = eager(x) = prod_s D_s G_s(x) x (reference), and the same for every gradient; errors "
                   "relative to max(1, max|reference|)",

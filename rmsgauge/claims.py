@@ -66,6 +66,9 @@ class Claim:
     source_status: str = "exact"  # is the source's statement exact, approximate, wrong?
     details: dict[str, Any] = field(default_factory=dict)  # supporting measurements: names -> numbers
     figure: str | None = None  # figure file stem (same as the id) once figures/ draws it
+    # the deciding number(s) in a few words, chosen by the claim: the one-screen table's "ours" cell
+    # (``measured`` holds the full structured values; a table never truncates them mid-dict)
+    summary: str = ""
 
     def __post_init__(self) -> None:
         _check_id(self.id)
@@ -232,6 +235,10 @@ def fmt_cell(v: Any) -> str:
     return fmt_value(v)
 
 
+def _ours(c: Claim) -> str:
+    return c.summary or fmt_cell(c.measured)
+
+
 def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
     """One row per claim id: id, dtypes side by side, stated, ours, verdict with the source status under it.
 
@@ -248,9 +255,9 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
     rows = []
     for g in groups:
         by_dtype = {c.dtype: c for c in g}
-        ours = [fmt_cell(by_dtype[d].measured) if d in by_dtype else "" for d in cols]
+        ours = [_ours(by_dtype[d]) if d in by_dtype else "" for d in cols]
         if not any(ours):  # a record in a precision of its own (or no columns at all): the first column
-            ours = [fmt_cell(g[0].measured)] + [""] * (len(cols) - 1)
+            ours = [_ours(g[0])] + [""] * (len(cols) - 1)
         verdict = "HOLDS" if all(c.holds for c in g) else "FAILS"
         status = STATUS_SHORT.get(g[0].source_status, g[0].source_status)
         rows.append([g[0].id] + ([] if cols else [g[0].dtype]) + [fmt_cell(g[0].stated)] + ours
@@ -259,14 +266,11 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
     fixed = {"claim": max(len(head[0]), max(len(r[0]) for r in rows)), "dtype": 8, "stated": 10, "verdict": 8}
     widths = [fixed.get(h, 0) for h in head]
     gaps = 2 * (len(head) - 1)
-    if sum(widths) + gaps + 30 * n_ours > width:  # a long id wraps after its package so "ours" keeps room
-        widths[0] = max(len(r[0].partition(".")[2]) + 1 for r in rows)
-    ours_w = max(12, (width - sum(widths) - gaps) // n_ours)
+    ours_w = max(12, (width - sum(widths) - gaps) // n_ours)  # ids stay whole: the summaries are short
     widths = [ours_w if w == 0 else w for w in widths]
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), "-" * min(width, sum(widths) + gaps)]
     for r in rows:
-        cid = r[0] if len(r[0]) <= widths[0] else r[0].replace(".", ". ", 1)
-        cells = [_cell(cid, widths[0], None)] + [_cell(x, w) for x, w in zip(r[1:-1], widths[1:-1])] \
+        cells = [[r[0]]] + [_cell(x, w) for x, w in zip(r[1:-1], widths[1:-1])] \
             + [_cell(r[-1], widths[-1], None)]
         for i in range(max(map(len, cells))):
             out.append("  ".join((c[i] if i < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip())

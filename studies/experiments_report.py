@@ -82,6 +82,7 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                   "coupling_off_minus_shipped_bpb_equal_wallclock": gap_wall,
                   "seed_spread_equal_wallclock": spread_wall},
         tolerance=max(spread_tok, spread_wall), holds=holds, dtype="float32",
+        summary=f"off-shipped {gap_tok:+.3f} / {gap_wall:+.3f} (spread {max(spread_tok, spread_wall):.3f})",
         exact_law="coupling earns its parameters iff removing it costs more than the seed spread, at equal tokens "
                   "and at equal training seconds (whole-split bits/byte, 2 seeds each)",
         source_status="unstated",
@@ -124,6 +125,7 @@ def stable_by_construction(records: list[dict[str, Any]], n_lrs: int = 7) -> Cla
         stated=None, measured={v: {"n_stable": r["n_stable"], "largest_stable_lr": r["largest"]}
                                for v, r in ranges.items()},
         tolerance=None, holds=wider, dtype="float32",
+        summary="stable lrs " + ", ".join(f"{v} {r['n_stable']}" for v, r in ranges.items()),
         exact_law="at 12 blocks, width 128: the GRT trains stably over at least one more lr grid point than each "
                   "dense model (with and without norms) and up to at least their largest stable lr",
         source_status="unstated", details={"ranges": ranges, "grad_norm_ratio_last_over_first": ratios})
@@ -162,6 +164,7 @@ def space_efficient(records: list[dict[str, Any]]) -> Claim | str:
         id="studies.space_efficient", statement="the model is space-efficient by math", stated=None,
         measured={"grt_minus_dense_bpb_by_blocks": gaps, "trend_with_depth": trend},
         tolerance=None, holds=all(g <= 0 for g in gaps.values()), dtype="float32",
+        summary="gap " + ", ".join(f"{n}: {g:+.3f}" for n, g in sorted(gaps.items())) + f" ({trend})",
         exact_law="at matched parameters, 3M tokens, each at its sweep's best lr: GRT bits/byte <= dense's",
         source_status="unstated",
         details={str(r["n_blocks"]): {"grt_params": r["grt"]["params"]["total"],
@@ -191,7 +194,8 @@ def run_all(results: str | Path | None = None) -> list[Claim]:
         if f.is_file():
             for rec in json.loads(f.read_text())["claims"]:
                 keep = {k: rec[k] for k in ("id", "statement", "stated", "measured", "tolerance", "holds", "dtype",
-                                            "exact_law", "source_status", "details")}
+                                            "exact_law", "source_status", "details") if k in rec}
+                keep["summary"] = rec.get("summary", "")
                 keep["details"] = {"model": name.removeprefix("trained_claims_").removesuffix(".json"),
                                    **(keep["details"] or {})}
                 out.append(_Claim(**keep))

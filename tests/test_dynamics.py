@@ -17,6 +17,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from table_check import assert_table_shows_numbers
 
 from dynamics import laws
 from dynamics.__main__ import main
@@ -34,7 +35,7 @@ from dynamics.checks import (
 from dynamics.problems import NoiseToy, PhaseToy, QKNormProblem, QKNormSpec, RegressionConfig, RegressionToy
 from dynamics.simulate import OptimConfig, run
 from lm import DenseConfig, rms_norm
-from rmsgauge import tolerance
+from rmsgauge import Claim, tolerance
 
 SMALL_TOY = RegressionConfig(d_in=8, d_out=8, n_samples=64, batch=16)
 lrs = st.floats(1e-3, 1.0, allow_nan=False, allow_infinity=False)
@@ -223,6 +224,7 @@ def test_cli_json_keys(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "float64" in out and "float32" in out and "source" in out
     rec = json.loads(path.read_text())
+    assert_table_shows_numbers([Claim(**{k: v for k, v in c.items() if k != "figure"}) for c in rec["claims"]])
     assert rec["package"] == "dynamics" and rec["mode"] == "single"
     ids = [c["id"] for c in rec["claims"]]
     assert ids == ["dynamics.norm_identity", "dynamics.trajectory_tracking", "dynamics.equilibrium_norm",

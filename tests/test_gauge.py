@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from table_check import assert_table_shows_numbers
 
 from gauge import (
     GaugeConfig,
@@ -250,6 +251,14 @@ def test_checks_hold_on_tiny_model(tiny_setups, check, dtype):
     claim = check(tiny_setups[True], dtype)
     assert claim.holds, claim
     assert claim.dtype == dtype and claim.id.startswith("gauge.")
+
+
+def test_table_shows_every_claims_deciding_number(tiny_setups):
+    claims = [check(tiny_setups[True], dt) for check in (check_forward_invariance, check_euler_radial_gradient,
+                                                         check_jacobian_null_space, check_epsilon_breaking,
+                                                         check_per_row_scaling, check_census)
+              for dt in ("float64", "float32")]
+    assert_table_shows_numbers(claims)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from table_check import assert_table_shows_numbers
 
 from grt_model import GRT, GRTBlock, GRTConfig
 from grt_model.claims import (
@@ -345,6 +346,7 @@ def test_claims_run_all():
     assert [c.id for c in claims] == list(CLAIM_IDS)
     failed = [c.id for c in claims if not c.holds]
     assert not failed, f"claims that fail: {failed}"
+    assert_table_shows_numbers(claims)
     with pytest.raises(ValueError, match="unknown claim"):
         run_all(only=("grt.nope",))
 
