@@ -22,7 +22,10 @@ import torch
 from rmsgauge import atomic_write_json, seed_everything
 
 EXIT_DIVERGED = 3
-BLOWUP_FACTOR = 1.1  # "no blow-up": no logged training-loss average above 1.1 x the loss at step 0
+BLOWUP_FACTOR = 1.1
+# Jacobian tokens of the text-shape run's trained claims (the shipped model's use 128): at 12 blocks of width
+# 256 the per-token float64 Jacobians of every projection and FFN cost minutes per token batch
+TRAINED_JAC_TOKENS = 32  # "no blow-up": no logged training-loss average above 1.1 x the loss at step 0
 
 
 def _log_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -97,9 +100,13 @@ def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tu
                            f"{BLOWUP_FACTOR} x step-0 val loss"}
 
 
-def measure(model: torch.nn.Module | None, kind: str, cfg: Any) -> dict[str, Any]:
-    """The full-split bits/byte, gates and negative-determinant fraction of a trained model (float32 model,
-    float64 Jacobians)."""
+SWEEP_NO_DET = "not measured on lr-sweep runs: their only use is the lr choice, and at 12 blocks the float64 " \
+               "Jacobians cost more than the run"
+
+
+def measure(model: torch.nn.Module | None, kind: str, cfg: Any, det: bool = True) -> dict[str, Any]:
+    """The full-split bits/byte, gates and (``det``) negative-determinant fraction of a trained model (float32
+    model, float64 Jacobians)."""
     from lm.corpus import ByteCorpus
     from studies.measure import full_split_bpb, gates, held_out_batch, negative_det_fraction
 
@@ -107,6 +114,9 @@ def measure(model: torch.nn.Module | None, kind: str, cfg: Any) -> dict[str, Any
         return {"val_bpb_full": None, "gates": None, "neg_det_fraction": None, "neg_det": None}
     corpus = ByteCorpus.load()
     full = full_split_bpb(model, corpus)
+    if not det:
+        return {"val_bpb_full": full["bpb"], "val_full_bytes": full["bytes_scored"], "gates": gates(model),
+                "neg_det_fraction": None, "neg_det": SWEEP_NO_DET}
     nd = negative_det_fraction(model, held_out_batch(corpus, int(cfg.block_size))[0])
     return {"val_bpb_full": full["bpb"], "val_full_bytes": full["bytes_scored"], "gates": gates(model),
             "neg_det_fraction": None if nd is None else nd["fraction"], "neg_det": nd}
@@ -154,7 +164,7 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
                "tok_per_s": summary["tokens_per_s"] if summary else None,
                "val_bpb_sample": summary["final_val_bpb"] if summary else None,
                "params": summary["params"] if summary else None, "status": status, **path,
-               **measure(model, spec["model"], cfg)}
+               **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep")}
         if spec["group"] == "stability":
             batch = held_out_batch_for(spec, ByteCorpus.load())
             rec.update(_stability(model, spec["model"], cfg, int(spec["seed"]), batch, path, status))
@@ -177,7 +187,7 @@ def _trained_claims(model: torch.nn.Module, spec: dict[str, Any], run_dir: Path)
     seed_everything(int(spec["seed"]))
     init = build_model(spec["model"], model.config)
     ids = held_out_batch(ByteCorpus.load(), int(model.config.block_size))[0]
-    claims = run_trained_claims(model, None, ids, grt_init=init)
+    claims = run_trained_claims(model, None, ids, grt_init=init, jac_tokens=TRAINED_JAC_TOKENS)
     write_claims_json(run_dir / "trained_claims.json", claims, tool="studies.job", run=spec["name"],
                       config=model.config.to_dict())
 
