@@ -25,7 +25,7 @@ coupling = 4,192; 11 stages x 4 heads = 184,448 against a dense
 sublayer a dense transformer does not have.  The savings are the embedding
 (:math:`\approx` half) and the uncoupled FFN (64,512 vs 524,288 per block).
 
-The dense counterpart is :class:`lm.dense.DenseTransformer` with
+The dense counterpart is ``lm.dense.DenseTransformer`` (one layer up: never imported here) with
 ``qk_norm=False`` (no biases, pre-norm RMSNorm gains, same head tying);
 :func:`dense_param_counts` is checked against that module's parameters, and
 :func:`grt_param_counts` against :func:`module_param_counts` of a built :class:`GRT`.
@@ -84,15 +84,6 @@ def dense_param_counts(cfg: GRTConfig) -> dict[str, int]:
         "gates": 0,
         "head": 0 if cfg.tie_head else cfg.vocab_size * d,
     }
-
-
-def dense_config_for(cfg: GRTConfig):
-    """The :class:`DenseConfig` of the same widths (what :func:`dense_param_counts` describes)."""
-    from lm.dense import DenseConfig
-
-    return DenseConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size, d_model=cfg.d_model,
-                       n_heads=cfg.n_heads, n_layers=cfg.n_blocks, d_ff=cfg.d_ff, qk_norm=False,
-                       rope=cfg.rope, tie_embeddings=cfg.tie_head)
 
 
 def dense_module_counts(model: torch.nn.Module) -> dict[str, int]:

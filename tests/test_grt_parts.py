@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from grt_model import GRT, GRTConfig, PearlNorm, PhaseEmbedding, RadialGELU, from_polar, to_polar
 from grt_model.accounting import (
-    dense_config_for,
     dense_module_counts,
     dense_param_counts,
     embedding_ratio,
@@ -31,13 +30,21 @@ from grt_model.accounting import (
 from grt_model.claims import flat_jacobian, gradcheck
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm, pearl_norm_jacobian_norm
 from grt_model.radial_gelu import radial_gelu
-from lm.dense import DenseTransformer
+from lm.dense import DenseConfig, DenseTransformer
 from rmsgauge import assert_close, tolerance
 
 F64 = torch.float64
 seeds = st.integers(0, 2**16)
 finite = {"allow_nan": False, "allow_infinity": False}
 CLEARLY_NONZERO = 1e3  # a structural nonzero must exceed the round-off tolerance by three orders of magnitude
+
+
+def dense_config_for(cfg):
+    """The DenseConfig of the GRT's widths: what grt_model.accounting.dense_param_counts describes (the dense
+    model lives one layer up, in lm: the comparison is a test, not a grt_model import)."""
+    return DenseConfig(vocab_size=cfg.vocab_size, block_size=cfg.block_size, d_model=cfg.d_model,
+                       n_heads=cfg.n_heads, n_layers=cfg.n_blocks, d_ff=cfg.d_ff, qk_norm=False, rope=cfg.rope,
+                       tie_embeddings=cfg.tie_head)
 
 
 def _gen(seed: int) -> torch.Generator:
