@@ -1,0 +1,58 @@
+"""python -m studies.trained --checkpoint PATH: the trained-model claims on any GRT run (here a tiny one)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grt_model.config import GRTConfig
+from lm.loop import train
+from lm.trainconfig import TrainConfig
+from studies.trained_claims import CLAIM_IDS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_grt")
+    cfg = GRTConfig.small(d_model=16, n_heads=2, n_blocks=1, d_ff=32, block_size=16)
+    train("grt", cfg, TrainConfig(lr=3e-3, max_steps=3, batch_size=4, eval_interval=0, log_interval=1,
+                                  gauge_interval=0, probe_gauges=False, threads=1, out_dir=str(out)), progress=False)
+    return out
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "studies.trained", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_claims_on_a_checkpoint(tiny_run, tmp_path):
+    out = tmp_path / "claims.json"
+    res = _cli("--checkpoint", str(tiny_run / "ckpt.pt"), "--json", str(out))
+    assert res.returncode in (0, 1), res.stderr
+    rec = json.loads(out.read_text())
+    assert [c["id"] for c in rec["claims"]] == list(CLAIM_IDS)  # no dense model given: no trained_vs_dense
+    assert all(c["summary"] for c in rec["claims"])
+    assert res.stdout.strip().splitlines()[-1].endswith(tuple(("hold", *(f"({c['dtype']})" for c in rec["claims"]))))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--checkpoint", "no/such/ckpt.pt"], "no such file"),
+    (["--seed", "-1"], "--seed must be in [0, 2**32)"),
+])
+def test_bad_input_is_one_line(args, needle):
+    res = _cli(*args)
+    assert res.returncode == 2 and needle in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_output_equal_to_the_input_checkpoint_is_refused(tiny_run):
+    ckpt = tiny_run / "ckpt.pt"
+    before = ckpt.read_bytes()
+    res = _cli("--checkpoint", str(ckpt), "--json", str(ckpt))
+    assert res.returncode == 2 and "--json" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert ckpt.read_bytes() == before
