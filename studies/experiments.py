@@ -48,12 +48,17 @@ class Job:
 
 
 def git_commit() -> str | None:
+    """The source's commit: ``git rev-parse HEAD``, or a ``COMMIT`` file at the root of a copied tree (a frozen
+    copy that runs the grid across sessions may have no git metadata)."""
+    root = Path(__file__).resolve().parents[1]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parents[1])
-        return out.stdout.strip() or None
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=root)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return None
+        pass
+    stamp = root / "COMMIT"
+    return stamp.read_text().strip() or None if stamp.is_file() else None
 
 
 def read_records(results: Path) -> list[dict[str, Any]]:

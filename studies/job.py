@@ -143,7 +143,6 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
     spec = json.loads((run_dir / "spec.json").read_text())
     if (run_dir / "record.json").exists():
         return 0
-    t0 = time.perf_counter()
     torch.set_num_threads(threads)
     base = {k: spec[k] for k in ("name", "group", "variant", "phase", "sweep", "model", "seed")}
     model = None
@@ -154,6 +153,7 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
         if status == "interrupted":
             return 130
         cfg = config_from_dict(spec["model"], spec["model_config"])
+        t_measure = time.perf_counter()
         if status == "complete":
             model = model_from_checkpoint(load_checkpoint(run_dir / "ckpt.pt"))
         path = _loss_path(run_dir)
@@ -165,12 +165,12 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
                "val_bpb_sample": summary["final_val_bpb"] if summary else None,
                "params": summary["params"] if summary else None, "status": status, **path,
                **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep")}
+        rec["measure_s"] = time.perf_counter() - t_measure  # this process's seconds after training
         if spec["group"] == "stability":
             batch = held_out_batch_for(spec, ByteCorpus.load())
             rec.update(_stability(model, spec["model"], cfg, int(spec["seed"]), batch, path, status))
     if spec["group"] == "text_shape" and spec["phase"] == "final" and spec["model"] == "grt" and model is not None:
         _trained_claims(model, spec, run_dir)
-    rec["measure_s"] = time.perf_counter() - t0 - (rec.get("wall_s") or 0.0) if not spec.get("imported") else None
     rec["threads"] = threads
     atomic_write_json(run_dir / "record.json", rec)
     return EXIT_DIVERGED if rec["status"] == "diverged" else 0
