@@ -31,7 +31,10 @@ Laws derived here (symbolic checks in ``proofs/dynamics_identities.py``; measure
   :math:`e_t/x = \tfrac d2\,(1-(1-2d)^t)`: :math:`\approx d^2 t` early, saturating at :math:`d/2`.
 * SGD fixed point: :math:`x^{*2} = \eta^2 G^2/(1-q^2) = \eta^2G^2/(2d-d^2)`; the map
   :math:`x \mapsto q^2 x + \eta^2G^2/x` has slope :math:`2q^2-1` there (stable for :math:`0<d<1`),
-  relaxation time :math:`-1/\ln|2q^2-1| \approx 1/(4d)` steps.
+  relaxation time :math:`-1/\ln|2q^2-1| \approx 1/(4d)` steps.  **With momentum that is wrong by about
+  :math:`1/(1-\mu)`**: the relaxation is the spectral radius of the second-moment map
+  (:mod:`dynamics.heavyball`), about :math:`(1-\mu)/(4\eta\lambda)` steps per e-fold with coupled L2, or
+  :math:`-2/\ln\mu` once its roots turn complex (19 steps at :math:`\mu = 0.9`).
 * Per-step angle (SGD, exact): :math:`\tan\varphi_t = \eta\lVert g_t\rVert/(q\lVert W_t\rVert)`; at a stationary
   norm :math:`\cos\varphi^* = q` exactly, independent of :math:`\eta` and :math:`G`.
 * Momentum :math:`\mu` (SGD+momentum, or AdamW with :math:`\mu=\beta_1`), gradients uncorrelated across
@@ -44,6 +47,27 @@ Laws derived here (symbolic checks in ``proofs/dynamics_identities.py``; measure
   (NeurIPS 2021, arXiv:2006.08419) give for SGD+momentum with L2 :math:`\sqrt{2\eta\lambda/(1+\mu)}`.
   Both are the small-:math:`d` limits of the laws above (:math:`\arccos(1-\epsilon) \approx \sqrt{2\epsilon}`).
 
+The optimizers researchers use now (one law each, derived in the module named, checked by float64 simulation of
+the random-walk gauge in ``tests/test_dynamics_laws*.py`` with :mod:`dynamics.noise_sim`; the monitor applies them):
+
+* SGD, coupled L2 or decoupled: :math:`x^{*2} = \eta^2G^2/(1-q^2)`, :math:`\cos\varphi^* = q`, relaxation
+  :math:`-1/\ln|2q^2-1|` (exact; this module).
+* SGD with momentum, Nesterov, dampening: :math:`x^{*2} = G^2 v_0` with :math:`v = (I-M)^{-1}f` of the
+  second-moment map, relaxation :math:`-1/\ln\rho(J)` (:mod:`dynamics.heavyball`; closed forms for heavy ball:
+  :func:`fixed_point_sgd`, :func:`fixed_point_l2`, :func:`dynamics.heavyball.heavy_ball_factor_closed`).
+* AdamW: :math:`x^* = \eta^2\nu(1+2qA)/(1-q^2)`, :math:`\nu = C(1-\beta_1)/(1+\beta_1)`,
+  :math:`A = \beta_1/(1-q\beta_1)` (= :func:`fixed_point_adamw`); relaxation :math:`-1/(2\ln q)`.
+* Lion: the same balance with :math:`\nu = C` and :math:`A` the arcsine series of the sign correlations
+  (:func:`dynamics.scalefree.lion_correlation_sum`); relaxation :math:`-1/(2\ln q)`.
+* Muon: the same balance with :math:`\nu = \lVert\mathrm{NS}(M)\rVert_F^2 \to \min(m,k)` and :math:`A = 0`
+  without momentum (measured with it); relaxation :math:`-1/(2\ln q)`.
+* Adam with L2: no closed law (:data:`ADAM_L2_WHY`).  Adafactor with relative steps: no equilibrium
+  (:data:`ADAFACTOR_WHY`; the angle bound :func:`adafactor_angle_bound`).
+
+(:mod:`dynamics.scalefree` derives the balance of the scale-free updates, AdamW / Lion / Muon.)  Steps to
+equilibrium from a fresh optimizer iterate each law's own mean-field map: momentum buffers, bias corrections and
+Adam's :math:`\hat v` lag all fill during the approach.
+
 All functions take and return floats or numpy arrays (broadcasting); nothing here touches torch.
 """
 
@@ -54,8 +78,35 @@ import math
 import numpy as np
 from scipy.signal import lfilter
 
+from dynamics.heavyball import HeavyBall
+
 OPTIMIZERS = ("sgd", "sgdm", "adamw")
 DECAYS = ("source", "torch", "l2")
+
+ADAM_L2_WHY = ("Adam with L2 (weight_decay in torch.optim.Adam): no closed law. The decay lambda W enters the "
+               "gradient before the division by sqrt(v-hat), so each entry decays by lr lambda/(sqrt(v_i)+eps): set "
+               "by the gradient's own per-entry scale, neither uniform nor radial, and the rotation rate depends "
+               "on the gradient norm (Loshchilov & Hutter, arXiv:1711.05101; epfml/REQ: 'Adam does not have a regular "
+               "rotational rate'). Measured angles and norms only.")
+ADAFACTOR_WHY = ("no equilibrium: the update scales with the weight (Adafactor's relative step: lr = rho_t "
+                 "max(eps2, RMS(W)), rho_t = min(1e-2, 1/sqrt(t)); Shazeer & Stern, arXiv:1804.04235). The step "
+                 "turns W by about arctan(rho_t RMS(u)) <= arctan(clip rho_t) whatever its norm, so no decay-gradient "
+                 "balance sets a norm; without decay the norm grows by (1 + tan^2 phi_t) per step.")
+
+
+def adafactor_relative_step(step: int, warmup_init: bool = False) -> float:
+    r"""Adafactor's relative step :math:`\rho_t = \min(10^{-6}t \text{ or } 10^{-2}, 1/\sqrt t)` (transformers'
+    ``Adafactor._get_lr`` with ``relative_step=True``), ``step`` counted from 1."""
+    if not isinstance(step, int) or step < 1:
+        raise ValueError(f"step must be an integer in [1, inf), got {step!r}")
+    return min(1e-6 * step if warmup_init else 1e-2, 1.0 / math.sqrt(step))
+
+
+def adafactor_angle_bound(rel_step: float, clip_threshold: float = 1.0) -> float:
+    r"""Largest per-step angle of a tangent Adafactor step: :math:`\arctan(\text{clip}\cdot\rho_t)` (the update's
+    RMS is clipped to ``clip_threshold``, then scaled by :math:`\rho_t\,\mathrm{RMS}(W)`, i.e. by
+    :math:`\rho_t\lVert W\rVert/\sqrt C`): independent of the norm."""
+    return math.atan(clip_threshold * rel_step)
 
 
 # --------------------------------------------------------------------------- conventions
@@ -172,27 +223,22 @@ def fixed_point_adamw(lr: float, d: float, beta1: float, nu):
     return lr * lr * np.asarray(nu) * (1.0 - b) * (1.0 + b * q) / ((1.0 + b) * (1.0 - b * q) * (1.0 - q * q))
 
 
-def kosson_adamw_norm_sq(lr: float, wd: float, n: int) -> float:
-    r"""Kosson et al.'s AdamW equilibrium :math:`\lVert W^*\rVert^2 = \eta C/(2\lambda)` (torch convention)."""
-    return lr * n / (2.0 * wd)
+def relaxation_factor(d: float, optimizer: str = "sgd", momentum: float = 0.0) -> float:
+    r"""Per-step contraction of :math:`x - x^*` near the fixed point (decoupled decay :math:`d`).
 
-
-def sgd_map(x, lr: float, d: float, G2):
-    r"""The SGD norm map :math:`f(x) = q^2 x + \eta^2 G^2/x` (gauge: :math:`\lVert g\rVert^2 = G^2/x`)."""
-    q = 1.0 - d
-    return q * q * x + lr * lr * G2 / x
-
-
-def relaxation_factor(d: float, optimizer: str = "sgd") -> float:
-    r"""Slope of the norm map at its fixed point: the per-step contraction of :math:`x - x^*`.
-
-    SGD (and, adiabatically, SGD+momentum): :math:`f'(x^*) = q^2 - \eta^2G^2/x^{*2} = 2q^2 - 1`, because the
-    gauge gradient grows as the norm shrinks (a restoring force of its own).  AdamW: the update size does
-    not depend on :math:`\lVert W\rVert`, so :math:`f'(x^*) = q^2` (valid once :math:`\hat v` tracks
-    :math:`g^2`, i.e. :math:`1-\beta_2 \gg 2d`).
+    SGD: :math:`f'(x^*) = q^2 - \eta^2G^2/x^{*2} = 2q^2 - 1`, because the gauge gradient grows as the norm shrinks
+    (a restoring force of its own).  SGD+momentum (``momentum`` :math:`\mu > 0`): the spectral radius of the
+    second-moment map's Jacobian (:class:`dynamics.heavyball.HeavyBall`; closed form
+    :func:`dynamics.heavyball.heavy_ball_factor_closed`), *not* :math:`2q^2-1`: the momentum buffer carries the
+    decay for :math:`1/(1-\mu)` steps.  AdamW (and every scale-free update, :mod:`dynamics.scalefree`): the update
+    size does not depend on :math:`\lVert W\rVert`, so :math:`f'(x^*) = q^2` whatever its momentum.
     """
     q = 1.0 - d
-    return q * q if optimizer == "adamw" else 2.0 * q * q - 1.0
+    if optimizer == "adamw":
+        return q * q
+    if optimizer == "sgdm" and momentum > 0.0:
+        return HeavyBall(lr=1.0, d=d, momentum=momentum).relaxation_factor()
+    return 2.0 * q * q - 1.0
 
 
 def relaxation_time(factor: float) -> float:
@@ -321,26 +367,39 @@ def equilibrium_norm(optimizer: str, decay: str, lr: float, wd: float, *, numel:
     return math.inf if d <= 0 else float(np.sqrt(fixed_point_sgd(lr, d, G2, mu)))
 
 
-def relaxation_steps(optimizer: str, decay: str, lr: float, wd: float) -> float:
-    r"""Steps per e-fold of the squared-norm transient: :func:`relaxation_time` of :func:`relaxation_factor`.
+def relaxation_steps(optimizer: str, decay: str, lr: float, wd: float, momentum: float = 0.9,
+                     nesterov: bool = False) -> float:
+    r"""Steps per e-fold of the squared-norm transient (exact within the random-walk model).
 
-    AdamW: :math:`-1/(2\ln q)\approx 1/(2\eta\lambda)`; SGD: :math:`-1/\ln|2q^2-1| \approx 1/(4d)`.  Coupled L2
-    acts on the norm as a decoupled decay of :math:`\eta\lambda` (the decay term of ``u`` is radial).
+    AdamW: :math:`-1/(2\ln q)\approx 1/(2\eta\lambda)` (:func:`dynamics.scalefree.relaxation_steps`).  SGD and
+    SGD+momentum: :math:`-1/\ln\rho`, :math:`\rho` the spectral radius of the second-moment map's Jacobian
+    (:class:`dynamics.heavyball.HeavyBall`): plain SGD :math:`-1/\ln|2q^2-1| \approx 1/(4d)`; with momentum and
+    coupled L2 about :math:`(1-\mu)/(4\eta\lambda)`, or :math:`-2/\ln\mu` once the roots are complex (the
+    decay term rides in the momentum buffer: it acts :math:`1/(1-\mu)` times).  ``momentum`` is read for ``sgdm``
+    only (0 for ``sgd``, ``betas`` for ``adamw`` do not enter).
     """
     d = lr * wd if decay == "l2" else decoupled_decay(lr, wd, decay)
     if d <= 0.0:
         return math.inf
     if d >= 1.0:
         raise ValueError(f"the per-step decay d must be in (0, 1), got {d!r}")
-    # log1p forms of relaxation_time(relaxation_factor(d, .)): ln(q^2) = 2 log1p(-d), 2q^2 - 1 = 1 - 4d + 2d^2
     if optimizer == "adamw":
         return -1.0 / (2.0 * math.log1p(-d))
-    return relaxation_time(relaxation_factor(d, "sgd")) if d >= 0.5 else -1.0 / math.log1p(-4.0 * d + 2.0 * d * d)
+    mu = momentum_of(optimizer, momentum, (0.9, 0.999))
+    if mu == 0.0 and not nesterov:  # log1p form of -1/ln|2q^2-1|: 2q^2 - 1 = 1 - 4d + 2d^2
+        return relaxation_time(relaxation_factor(d, "sgd")) if d >= 0.5 else -1.0 / math.log1p(-4.0 * d + 2.0 * d * d)
+    rule = HeavyBall(lr=lr, l2=wd, momentum=mu, nesterov=nesterov) if decay == "l2" else \
+        HeavyBall(lr=lr, d=d, momentum=mu, nesterov=nesterov)
+    return rule.relaxation_steps()
 
 
 def steps_to_equilibrium(x0: float, x_star: float, factor: float, band: float) -> float:
-    r"""Steps until the squared norm is within ``band`` (relative) of :math:`x^*`, from the linearized map:
-    :math:`\ln(\text{band}\,x^*/|x_0-x^*|)/\ln|f'(x^*)|` (0 when already inside; inf for :math:`|f'|\ge 1`)."""
+    r"""Steps until the squared norm is within ``band`` (relative) of :math:`x^*` for a *linear* map with slope
+    ``factor``: :math:`\ln(\text{band}\,x^*/|x_0-x^*|)/\ln|f'(x^*)|` (0 when already inside; inf for
+    :math:`|f'|\ge 1`).  Exact for the scale-free updates' :math:`q^2`; for the SGD family, whose map is not linear
+    far from :math:`x^*`, and for fresh AdamW / Lion (momentum and :math:`\hat v` still filling) the monitor
+    iterates the laws' own maps instead (:meth:`dynamics.heavyball.HeavyBall.steps_to_equilibrium`,
+    :func:`dynamics.scalefree.adamw_steps_to_equilibrium`, :func:`dynamics.scalefree.lion_steps_to_equilibrium`)."""
     gap = abs(x0 - x_star)
     if gap <= band * x_star:
         return 0.0

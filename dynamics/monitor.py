@@ -9,26 +9,29 @@ Attach once; the user's loop is unchanged (it hooks ``optimizer.step`` through t
     print(mon.table()); mon.plot("eq.png")
 
 Per step and gauge group :math:`W_I` it records :math:`\lVert W_I\rVert`, the angle
-:math:`\varphi_t = \angle(W_{I,t}, W_{I,t+1})`, and the predictions of :mod:`dynamics.laws` for the
-optimizer's *current* hyperparameters (read from its param group every step, so schedules are followed):
+:math:`\varphi_t = \angle(W_{I,t}, W_{I,t+1})`, the update read back from the two weights
+(:math:`\nu = \lVert u\rVert^2`, :math:`u = (qW_t - W_{t+1})/\eta_{eff}`), and the predictions of the law
+:func:`dynamics.optlaws.resolve` finds for the optimizer's *current* hyperparameters (read from its param group every
+step, so schedules are followed): SGD, SGD with momentum, Nesterov and dampening (:mod:`dynamics.heavyball`),
+AdamW, Lion and Muon (:mod:`dynamics.scalefree`), Adafactor with relative steps (no equilibrium: the angle bound),
+Adam with L2 and unknown optimizers (no law: measured values only, and the reason), the :mod:`dynamics.rotational`
+wrappers (their held angle and norm).
 
-* ``torch.optim.SGD`` (momentum :math:`\mu`, coupled L2): :math:`\cos\varphi^* = 1-\eta\lambda/(1+\mu)`,
-  norm :func:`~dynamics.laws.fixed_point_l2`;
-* ``torch.optim.AdamW`` (decoupled :math:`d = \eta\lambda`): :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1 q)`,
-  norm :func:`~dynamics.laws.adamw_equilibrium_norm`;
-* ``torch.optim.Adam`` without decay: angle 0, the norm grows (no equilibrium);
-* the :mod:`dynamics.rotational` wrappers: their held angle from step 1 and their held norm;
-* anything else (Nesterov, dampening, Adam with L2, AMSGrad, other classes): "no prediction".
+The SGD norm needs the gradient scale :math:`G^2 = \lVert g\rVert^2\lVert W\rVert^2` (scale-free for a gauge), and
+Muon's its update size and correlation sum; each is the running mean over the recorded steps.  Relaxation time:
+:func:`dynamics.laws.relaxation_steps` and its neighbours (exact within the random-walk model, momentum included).
+Steps to equilibrium: predicted once, in :meth:`EquilibriumMonitor.summary`, by iterating the law's map from the
+first recorded state (:func:`dynamics.optlaws.steps_to_equilibrium`), and measured as the first step with
+:math:`|\lVert W\rVert^2/x^* - 1|` inside ``band``.
 
-The SGD norm needs the gradient scale :math:`G^2 = \lVert g\rVert^2\lVert W\rVert^2` (scale-free for a gauge),
-estimated as the running mean over the recorded steps.  Steps to equilibrium: predicted from the linearized norm
-map (:func:`~dynamics.laws.steps_to_equilibrium`; e-fold time :func:`~dynamics.laws.relaxation_steps`) and
-measured as the first step with :math:`|\lVert W\rVert^2/x^* - 1|` inside ``band``.
+**Schedules.**  When the hyperparameters change between records, the monitor computes how far the norm trails the
+moving equilibrium (:func:`dynamics.optlaws.schedule_lag`: relaxation time times the relative change of
+:math:`x^*` per step) and records it as ``lag``; above ``band`` the norm cannot follow the schedule: the summary and
+the table say so, and ``on_lag`` (e.g. ``lambda m: warnings.warn(m, EquilibriumLagWarning)``) is called once.
 
-Laws: Kosson, Messmer & Jaggi, *Rotational Equilibrium*, arXiv:2305.17212 (AdamW, SGDM first-order forms);
-Wan et al., *Spherical Motion Dynamics*, arXiv:2006.08419 (SGD+momentum with L2); exact forms in
-:mod:`dynamics.laws`.  Only torch, numpy, rmsgauge and :mod:`dynamics.laws` are imported here, so any trainer
-(the project's ``lm`` included) can use it.
+Laws: Kosson, Messmer & Jaggi, *Rotational Equilibrium*, arXiv:2305.17212; Wan et al., *Spherical Motion
+Dynamics*, arXiv:2006.08419; exact forms in :mod:`dynamics.laws`.  Only torch, numpy, rmsgauge and ``dynamics``
+modules are imported here, so any trainer (the project's ``lm`` included) can use it.
 """
 
 from __future__ import annotations
@@ -45,9 +48,12 @@ import torch
 from torch import nn
 
 import dynamics.laws as laws
+import dynamics.optlaws as optlaws
+from dynamics.optlaws import GroupStats, Law
 from rmsgauge import json_safe
 
 DEFAULT_BAND = 0.05  # "at equilibrium": squared norm within 5% of x* (the band is a reporting choice; a flag)
+NO_LAW = ("none", "adam/l2", "adafactor/relative")  # labels whose note says why there is no prediction
 TAIL_FRACTION = 0.25  # summary means over the last quarter of the recorded steps (the run's latest regime)
 
 
@@ -133,23 +139,16 @@ def describe_gauges(gauges: Any) -> dict[str, Any]:
             "scales": list(getattr(gauges, "scales", ()))}
 
 
+class EquilibriumLagWarning(UserWarning):
+    """The learning-rate schedule moves the equilibrium faster than the norm can follow."""
+
+
 def optimizer_law(optimizer: torch.optim.Optimizer, group: Mapping[str, Any]) -> tuple[str, str, str]:
-    """``(optimizer, decay, note)`` in :mod:`dynamics.laws`' names, or ``("none", "", why)`` when no law applies."""
-    if hasattr(optimizer, "rotational_angle"):
-        return "rotational", "", "angle held by the rotational wrapper"
-    wd = float(group.get("weight_decay", 0.0) or 0.0)
-    if type(optimizer) is torch.optim.SGD:
-        if group.get("nesterov") or float(group.get("dampening", 0.0)) != 0.0:
-            return "none", "", "SGD with Nesterov or dampening: no closed law here"
-        return ("sgdm" if float(group.get("momentum", 0.0)) > 0 else "sgd"), "l2", "torch.optim.SGD (coupled L2)"
-    if type(optimizer) is torch.optim.AdamW or (type(optimizer) is torch.optim.Adam
-                                                and group.get("decoupled_weight_decay", False)):
-        if group.get("amsgrad"):
-            return "none", "", "AMSGrad: no closed law here"
-        return "adamw", "torch", "AdamW (decoupled decay lr*wd)"
-    if type(optimizer) is torch.optim.Adam and wd == 0.0 and not group.get("amsgrad"):
-        return "adamw", "torch", "Adam without decay: no equilibrium, the norm grows"
-    return "none", "", f"{type(optimizer).__name__}: no prediction (SGD, SGD+momentum, AdamW only)"
+    """``(law label, "", note)`` of a param group (kept for callers of the former API; see
+    :func:`dynamics.optlaws.resolve`).  ``("none", "", why)`` when no law applies."""
+    first = next(iter(group.get("params", [])), None)
+    law = optlaws.resolve(optimizer, group, first if first is not None else torch.zeros(1, 1))
+    return law.label, "", law.note
 
 
 class EquilibriumMonitor:
@@ -157,7 +156,7 @@ class EquilibriumMonitor:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, gauges: Any, *,
                  log_path: str | Path | None = None, interval: int = 1, band: float = DEFAULT_BAND,
-                 per_block: bool = True) -> None:
+                 per_block: bool = True, on_lag: Callable[[str], None] | None = None) -> None:
         if not isinstance(interval, int) or interval < 1:
             raise ValueError(f"interval must be an integer in [1, inf), got {interval!r}")
         if not 0.0 < band < 1.0:
@@ -165,15 +164,21 @@ class EquilibriumMonitor:
         self.model, self.optimizer = model, optimizer
         self.groups = gauge_groups(model, gauges, per_block=per_block)
         self.params = dict(model.named_parameters())
-        self.interval, self.band = interval, band
+        self.interval, self.band, self.on_lag = interval, band, on_lag
         self.step = 0
         self.history: list[dict[str, Any]] = []
         self._prev: dict[str, torch.Tensor] = {}
         self._gw: dict[str, float] = {}
         self._G2_sum: dict[str, float] = {g.name: 0.0 for g in self.groups}
         self._G2_n = 0
+        self._sums: dict[str, list[float]] = {g.name: [0.0, 0.0] for g in self.groups}  # sum nu, sum <u, W>
         self._x0: dict[str, float] = {}
+        self._first: dict[str, dict[str, Any]] = {}  # fresh optimizer state?, momentum moments at the first record
         self._reached: dict[str, int | None] = {g.name: None for g in self.groups}
+        self._laws: dict[str, Law] = {}  # this step's law per group
+        self._last_law: dict[str, tuple[Law, int]] = {}  # the previous record's law and step (schedule lag)
+        self._lag_max: dict[str, tuple[float, int] | None] = {g.name: None for g in self.groups}
+        self._lag_said = False
         self._pgroup = {}  # parameter name -> its optimizer param group (re-read every step: schedules)
         ids = {id(p): n for n, p in self.params.items()}
         for pg in optimizer.param_groups:
@@ -197,12 +202,27 @@ class EquilibriumMonitor:
         if not self._recording():
             return
         with torch.no_grad():
+            laws_of: dict[str, Law] = {}
             for g in self.groups:
                 p = self.params[g.param]
                 w = g.view(p.detach()).double()
                 self._prev[g.name] = w.clone()
                 gr = p.grad
                 self._gw[g.name] = float(g.view(gr.detach()).double().norm() * w.norm()) if gr is not None else 0.0
+                if g.param not in laws_of:
+                    laws_of[g.param] = optlaws.resolve(self.optimizer, self._pgroup[g.param], p)
+                self._laws[g.name] = laws_of[g.param]
+                if g.name not in self._first:
+                    self._first[g.name] = self._first_state(g, p, w)
+
+    def _first_state(self, g: GaugeGroup, p: torch.Tensor, w: torch.Tensor) -> dict[str, Any]:
+        state = self.optimizer.state.get(p, {})
+        buf = state.get("momentum_buffer") if isinstance(state, Mapping) else None
+        out: dict[str, Any] = {"fresh": not state, "y0": 0.0, "z0": 0.0}
+        if buf is not None:
+            b = g.view(buf.detach()).double()
+            out.update(y0=float((w * b).sum()), z0=float((b * b).sum()))
+        return out
 
     def _after(self, opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self._prev:
@@ -220,51 +240,68 @@ class EquilibriumMonitor:
             for g in self.groups:
                 w1 = g.view(self.params[g.param].detach()).double()
                 w0 = self._prev[g.name]
-                norm = float(w1.norm())
+                law = self._laws[g.name]
+                norm, norm0 = float(w1.norm()), float(w0.norm())
                 self._G2_sum[g.name] += self._gw[g.name] ** 2
-                self._x0.setdefault(g.name, float(w0.norm()) ** 2)
-                r = {"norm": norm, "angle": laws.tensor_angle(w0.cpu().numpy(), w1.cpu().numpy())}
-                r.update(self._predict(g, w1.numel(), self._G2_sum[g.name] / self._G2_n, float(w0.norm())))
+                self._x0.setdefault(g.name, norm0**2)
+                u = (law.q * w0 - w1) / law.lr_eff if law.lr_eff > 0 else None
+                nu = float((u * u).sum()) if u is not None else None
+                if u is not None:
+                    self._sums[g.name][0] += nu
+                    self._sums[g.name][1] += float((u * w0).sum())
+                r = {"norm": norm, "angle": laws.tensor_angle(w0.cpu().numpy(), w1.cpu().numpy()), "nu": nu}
+                r.update(self._predict(g, law, w1, norm0))
+                r["lag"] = self._lag(g, law)
                 if r.get("norm_eq") is not None and math.isfinite(r["norm_eq"]) and self._reached[g.name] is None \
                         and abs(norm * norm / r["norm_eq"] ** 2 - 1.0) <= self.band:
                     self._reached[g.name] = self.step + 1
                 rec["groups"][g.name] = r
         return rec
 
-    def _predict(self, g: GaugeGroup, numel: int, G2: float, norm0: float) -> dict[str, Any]:
-        pg = self._pgroup[g.param]
-        kind, decay, note = optimizer_law(self.optimizer, pg)
-        lr, wd = float(pg["lr"]), float(pg.get("weight_decay", 0.0) or 0.0)
-        out: dict[str, Any] = {"law": kind if kind == "none" else f"{kind}/{decay}" if decay else kind,
-                               "note": note, "lr": lr, "wd": wd}
-        if kind == "none":
-            out.update(angle_eq=None, norm_eq=None, relax_steps=None, steps_to_eq=None, angle_rw=None)
+    def stats(self, g: GaugeGroup, norm0: float = math.nan) -> GroupStats:
+        """The measured statistics of one group so far (running means over the recorded steps)."""
+        p = self.params[g.param]
+        view = g.view(p.detach())
+        n = max(self._G2_n, 1)
+        first = self._first.get(g.name, {})
+        return GroupStats(numel=view.numel(), rows=view.shape[0] if view.dim() else 1, shape=tuple(p.shape),
+                          x0=self._x0.get(g.name, math.nan), norm0=norm0, G2=self._G2_sum[g.name] / n,
+                          nu=self._sums[g.name][0] / n, uw=self._sums[g.name][1] / n,
+                          fresh=bool(first.get("fresh", True)), y0=first.get("y0", 0.0), z0=first.get("z0", 0.0))
+
+    def _predict(self, g: GaugeGroup, law: Law, w1: torch.Tensor, norm0: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"law": law.label, "note": law.note, "lr": law.lr, "wd": law.wd}
+        if law.kind == "rotational":
+            pg = self._pgroup[g.param]
+            out.update(angle_eq=self.optimizer.rotational_angle(pg), relax_steps=0.0, angle_rw=None,
+                       norm_eq=self.optimizer.held_norm(g.param, g.axis, g.start, g.stop))
             return out
-        if kind == "rotational":
-            angle, norm = self.optimizer.rotational_angle(pg), self.optimizer.held_norm(g.param, g.axis, g.start)
-            out.update(angle_eq=angle, norm_eq=norm, relax_steps=0.0, steps_to_eq=0.0, angle_rw=None)
-            return out
-        mom, betas = float(pg.get("momentum", 0.0) or 0.0), tuple(pg.get("betas", (0.9, 0.999)))
-        angle = laws.equilibrium_angle(kind, decay, lr, wd, momentum=mom, betas=betas)
-        norm = laws.equilibrium_norm(kind, decay, lr, wd, numel=numel, G2=G2, momentum=mom, betas=betas)
-        relax = laws.relaxation_steps(kind, decay, lr, wd)
-        d = lr * wd if decay == "l2" else laws.decoupled_decay(lr, wd, decay)
-        factor = laws.relaxation_factor(d, "adamw" if kind == "adamw" else "sgd")
-        to_eq = laws.steps_to_equilibrium(self._x0[g.name], norm * norm, factor, self.band) \
-            if math.isfinite(norm) else math.inf
-        # AdamW's random-walk angle at the norm the step started from: the prediction for the transient too
-        # (equilibrium takes ~1/(2 lr wd) steps per e-fold, longer than short runs), None for the others
-        rw = laws.random_walk_angle(lr, norm0, numel, betas[0], d) if kind == "adamw" and lr > 0 and norm0 > 0 \
-            else None
-        out.update(angle_eq=angle, norm_eq=norm, relax_steps=relax, steps_to_eq=to_eq, angle_rw=rw)
+        out.update(optlaws.predict(law, self.stats(g, norm0)))
         return out
+
+    def _lag(self, g: GaugeGroup, law: Law) -> float | None:
+        prev = self._last_law.get(g.name)
+        self._last_law[g.name] = (law, self.step + 1)
+        if prev is None or prev[0] == law or law.kind == "rotational":
+            return None
+        lag = optlaws.schedule_lag(prev[0], law, self.stats(g), self.step + 1 - prev[1])
+        if lag is not None and (self._lag_max[g.name] is None or lag > self._lag_max[g.name][0]):
+            self._lag_max[g.name] = (lag, self.step + 1)
+        if lag is not None and lag > self.band and not self._lag_said:
+            self._lag_said = True
+            if self.on_lag is not None:
+                self.on_lag(lag_message(g.name, lag, self.step + 1, self.band))
+        return lag
 
     # ---------------------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
         """Everything the next records depend on (plain data: a ``weights_only`` checkpoint holds it), so a run
         resumed from a checkpoint records what the uninterrupted run would have, and its summary covers both parts."""
         return {"groups": [g.name for g in self.groups], "step": self.step, "history": list(self.history),
-                "G2_sum": dict(self._G2_sum), "G2_n": self._G2_n, "x0": dict(self._x0), "reached": dict(self._reached)}
+                "G2_sum": dict(self._G2_sum), "G2_n": self._G2_n, "x0": dict(self._x0), "reached": dict(self._reached),
+                "sums": {k: list(v) for k, v in self._sums.items()},
+                "first": {k: dict(v) for k, v in self._first.items()},
+                "lag_max": {k: (list(v) if v else None) for k, v in self._lag_max.items()}, "lag_said": self._lag_said}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         names = [g.name for g in self.groups]
@@ -274,6 +311,11 @@ class EquilibriumMonitor:
         self.step, self.history = int(state["step"]), list(state["history"])
         self._G2_sum, self._G2_n = dict(state["G2_sum"]), int(state["G2_n"])
         self._x0, self._reached = dict(state["x0"]), dict(state["reached"])
+        self._sums = {k: list(v) for k, v in state.get("sums", {n: [0.0, 0.0] for n in names}).items()}
+        self._first = {k: dict(v) for k, v in state.get("first", {}).items()}
+        lag_max = state.get("lag_max", dict.fromkeys(names))
+        self._lag_max = {k: (tuple(v) if v else None) for k, v in lag_max.items()}
+        self._lag_said = bool(state.get("lag_said", False))
 
     # ---------------------------------------------------------------------------------------------- results
     def detach(self) -> None:
@@ -283,7 +325,7 @@ class EquilibriumMonitor:
         self._handles = []
 
     def series(self, group: str, key: str) -> tuple[list[int], list[float]]:
-        """``(steps, values)`` of one recorded quantity (``norm``, ``angle``, ``angle_eq``, ``norm_eq``)."""
+        """``(steps, values)`` of one recorded quantity (``norm``, ``angle``, ``angle_eq``, ``norm_eq``, ``nu``)."""
         steps, vals = [], []
         for h in self.history:
             v = h["groups"][group].get(key)
@@ -293,170 +335,86 @@ class EquilibriumMonitor:
         return steps, vals
 
     def summary(self, tail_fraction: float = TAIL_FRACTION) -> dict[str, Any]:
-        """Per group: first/last norm, tail-mean angle against the prediction, steps to equilibrium."""
+        """Per group: first/last norm, tail-mean angle against the prediction, steps to equilibrium, schedule lag."""
         if not self.history:
             return {"steps": 0, "groups": {}}
         k = max(1, math.ceil(len(self.history) * tail_fraction))
         tail = self.history[-k:]
-        per = {}
-        for g in self.groups:
-            recs = [h["groups"][g.name] for h in tail]
-            ang = sum(r["angle"] for r in recs) / len(recs)
-            eqs = [r["angle_eq"] for r in recs if r["angle_eq"] is not None]
-            eq = sum(eqs) / len(eqs) if eqs else None
-            rws = [r.get("angle_rw") for r in recs if r.get("angle_rw") is not None]
-            rw = sum(rws) / len(rws) if rws else None
-            last = recs[-1]
-            per[g.name] = {
-                "norm_first": self.history[0]["groups"][g.name]["norm"], "norm_last": last["norm"],
-                "norm_eq": last["norm_eq"], "angle_tail_mean": ang, "angle_eq": eq,
-                "angle_ratio": ang / eq if eq else None, "angle_rw": rw, "rw_ratio": ang / rw if rw else None,
-                "law": last["law"], "relax_steps": last["relax_steps"],
-                "steps_to_eq_predicted": last["steps_to_eq"], "steps_to_eq_measured": self._reached[g.name],
-            }
-        return {"steps": self.history[-1]["step"], "tail_steps": [tail[0]["step"], tail[-1]["step"]], "groups": per}
+        per = {g.name: self._group_summary(g, [h["groups"][g.name] for h in tail]) for g in self.groups}
+        out = {"steps": self.history[-1]["step"], "tail_steps": [tail[0]["step"], tail[-1]["step"]], "groups": per}
+        worst = max(((r["schedule_lag_max"], n) for n, r in per.items() if r["schedule_lag_max"] is not None),
+                    default=None)
+        if worst is not None and worst[0] > self.band:
+            out["warning"] = lag_message(worst[1], worst[0], per[worst[1]]["schedule_lag_step"], self.band)
+        return out
+
+    def _group_summary(self, g: GaugeGroup, recs: list[dict[str, Any]]) -> dict[str, Any]:
+        ang = sum(r["angle"] for r in recs) / len(recs)
+        eqs = [r["angle_eq"] for r in recs if r["angle_eq"] is not None]
+        eq = sum(eqs) / len(eqs) if eqs else None
+        rws = [r.get("angle_rw") for r in recs if r.get("angle_rw") is not None]
+        rw = sum(rws) / len(rws) if rws else None
+        last, law = recs[-1], self._laws.get(g.name)
+        pred = optlaws.steps_to_equilibrium(law, self.stats(g), self.band) \
+            if law is not None and law.kind != "rotational" else ((0.0, 0.0) if law is not None else None)
+        lag = self._lag_max[g.name]
+        st = self.stats(g)
+        return {
+            "norm_first": self.history[0]["groups"][g.name]["norm"], "norm_last": last["norm"],
+            "norm_eq": last["norm_eq"], "angle_tail_mean": ang, "angle_eq": eq,
+            "angle_ratio": ang / eq if eq else None, "angle_rw": rw, "rw_ratio": ang / rw if rw else None,
+            "law": last["law"], "note": last.get("note", ""), "relax_steps": last["relax_steps"],
+            "steps_to_eq_predicted": pred[0] if pred else None,
+            "steps_to_eq_settle_predicted": pred[1] if pred else None,
+            "steps_to_eq_measured": self._reached[g.name], "nu_mean": st.nu if math.isfinite(st.nu) else None,
+            "nu_nominal": last.get("nu_nominal"), "G2_mean": st.G2 if math.isfinite(st.G2) else None,
+            "schedule_lag_max": lag[0] if lag else None, "schedule_lag_step": lag[1] if lag else None,
+        }
 
     def table(self) -> str:
         s = self.summary()
-        hdr = (f"{'gauge group':<44} {'law':<12} {'|W| first':>10} {'|W| last':>10} {'|W|* pred':>10} "
+        hdr = (f"{'gauge group':<40} {'law':<18} {'|W| first':>10} {'|W| last':>10} {'|W|* pred':>10} "
                f"{'angle':>9} {'angle*':>9} {'ratio':>6} {'e-fold':>7} {'to eq pred':>10} {'to eq meas':>10}")
         lines = [f"equilibrium monitor: {s['steps']} steps, angle = mean over steps {s.get('tail_steps')}", hdr,
                  "-" * len(hdr)]
         for n, r in s["groups"].items():
-            lines.append(f"{n[:44]:<44} {r['law']:<12} {r['norm_first']:>10.4g} {r['norm_last']:>10.4g} "
+            lines.append(f"{n[:40]:<40} {r['law'][:18]:<18} {r['norm_first']:>10.4g} {r['norm_last']:>10.4g} "
                          f"{_f(r['norm_eq']):>10} {r['angle_tail_mean']:>9.3e} {_f(r['angle_eq'], '.3e'):>9} "
                          f"{_f(r['angle_ratio'], '.3f'):>6} {_f(r['relax_steps'], '.0f'):>7} "
                          f"{_f(r['steps_to_eq_predicted'], '.0f'):>10} {_f(r['steps_to_eq_measured'], 'd'):>10}")
+        notes = sorted({r["note"] for r in s["groups"].values() if r["law"] in NO_LAW})
+        lines += [f"note: {m}" for m in notes]
+        if "warning" in s:
+            lines.append(f"warning: {s['warning']}")
         return "\n".join(lines)
 
     def plot(self, path: str | Path) -> None:
-        """Norm and angle against step per group, with the predictions dashed (PNG/SVG by suffix)."""
-        import matplotlib
+        """Norm and angle against step per group, predictions dashed; many groups: ratios to the predictions,
+        median and 10-90% band (PNG/SVG by suffix; :func:`dynamics.monitor_plot.plot_monitor`)."""
+        from dynamics.monitor_plot import plot_monitor
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plot_monitor(self, path)
 
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10.0, 4.0))
-        for i, g in enumerate(self.groups):
-            col = f"C{i % 10}"
-            a1.plot(*self.series(g.name, "norm"), color=col, lw=1, label=g.name if i < 8 else None)
-            a1.plot(*self.series(g.name, "norm_eq"), color=col, lw=1, ls="--")
-            a2.plot(*self.series(g.name, "angle"), color=col, lw=0.8)
-            a2.plot(*self.series(g.name, "angle_eq"), color=col, lw=1, ls="--")
-        a1.set(xlabel="step", ylabel="||W_I||", title="norm (dashed: predicted equilibrium)")
-        a2.set(xlabel="step", ylabel="angle per step (rad)", yscale="log", title="rotation (dashed: predicted)")
-        a1.legend(fontsize=6)
-        fig.tight_layout()
-        fig.savefig(str(path))
-        plt.close(fig)
-
-    def as_train_hook(self) -> TrainHook:
+    def as_train_hook(self) -> Any:
         """An adapter for trainers that call ``on_start``, ``after_step(step)`` and ``on_end`` hooks."""
+        from dynamics.train_hook import TrainHook
+
         return TrainHook(monitor=self)
 
 
-class TrainHook:
-    """Trainer adapter in the loop's hook protocol (``lm.hooks.StepHook``: ``on_start(model, optimizer, info)``,
-    ``after_step(step, lr)``, ``on_end(summary)``, and ``state_dict`` / ``load_state_dict`` for checkpoints).
+def lag_message(group: str, lag: float, step: int | None, band: float) -> str:
+    """One line: the schedule moves the equilibrium faster than the norm can follow."""
+    return (f"the learning-rate schedule moves the equilibrium norm faster than the norm can follow: group {group} "
+            f"trails it by {lag:.0%} (relaxation time x relative change of the equilibrium per step) at step {step}, "
+            f"beyond the band {band:.0%}; its norm and angle are not at the predicted equilibrium")
 
-    Built on an existing monitor (:meth:`EquilibriumMonitor.as_train_hook`), or lazily with
-    :meth:`TrainHook.lazy` where the gauges come from the model at start (e.g. a census on the probe batch,
-    passed in by the command-line entry, so the loop itself imports nothing above it).  The monitor records from
-    optimizer hooks; ``after_step`` returns the step's record or None (and appends it to ``info.log`` when the
-    loop gives one), ``on_end`` adds ``summary["equilibrium"]`` (and ``summary["gauge_census"]``, where the
-    gauges came from, for a lazy hook).
 
-    A lazy hook attaches nothing where there is nothing to watch: a model with no gauges (the census found none;
-    recorded, not an error) or a process that does not log (``info.is_main`` false: DDP ranks other than 0).
-    """
+def __getattr__(name: str) -> Any:  # PEP 562: TrainHook lives in dynamics.train_hook (no import circle)
+    if name == "TrainHook":
+        from dynamics.train_hook import TrainHook
 
-    name = "equilibrium_monitor"
-
-    def __init__(self, monitor: EquilibriumMonitor | None = None,
-                 gauges_of: Callable[[nn.Module, Any], Any] | None = None, **monitor_kw: Any) -> None:
-        self.monitor, self._gauges_of, self._kw = monitor, gauges_of, monitor_kw
-        self.found: dict[str, Any] | None = None  # describe_gauges() of what gauges_of returned (lazy hooks)
-        self._returned = 0
-        self._log: Callable[[dict], None] | None = None
-        self._pending: dict[str, Any] | None = None  # state loaded before on_start built the monitor
-
-    @classmethod
-    def lazy(cls, gauges_of: Callable[[nn.Module, Any], Any], **monitor_kw: Any) -> TrainHook:
-        """A hook that builds ``EquilibriumMonitor(model, optimizer, gauges_of(model, info), **monitor_kw)``."""
-        return cls(gauges_of=gauges_of, **monitor_kw)
-
-    def on_start(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None,
-                 info: Any = None, **ctx: Any) -> dict[str, Any]:
-        log = getattr(info, "log", None)
-        self._log = log if callable(log) else None
-        if self.monitor is None and self._gauges_of is not None:
-            if model is None or optimizer is None:
-                raise ValueError("TrainHook.on_start needs model and optimizer when built with TrainHook.lazy")
-            if not getattr(info, "is_main", True):
-                return {}  # only the logging process watches: the others would compute what nobody writes
-            spec = self._gauges_of(model, info)
-            self.found = describe_gauges(spec)
-            if not is_empty(spec):
-                self.monitor = EquilibriumMonitor(model, optimizer, spec, **self._kw)
-            self._say(info)
-        elif self.monitor is None:
-            raise ValueError("TrainHook needs a monitor or gauges_of (use TrainHook.lazy)")
-        if self._pending is not None:
-            self.load_state_dict(self._pending)
-        self._returned = len(self.monitor.history) if self.monitor is not None else 0
-        out: dict[str, Any] = {"equilibrium_groups": [g.name for g in self.monitor.groups] if self.monitor else []}
-        if self.found is not None:
-            out["gauge_census"] = self.found
-        return out
-
-    def _say(self, info: Any) -> None:
-        message = getattr(info, "message", None)
-        if not callable(message) or self.found is None:
-            return
-        names = self.found["gauges"] + list(self.found.get("partial", {}))
-        if not names:
-            message("gauge census: no gauge tensors, nothing to monitor")
-            return
-        shown = names if len(names) <= 4 else [*names[:4], "..."]
-        tol = self.found.get("tolerance_float64")
-        message(f"gauge census: {len(names)} gauge tensor(s) {shown}"
-                + (f"; float64 tolerance {tol:.2e}" if isinstance(tol, float) and math.isfinite(tol) else ""))
-
-    def after_step(self, step: int, lr: float | None = None, **ctx: Any) -> dict[str, Any] | None:
-        if self.monitor is None:
-            return None
-        h = self.monitor.history
-        new, self._returned = h[self._returned:], len(h)
-        if self._log is not None:
-            for rec in new:
-                self._log(rec)
-        return new[-1] if new else None
-
-    def on_end(self, summary: dict[str, Any] | None = None, **ctx: Any) -> dict[str, Any]:
-        if self.monitor is not None:
-            self.monitor.detach()
-        s = self.monitor.summary() if self.monitor is not None else {"steps": 0, "groups": {}}
-        if summary is not None:
-            summary["equilibrium"] = s
-            if self.found is not None:
-                summary["gauge_census"] = self.found
-        return s
-
-    def state_dict(self) -> dict[str, Any]:
-        if self.monitor is not None:
-            return self.monitor.state_dict()
-        return dict(self._pending) if self._pending is not None else {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the monitor's state; before ``on_start`` (the loop restores hooks first) it waits for the monitor."""
-        if not state:
-            return
-        if self.monitor is None:
-            self._pending = dict(state)
-            return
-        self.monitor.load_state_dict(state)
-        self._pending = None
-        self._returned = len(self.monitor.history)
+        return TrainHook
+    raise AttributeError(f"module 'dynamics.monitor' has no attribute {name!r}")
 
 
 def _f(v: Any, fmt: str = ".4g") -> str:

@@ -1,107 +1,188 @@
-r"""Rotational variants of SGD with momentum and AdamW: every gauge group at its equilibrium from step 1.
+r"""Rotational variants of SGD with momentum, AdamW and Lion: every gauge group at its equilibrium from step 1.
 
-Kosson, Messmer & Jaggi (*Rotational Equilibrium*, arXiv:2305.17212, §5) propose "rotational variants" that
-replace the slow approach to equilibrium (:math:`\approx 1/(2\eta\lambda)` steps, :mod:`dynamics.laws`) by its
-end state: each scale-invariant group :math:`W_I` keeps a fixed norm and turns by the equilibrium angle
-:math:`\varphi^*` every step.  Our construction (own implementation):
+Kosson, Messmer & Jaggi (*Rotational Equilibrium*, arXiv:2305.17212, §5; code: epfml/REQ) propose "rotational
+variants" that replace the slow approach to equilibrium (:math:`\approx 1/(2\eta\lambda)` steps, :mod:`dynamics.laws`)
+by its end state: each scale-invariant unit keeps a fixed norm and turns by the equilibrium angle :math:`\varphi^*`
+every step.  Our construction (own implementation):
 
-1. the base optimizer (``torch.optim.SGD`` with momentum or ``torch.optim.AdamW``) computes its step as usual;
-   whole gauge tensors sit in a param group with ``weight_decay = 0`` (their decay is replaced by the norm
-   constraint; the decay value is kept as ``rot_wd`` because it sets :math:`\varphi^*`);
-2. per gauge group, the step :math:`\Delta = W_I - W_I'` is made tangent,
+1. the base optimizer (``torch.optim.SGD`` with momentum, ``torch.optim.AdamW`` or :class:`dynamics.lion.Lion`)
+   computes its step as usual; whole gauge tensors sit in param groups with ``weight_decay = 0`` (their decay is
+   replaced by the norm constraint; the value is kept as ``rot_wd`` because it sets :math:`\varphi^*`);
+2. per rotational unit (a gauge group, or with ``per_neuron=True`` each row of it: REQ's ``per_neuron`` option, one
+   output neuron or filter per unit) the step :math:`\Delta = W_I - W_I'` is made tangent,
    :math:`\Delta_\perp = \Delta - \frac{\langle\Delta, W_I\rangle}{\lVert W_I\rVert^2}W_I` (any decay is radial and
    drops out, which also covers gauge blocks of partly-gauge tensors that keep their decay);
-3. :math:`W_I \leftarrow \rho_I\,\widehat{W_I - \tan\varphi^*\,\lVert W_I\rVert\,\hat\Delta_\perp}`, so the
-   angle between consecutive iterates is exactly :math:`\arctan(\tan\varphi^*) = \varphi^*` and the norm is the
-   held :math:`\rho_I` (the group's norm at construction);
-4. non-gauge parameters get the base optimizer's step untouched.
+3. :math:`W_I \leftarrow \rho_I\,\widehat{W_I - \tan\varphi^*\,\lVert W_I\rVert\,\hat\Delta_\perp}`: consecutive
+   iterates are exactly :math:`\varphi^*` apart and the norm is the held :math:`\rho_I` (its norm at construction);
+4. every other parameter gets the base optimizer's step untouched, in its own param group, bit for bit.
 
-:math:`\varphi^*` is the exact equilibrium angle of the base optimizer at the current lr (read every step, so
-schedules carry over) from :func:`dynamics.laws.equilibrium_angle`: AdamW
-:math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1 q)`, :math:`q = 1-\eta\lambda` (small-d limit: Kosson et al.'s
-:math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}`); SGD with momentum and coupled L2
-:math:`\cos\varphi^* = 1-\eta\lambda/(1+\mu)` (Wan et al., *Spherical Motion Dynamics*, arXiv:2006.08419:
-:math:`\sqrt{2\eta\lambda/(1+\mu)}`).  A group whose tangent step is exactly zero (no gradient) does not move.
+:math:`\varphi^*` is the base optimizer's exact equilibrium angle at the param group's current lr (read every step, so
+schedules carry over): AdamW :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1 q)`, :math:`q = 1-\eta\lambda` (small-d
+limit: Kosson et al.'s :math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}`); SGD with momentum and coupled L2
+:math:`\cos\varphi^* = 1-\eta\lambda/(1+\mu)` (Wan et al., arXiv:2006.08419); Lion
+:math:`\cos\varphi^* = q + A(1-q^2)/(1+2qA)` with :math:`A` its sign-correlation series (:mod:`dynamics.scalefree`;
+REQ's :math:`\sqrt{\pi/2}\sqrt{2\eta\lambda}\sigma` is its linearized small-d form).  A unit whose tangent step is
+exactly zero (no gradient) does not move.
+
+**Parameter groups.**  ``groups=[{"params": ["blocks.0.*", "head.weight"], "lr": 1e-3, "weight_decay": 0.05}, ...]``
+names parameters (exact names or ``fnmatch`` patterns) with their own hyperparameters; the rest take the defaults.
+``no_decay`` names parameters (embeddings, norm gains, biases) that the base optimizer steps without decay.  Every
+name and pattern must match; a gauge cannot be in ``no_decay`` (its decay sets its angle).  Errors are one line
+naming the parameter and its allowed range: NaN / inf / non-positive lr, negative weight decay, lr * weight_decay
+at or above 1, unknown names, a parameter in two groups.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 import dynamics.laws as laws
+import dynamics.scalefree as sf
+from dynamics.lion import Lion
 from dynamics.monitor import GaugeGroup, gauge_groups
+from rmsgauge import check_range
+
+KINDS = {"sgd": torch.optim.SGD, "sgdm": torch.optim.SGD, "adamw": torch.optim.AdamW, "lion": Lion}
+
+
+def check_hparams(where: str, lr: Any, wd: Any, *, gauge: bool) -> None:
+    """One-line ``ValueError`` for an lr / weight decay pair that cannot set a rotation (``where`` names the group)."""
+    check_range(f"{where}lr", lr, 0.0, None, lo_open=True)
+    check_range(f"{where}weight_decay", wd, 0.0, None, lo_open=gauge)
+    check_range(f"{where}lr * weight_decay", lr * wd, 0.0, 1.0, hi_open=True)
+
+
+def _match(names: Sequence[str], patterns: Iterable[str], what: str) -> set[str]:
+    out: set[str] = set()
+    for pat in patterns:
+        hit = {n for n in names if n == pat or fnmatch.fnmatchcase(n, pat)}
+        if not hit:
+            raise ValueError(f"{what}: no parameter named or matching {pat!r} (the model has {len(names)} parameters)")
+        out |= hit
+    return out
 
 
 class RotationalOptimizer(torch.optim.Optimizer):
-    """Wraps a base torch optimizer; gauge groups rotate by the base optimizer's equilibrium angle at fixed norm.
+    """Wraps a base torch optimizer; gauge units rotate by the base optimizer's equilibrium angle at fixed norm.
 
-    Use :func:`rotational_sgd` / :func:`rotational_adamw`.  ``param_groups`` and ``state`` are the base
-    optimizer's (lr schedulers and checkpoints see one optimizer).
+    Use :func:`rotational_sgd` / :func:`rotational_adamw` / :func:`rotational_lion`.  ``param_groups`` and ``state``
+    are the base optimizer's (lr schedulers and checkpoints see one optimizer).
     """
 
-    def __init__(self, model: nn.Module, gauges: Any, base_cls: type[torch.optim.Optimizer], kind: str,
-                 decay: str, *, per_block: bool = True, **base_kwargs: Any) -> None:
-        if kind not in ("sgd", "sgdm", "adamw"):
-            raise ValueError(f"kind must be one of sgd, sgdm, adamw; got {kind!r}")
-        self.kind, self.decay = kind, decay
+    def __init__(self, model: nn.Module, gauges: Any, kind: str, *, per_block: bool = True,
+                 per_neuron: bool = False, groups: Sequence[Mapping[str, Any]] | None = None,
+                 no_decay: Iterable[str] = (), **defaults: Any) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+        self.kind, self.per_neuron = kind, bool(per_neuron)
         self.groups: list[GaugeGroup] = gauge_groups(model, gauges, per_block=per_block)
-        named = dict(model.named_parameters())
-        whole = {g.param for g in self.groups if g.axis is None} | {
-            n for n in {g.param for g in self.groups} if _covers(named[n], [g for g in self.groups if g.param == n])}
-        wd = float(base_kwargs.pop("weight_decay", 0.0))
-        gauge_ps = [p for n, p in named.items() if n in whole and p.requires_grad]
-        other_ps = [p for n, p in named.items() if n not in whole and p.requires_grad]
-        pgroups = [{"params": gauge_ps, "weight_decay": 0.0, "rot_wd": wd, "rotational": True}]
-        if other_ps:
-            pgroups.append({"params": other_ps, "weight_decay": wd, "rot_wd": wd, "rotational": False})
-        self.base = base_cls(pgroups, **base_kwargs)
-        super().__init__([p for p in named.values() if p.requires_grad], dict(self.base.defaults))
+        named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        self._named = named
+        self.base = KINDS[kind](self._param_groups(named, defaults, groups or (), no_decay))
+        super().__init__([p for p in named.values()], dict(self.base.defaults))
         self.param_groups = self.base.param_groups
         self.state = self.base.state
-        self._named = named
         self._pg = {id(p): pg for pg in self.param_groups for p in pg["params"]}
         with torch.no_grad():
-            self.held = {g.name: float(g.view(named[g.param].detach()).double().norm()) for g in self.groups}
-        zero = [g.name for g, v in zip(self.groups, self.held.values()) if v == 0.0]
+            self.held = {g.name: self._units(g, named[g.param].detach()).norm(dim=1) for g in self.groups}
+        zero = [g.name for g in self.groups if bool((self.held[g.name] == 0).any())]
         if zero:
-            raise ValueError(f"gauge groups with zero norm cannot rotate: {zero}")
+            raise ValueError(f"gauge units with zero norm cannot rotate: {zero}")
 
-    # the equilibrium angle this wrapper holds, for the monitor and the tests
+    def _param_groups(self, named: dict[str, torch.Tensor], defaults: dict[str, Any],
+                      groups: Sequence[Mapping[str, Any]], no_decay: Iterable[str]) -> list[dict[str, Any]]:
+        names = list(named)
+        whole = {g.param for g in self.groups if g.axis is None} | {
+            n for n in {g.param for g in self.groups} if _covers(named[n], [g for g in self.groups if g.param == n])}
+        gauge_names = {g.param for g in self.groups}
+        nd = _match(names, no_decay, "no_decay")
+        if nd & gauge_names:
+            raise ValueError(f"no_decay names gauge tensor(s) {sorted(nd & gauge_names)}: a rotational gauge needs "
+                             f"weight_decay in (0, inf) (it sets the angle); drop them from no_decay or from gauges")
+        owner: dict[str, int] = {}
+        specs = [dict(defaults)]
+        for i, grp in enumerate(groups):
+            extra = set(grp) - {"params"} - set(defaults) - {"lr", "weight_decay"}
+            if "params" not in grp or extra:
+                raise ValueError(f"groups[{i}] must have 'params' and only the optimizer's options; unknown: "
+                                 f"{sorted(extra) if extra else 'params missing'}")
+            for n in _match(names, grp["params"], f"groups[{i}].params"):
+                if n in owner:
+                    raise ValueError(f"groups[{i}].params: {n!r} is already in groups[{owner[n]}]")
+                owner[n] = i
+            specs.append({**defaults, **{k: v for k, v in grp.items() if k != "params"}})
+        out = []
+        for i, spec in enumerate(specs):  # spec 0: the defaults; spec i + 1: groups[i]
+            mine = [n for n in names if owner.get(n, -1) == i - 1]
+            where = "" if i == 0 else f"groups[{i - 1}]."
+            wd = spec.pop("weight_decay", 0.0)
+            check_hparams(where, spec.get("lr"), wd, gauge=any(n in gauge_names for n in mine))
+            rot = [named[n] for n in mine if n in whole]
+            rest_d = [named[n] for n in mine if n not in whole and n not in nd]
+            rest_nd = [named[n] for n in mine if n not in whole and n in nd]
+            for ps, w, is_rot in ((rot, 0.0, True), (rest_d, wd, False), (rest_nd, 0.0, False)):
+                if ps:
+                    out.append({**spec, "params": ps, "weight_decay": w, "rot_wd": wd, "rotational": is_rot,
+                                "group_index": i - 1})
+        return out
+
+    # ------------------------------------------------------------------------------------------ the angle
     def rotational_angle(self, pg: dict[str, Any]) -> float:
         """:math:`\\varphi^*` for a param group at its current lr (the base optimizer's exact equilibrium angle)."""
-        return laws.equilibrium_angle(self.kind, self.decay, float(pg["lr"]), float(pg["rot_wd"]),
-                                      momentum=float(pg.get("momentum", 0.0) or 0.0),
-                                      betas=tuple(pg.get("betas", (0.9, 0.999))))
+        i = pg.get("group_index", -1)
+        lr, wd = pg["lr"], pg["rot_wd"]
+        check_hparams("" if i < 0 else f"groups[{i}].", lr, wd, gauge=True)  # a scheduler may have moved lr
+        if self.kind == "lion":
+            d = lr * wd
+            return math.acos(float(sf.equilibrium_cos(d, sf.lion_correlation_sum(d, *pg["betas"]))))
+        if self.kind == "adamw":
+            return laws.equilibrium_angle("adamw", "torch", lr, wd, betas=tuple(pg["betas"]))
+        mu = float(pg.get("momentum", 0.0) or 0.0)
+        return laws.equilibrium_angle("sgdm" if mu > 0 else "sgd", "l2", lr, wd, momentum=mu)
 
-    def held_norm(self, param: str, axis: int | None = None, start: int = 0) -> float:
-        """The held norm of a group (``axis`` None: of the whole tensor, the root sum of its groups' squares)."""
+    def held_norm(self, param: str, axis: int | None = None, start: int = 0, stop: int | None = None) -> float:
+        """The held norm of ``param`` (``axis`` None), or of its block ``[start, stop)`` on ``axis``: one of the
+        gauge groups, or (``per_neuron``) any run of rows inside one; NaN for a block no unit matches."""
         mine = [g for g in self.groups if g.param == param]
         if axis is None:
-            return math.sqrt(sum(self.held[g.name] ** 2 for g in mine))
-        return next(self.held[g.name] for g in mine if g.axis == axis and g.start == start)
+            return math.sqrt(sum(float(self.held[g.name].pow(2).sum()) for g in mine))
+        for g in mine:
+            end = g.stop if stop is None else stop
+            if g.axis != axis or not g.start <= start < end <= g.stop:
+                continue
+            if (start, end) == (g.start, g.stop):
+                return math.sqrt(float(self.held[g.name].pow(2).sum()))
+            if self.per_neuron and axis == 0:
+                return math.sqrt(float(self.held[g.name][start - g.start:end - g.start].pow(2).sum()))
+        return math.nan
+
+    def _units(self, g: GaugeGroup, t: torch.Tensor) -> torch.Tensor:
+        """The group's rotational units as rows: ``(rows, -1)`` per neuron, else ``(1, -1)``."""
+        v = g.view(t)
+        return v.reshape(v.shape[0], -1) if self.per_neuron and v.dim() > 1 else v.reshape(1, -1)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> Any:
         before = {n: self._named[n].detach().clone() for n in {g.param for g in self.groups}}
         loss = self.base.step(closure)
-        for g in self.groups:  # loop over gauge groups (a handful per layer), never over entries
+        for g in self.groups:  # a handful of groups per layer; the units of a group in one vectorized pass
             p = self._named[g.param]
-            w0 = g.view(before[g.param])
-            delta = w0 - g.view(p.detach())
-            w0n2 = (w0 * w0).sum()
-            tangent = delta - w0 * ((delta * w0).sum() / w0n2)  # the radial part (decay) drops out
-            tn = tangent.norm()
-            if float(tn) == 0.0:  # no gradient reached this group: it does not move
-                g.view(p).copy_(w0)
-                continue
+            w0 = self._units(g, before[g.param])  # (U, m)
+            delta = w0 - self._units(g, p.detach())
+            w0n2 = (w0 * w0).sum(1, keepdim=True)  # (U, 1)
+            tangent = delta - w0 * ((delta * w0).sum(1, keepdim=True) / w0n2)  # the radial part (decay) drops out
+            tn = tangent.norm(dim=1, keepdim=True)
             phi = self.rotational_angle(self._pg[id(p)])
-            new = w0 - tangent * (math.tan(phi) * w0n2.sqrt() / tn)  # |tangent step| = tan(phi) |W|: angle phi
-            g.view(p).copy_(new * (self.held[g.name] / new.norm()))
+            scale = torch.where(tn > 0, math.tan(phi) * w0n2.sqrt() / torch.where(tn > 0, tn, 1.0), 0.0)
+            new = w0 - tangent * scale  # |tangent step| = tan(phi) |W|: the angle is phi; no gradient: no move
+            new = new * (self.held[g.name].to(new.dtype).unsqueeze(1) / new.norm(dim=1, keepdim=True))
+            g.view(p).copy_(new.reshape(g.view(p).shape))
         return loss
 
     def state_dict(self) -> dict[str, Any]:
@@ -127,20 +208,36 @@ def _covers(p: torch.Tensor, groups: list[GaugeGroup]) -> bool:
 
 
 def rotational_sgd(model: nn.Module, gauges: Any, *, lr: float, momentum: float = 0.9, weight_decay: float = 0.0,
-                   per_block: bool = True) -> RotationalOptimizer:
+                   per_block: bool = True, per_neuron: bool = False, groups: Sequence[Mapping[str, Any]] | None = None,
+                   no_decay: Iterable[str] = ()) -> RotationalOptimizer:
     """Rotational variant of ``torch.optim.SGD(momentum, weight_decay)`` (coupled L2 convention)."""
-    if not 0.0 <= momentum < 1.0:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum!r}")
-    if weight_decay <= 0.0 or lr <= 0.0:
-        raise ValueError(f"lr and weight_decay must be in (0, inf) (they set the angle), got {lr!r}, {weight_decay!r}")
-    return RotationalOptimizer(model, gauges, torch.optim.SGD, "sgdm" if momentum > 0 else "sgd", "l2",
-                               per_block=per_block, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    check_range("momentum", momentum, 0.0, 1.0, hi_open=True)
+    check_hparams("", lr, weight_decay, gauge=True)
+    return RotationalOptimizer(model, gauges, "sgdm" if momentum > 0 else "sgd", per_block=per_block,
+                               per_neuron=per_neuron, groups=groups, no_decay=no_decay, lr=lr, momentum=momentum,
+                               weight_decay=weight_decay)
 
 
 def rotational_adamw(model: nn.Module, gauges: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                     eps: float = 1e-8, weight_decay: float = 0.01, per_block: bool = True) -> RotationalOptimizer:
+                     eps: float = 1e-8, weight_decay: float = 0.01, per_block: bool = True, per_neuron: bool = False,
+                     groups: Sequence[Mapping[str, Any]] | None = None,
+                     no_decay: Iterable[str] = ()) -> RotationalOptimizer:
     """Rotational variant of ``torch.optim.AdamW`` (decoupled decay ``lr * weight_decay`` per step)."""
-    if weight_decay <= 0.0 or lr <= 0.0:
-        raise ValueError(f"lr and weight_decay must be in (0, inf) (they set the angle), got {lr!r}, {weight_decay!r}")
-    return RotationalOptimizer(model, gauges, torch.optim.AdamW, "adamw", "torch", per_block=per_block, lr=lr,
-                               betas=betas, eps=eps, weight_decay=weight_decay)
+    check_hparams("", lr, weight_decay, gauge=True)
+    check_range("betas[0]", betas[0], 0.0, 1.0, hi_open=True)
+    check_range("betas[1]", betas[1], 0.0, 1.0, hi_open=True)
+    return RotationalOptimizer(model, gauges, "adamw", per_block=per_block, per_neuron=per_neuron, groups=groups,
+                               no_decay=no_decay, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+def rotational_lion(model: nn.Module, gauges: Any, *, lr: float, betas: tuple[float, float] = (0.9, 0.99),
+                    weight_decay: float = 1.0, per_block: bool = True, per_neuron: bool = False,
+                    groups: Sequence[Mapping[str, Any]] | None = None,
+                    no_decay: Iterable[str] = ()) -> RotationalOptimizer:
+    """Rotational variant of :class:`dynamics.lion.Lion` (decoupled decay ``lr * weight_decay``; REQ's
+    ``RotationalLion`` construction, with the exact equilibrium angle of :mod:`dynamics.scalefree`)."""
+    check_hparams("", lr, weight_decay, gauge=True)
+    check_range("betas[0]", betas[0], 0.0, 1.0, hi_open=True)
+    check_range("betas[1]", betas[1], 0.0, 1.0, hi_open=True)
+    return RotationalOptimizer(model, gauges, "lion", per_block=per_block, per_neuron=per_neuron, groups=groups,
+                               no_decay=no_decay, lr=lr, betas=betas, weight_decay=weight_decay)

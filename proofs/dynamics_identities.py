@@ -21,6 +21,11 @@ Source: ``../shared/seeds/000_af2b73d9d39ee98c.txt``.  Notation as in ``dynamics
   :math:`-1/\ln|2q^2-1| = 1/(4d) - 3/8 + O(d)`.
 * ``dynamics.equilibrium_norm_momentum`` -- the stationary second moments of SGD+momentum (decoupled and coupled
   L2) and AdamW under uncorrelated gradients, solved by sympy, give the fixed points used in ``dynamics/laws.py``.
+* ``dynamics.relaxation_momentum`` -- the Jacobian of the heavy-ball second-moment map (:mod:`dynamics.heavyball`)
+  at its fixed point has the characteristic polynomial :math:`(z-\mu^2)(z^2 - (1+\mu-4\epsilon+2\epsilon^2/(1+\mu))z
+  + \mu)` with coupled L2 (:math:`\epsilon = \eta\lambda`) and :math:`(z-\mu^2q^2)(z^2+Bz+\mu q)` with decoupled
+  decay; the slow root is :math:`1 - 4\epsilon/(1-\mu) + O(\epsilon^2)`: the relaxation time is
+  :math:`(1-\mu)/(4\eta\lambda)`, not the plain-SGD :math:`1/(4\eta\lambda)`.
 * ``dynamics.equilibrium_angle`` -- SGD: stationary norm and :math:`g\perp W` give :math:`\cos\varphi^* = q`,
   :math:`\tan\varphi^* = \sqrt{1-q^2}/q`; :math:`\arccos(1-d) = \sqrt{2d}\,(1 + d/12 + O(d^2))`.
 * ``dynamics.equilibrium_angle_momentum`` -- from the solved moments,
@@ -180,6 +185,38 @@ def equilibrium_norm_momentum() -> ProofResult:
                        "((1+b1)(1-b1 q)(1-q^2)) -> eta nu/(2 lam) (Kosson et al.)",
                        ok, f"decoupled {r1}; l2 {r2}; adamw {r3}; adamw small-eta limit {first}",
                        "symbolic q, mu, eta, lambda, gamma = E||g||^2 (uncorrelated across steps)")
+
+
+def _heavy_ball_charpoly(l2: sp.Expr, qq: sp.Expr, z: sp.Symbol) -> sp.Expr:
+    """Characteristic polynomial of the heavy-ball moment map's Jacobian at its fixed point (dynamics.heavyball)."""
+    X, Y, Z, G2 = sp.symbols("X Y Z G2", positive=True)
+    P = G2 / X
+    Wb = mu * Y + l2 * X
+    bb = mu**2 * Z + 2 * mu * l2 * Y + P + l2**2 * X
+    F = [qq**2 * X - 2 * eta * qq * Wb + eta**2 * bb, qq * Wb - eta * bb, bb]
+    sol = sp.solve([sp.Eq(F[1], Y), sp.Eq(F[2], Z)], [Y, Z], dict=True)[0]
+    xs = [r for r in sp.solve(sp.Eq(F[0].subs(sol), X), X) if r.could_extract_minus_sign() is False]
+    J = sp.Matrix(F).jacobian([X, Y, Z]).subs(sol).subs(X, xs[0])
+    return sp.expand(sp.simplify(J.charpoly(z).as_expr()))
+
+
+@proof("dynamics.relaxation_momentum")
+def relaxation_momentum() -> ProofResult:
+    z, eps, w = sp.Symbol("z"), sp.Symbol("epsilon", positive=True), sp.Symbol("w", positive=True)
+    e = eta * lam
+    l2 = _heavy_ball_charpoly(lam, sp.Integer(1), z) - sp.expand(
+        (z - mu**2) * (z**2 - (1 + mu - 4 * e + 2 * e**2 / (1 + mu)) * z + mu))
+    B = (1 + mu**2 * q**2 - 2 * mu**2 - 2 * mu * q - 2 * q**2) / (1 + mu * q)
+    dec = _heavy_ball_charpoly(sp.Integer(0), q, z) - sp.expand((z - mu**2 * q**2) * (z**2 + B * z + mu * q))
+    s = (1 + mu - 4 * eps + 2 * eps**2 / (1 + mu)).subs(mu, 1 - w)  # mu = 1 - w, 0 < w: sqrt((1-mu)^2) = 1 - mu
+    slow = sp.series((s + sp.sqrt(s**2 - 4 * (1 - w))) / 2, eps, 0, 2).removeO()
+    r3 = sp.simplify(slow - (1 - 4 * eps / w))
+    ok = all(is_zero(sp.simplify(r)) for r in (l2, dec, r3))
+    return ProofResult("dynamics.relaxation_momentum",
+                       "heavy ball: charpoly (z - mu^2)(z^2 - (1+mu-4e+2e^2/(1+mu)) z + mu) (L2, e = eta lam) and "
+                       "(z - mu^2 q^2)(z^2 + B z + mu q) (decoupled); slow root 1 - 4e/(1-mu) + O(e^2)",
+                       ok, f"l2 {sp.simplify(l2)}; decoupled {sp.simplify(dec)}; slow-root series {r3}",
+                       "symbolic q, mu, eta, lambda, G (random-walk second moments, mean field)")
 
 
 # ---------------------------------------------------------------- angles

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from dynamics import laws
-from dynamics.monitor import EquilibriumMonitor, optimizer_law
+from dynamics import scalefree as sf
+from dynamics.context import SE_SIGMAS
+from dynamics.monitor import EquilibriumLagWarning, EquilibriumMonitor, optimizer_law
 from rmsgauge import tolerance
 
 
@@ -97,8 +101,8 @@ def test_monitor_adamw_predictions_interval_and_no_prediction(tmp_path):
     m(torch.randn(4, 8, dtype=torch.float64)).backward()
     opt2.step()
     assert mon2.history[0]["groups"]["w"]["law"] == "none" and mon2.history[0]["groups"]["w"]["angle_eq"] is None
-    assert optimizer_law(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True),
-                         {"nesterov": True})[0] == "none"
+    nest = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.1)
+    assert optimizer_law(nest, nest.param_groups[0])[0] == "nesterov/l2"  # Nesterov has its law (dynamics.heavyball)
     mon.plot(tmp_path / "eq.png")
     assert (tmp_path / "eq.png").stat().st_size > 0
 
@@ -189,3 +193,133 @@ def test_partial_gauge_blocks_are_not_merged_into_the_whole_tensor():
     assert [(g.name, g.axis) for g in whole] == [("w", None)]
     part = gauge_groups(m, {"w": [(0, 0, 4)]}, per_block=False)
     assert [(g.name, g.axis, g.start, g.stop) for g in part] == [("w[rows 0:4]", 0, 0, 4)]
+
+
+# ------------------------------------------------------------------------------------------------ issue 22
+def test_sgd_predicted_norm_uses_the_mean_square_gradient_statistic():
+    """The SGD equilibrium norm needs G^2 = E[(||g_I|| ||W_I||)^2], a mean of *squares*: sqrt(mean G^2) differs from
+    mean G by the spread of G (here G varies by tens of percent across batches), so a monitor that averaged the
+    unsquared statistic would predict a different norm.  Checked by hand, per block, to float64 round-off."""
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    lr, wd, mu = 0.05, 0.1, 0.9
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=mu, weight_decay=wd)
+    mon = EquilibriumMonitor(m, opt, _blocks())
+    G: dict[str, list[float]] = {"w[rows 0:4]": [], "w[rows 4:8]": []}
+    for _ in range(12):
+        m(torch.randn(16, 8, dtype=torch.float64)).backward()
+        for (_, s0, s1), name in zip(_blocks()["w"], G):
+            G[name].append(float(m.w.grad[s0:s1].norm() * m.w[s0:s1].detach().norm()))
+        opt.step()
+        opt.zero_grad()
+    for name, gs in G.items():
+        G2 = sum(g * g for g in gs) / len(gs)
+        by_hand = (lr * (1 + mu) * G2 / (2 * wd * (1 - mu) * ((1 + mu) - lr * wd / 2))) ** 0.25  # Wan et al., exact
+        got = mon.history[-1]["groups"][name]["norm_eq"]
+        assert abs(got - by_hand) <= tolerance("float64", size=len(gs), depth=8).bound(by_hand), (name, got, by_hand)
+        unsquared = (sum(gs) / len(gs)) ** 2
+        assert abs(G2 / unsquared - 1) > 1e3 * tolerance("float64", size=len(gs)).rtol  # the two statistics differ
+
+
+def test_monitor_sgd_momentum_steps_to_equilibrium_match_simulation():
+    """The issue's case: SGD, momentum 0.9, coupled L2, on the random-walk gauge (one gauge per row).  The monitor's
+    predicted steps to equilibrium (the second-moment map iterated from the first recorded state) match the steps
+    its groups take, within one relaxation time; the old plain-SGD relaxation (1/(4 lr wd)) was ~1/(1-mu) too long."""
+    R, n, lr, wd, mu = 16, 256, 0.1, 0.02, 0.9
+    holder = nn.Module()
+    gen = torch.Generator().manual_seed(0)
+    holder.w = nn.Parameter(torch.randn(R, n, dtype=torch.float64, generator=gen) * 3.0)
+    opt = torch.optim.SGD([holder.w], lr=lr, momentum=mu, weight_decay=wd)
+    mon = EquilibriumMonitor(holder, opt, {"w": [(0, r, r + 1) for r in range(R)]})
+    for _ in range(260):
+        w = holder.w.detach()
+        xi = torch.randn(R, n, dtype=torch.float64, generator=gen)
+        holder.w.grad = (xi - w * (xi * w).sum(1, keepdim=True) / (w * w).sum(1, keepdim=True)) / w.norm(dim=1,
+                                                                                                    keepdim=True)
+        opt.step()
+    s = mon.summary()["groups"]
+    tau = laws.relaxation_steps("sgdm", "l2", lr, wd, momentum=mu)
+    assert all(r["relax_steps"] == pytest.approx(tau, rel=tolerance("float64", size=9).rtol) for r in s.values())
+    pred = [r["steps_to_eq_predicted"] for r in s.values()]
+    meas = [r["steps_to_eq_measured"] for r in s.values()]
+    assert abs(float(np.median(meas)) - float(np.median(pred))) <= tau, (pred, meas, tau)
+    old = laws.steps_to_equilibrium(mon.stats(mon.groups[0]).x0, s["w[rows 0:1]"]["norm_eq"] ** 2,
+                                    laws.relaxation_factor(lr * wd), mon.band)
+    assert old > 3 * float(np.median(meas))  # the former prediction
+    tail = [r["norm_last"] / r["norm_eq"] for r in s.values()]
+    assert abs(float(np.mean(tail)) - 1) <= SE_SIGMAS * float(np.std(tail, ddof=1)) / math.sqrt(R) + 4 / n
+
+
+def test_schedule_lag_is_recorded_and_reported():
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.8**step)  # far faster than 1/(2 lr wd) = 200 steps
+    said: list[str] = []
+    mon = EquilibriumMonitor(m, opt, ["w"], on_lag=said.append)
+    for _ in range(4):
+        m(torch.randn(16, 8, dtype=torch.float64)).backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    lags = mon.series("w", "lag")[1]
+    assert len(said) == 1 and "faster than the norm can follow" in said[0]
+    assert lags and min(lags) > mon.band  # relaxation ~200 steps x |ln 0.8| per step of x* ~ 45: far behind
+    assert "warning: the learning-rate schedule" in mon.table()
+    with pytest.warns(EquilibriumLagWarning, match="faster than the norm can follow"):
+        m2 = HeadNormToy()
+        opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-2, weight_decay=0.5)
+        sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda step: 0.8**step)
+        EquilibriumMonitor(m2, opt2, ["w"], on_lag=lambda msg: warnings.warn(msg, EquilibriumLagWarning, stacklevel=2))
+        for _ in range(3):
+            m2(torch.randn(16, 8, dtype=torch.float64)).backward()
+            opt2.step()
+            sched2.step()
+    # a constant schedule never lags
+    m3 = HeadNormToy()
+    opt3 = torch.optim.AdamW(m3.parameters(), lr=1e-2, weight_decay=0.5)
+    mon3 = EquilibriumMonitor(m3, opt3, ["w"], on_lag=said.append)
+    for _ in range(3):
+        m3(torch.randn(16, 8, dtype=torch.float64)).backward()
+        opt3.step()
+    assert mon3.series("w", "lag")[1] == [] and len(said) == 1 and "warning" not in mon3.summary()
+
+
+@pytest.mark.parametrize("heads", [2, 32])
+def test_plot_is_readable_with_many_groups(tmp_path, heads):
+    torch.manual_seed(0)
+    m = HeadNormToy(d=64, heads=heads)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5)
+    mon = EquilibriumMonitor(m, opt, _blocks(64, heads))
+    for _ in range(3):
+        m(torch.randn(4, 64, dtype=torch.float64)).backward()
+        opt.step()
+    from dynamics import monitor_plot
+
+    out = tmp_path / f"eq{heads}.png"
+    mon.plot(out)
+    assert out.stat().st_size > 0 and (len(mon.groups) <= monitor_plot.FEW) == (heads == 2)
+
+
+def test_monitor_lion_and_muon_records():
+    from dynamics.lion import Lion
+
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    opt = Lion(m.parameters(), lr=1e-3, weight_decay=1.0)
+    mon = EquilibriumMonitor(m, opt, _blocks())
+    m(torch.randn(16, 8, dtype=torch.float64)).backward()
+    opt.step()
+    r = mon.history[-1]["groups"]["w[rows 0:4]"]
+    assert r["law"] == "lion" and r["norm_eq"] ** 2 == pytest.approx(
+        float(sf.fixed_point(1e-3, 1e-3, 32, sf.lion_correlation_sum(1e-3, 0.9, 0.99))), rel=tolerance("float64").rtol)
+    assert r["nu"] == pytest.approx(32, rel=tolerance("float64", size=32, depth=4).rtol / 1e-6)  # every entry +-1
+    if hasattr(torch.optim, "Muon"):
+        m = HeadNormToy()
+        opt = torch.optim.Muon([m.w], lr=1e-2, weight_decay=0.1, momentum=0.0)
+        mon = EquilibriumMonitor(m, opt, ["w"])
+        m(torch.randn(16, 8, dtype=torch.float64)).backward()
+        opt.step()
+        r = mon.history[-1]["groups"]["w"]
+        assert r["law"] == "muon" and r["nu_nominal"] == 8 and r["angle_eq"] == pytest.approx(
+            math.acos(1 - 1e-3), rel=tolerance("float64").rtol)

@@ -1,0 +1,182 @@
+r"""The SGD family on a scale gauge, exactly: the second-moment map of SGD, heavy-ball momentum and Nesterov.
+
+One step of ``torch.optim.SGD`` (momentum :math:`\mu`, dampening :math:`\tau`, coupled L2 :math:`\lambda`, optional
+Nesterov), with an optional decoupled decay :math:`d` applied before it (SGD-W, :mod:`dynamics.simulate`'s
+``source``/``torch`` rows), :math:`q = 1-d`, :math:`\kappa = 1-\tau`:
+
+.. math::  h_t = g_t + \lambda W_t,\quad b_t = \mu b_{t-1} + \kappa h_t,\quad
+           u_t = b_t \;\text{(heavy ball)}\;\text{or}\; h_t + \mu b_t \;\text{(Nesterov)},\quad
+           W_{t+1} = qW_t - \eta u_t .
+
+**The random-walk model** (Kosson et al., arXiv:2305.17212, §3; Wan et al., arXiv:2006.08419): on a gauge
+:math:`\langle g_t, W_t\rangle = 0` (Euler) and :math:`\lVert g_t\rVert^2 = G^2/\lVert W_t\rVert^2`; the gradients
+are uncorrelated across steps, so :math:`\mathbb E\langle g_t, v\rangle = 0` for every :math:`v` built from the past.
+Then the second moments :math:`s_t = (X, Y, Z) = (\lVert W_t\rVert^2, \langle W_t, b_{t-1}\rangle,
+\lVert b_{t-1}\rVert^2)` obey a closed map, linear in :math:`s` and in the forcing :math:`P = G^2/X`
+(expand :math:`W_{t+1}` and :math:`b_t`; every cross term with :math:`g_t` vanishes):
+
+.. math::  s_{t+1} = M s_t + P_t f,\qquad P_t = G^2/X_t,
+
+with :math:`\langle W,b\rangle = \mu Y + \kappa\lambda X`, :math:`\lVert b\rVert^2 = \mu^2 Z + 2\mu\kappa\lambda Y
++ \kappa^2(P + \lambda^2 X)`, :math:`X' = q^2X - 2\eta q\langle W,u\rangle + \eta^2\lVert u\rVert^2`,
+:math:`Y' = q\langle W,b\rangle - \eta\langle u,b\rangle`, :math:`Z' = \lVert b\rVert^2` (:func:`moment_step`).
+
+* **Fixed point** (closed form): :math:`s^* = P^* v` with :math:`v = (I-M)^{-1}f`, and :math:`X^* = G^2 v_0/X^*`,
+  so :math:`X^{*2} = G^2 v_0`.  For :math:`\mu = 0` this is :math:`\eta^2G^2/(1-q^2)`; heavy ball with decoupled
+  decay gives :func:`dynamics.laws.fixed_point_sgd`, with coupled L2 :func:`dynamics.laws.fixed_point_l2`.
+* **Equilibrium angle**: :math:`\cos\varphi^* = \mathbb E\langle W_t, W_{t+1}\rangle/\mathbb E\lVert W_t\rVert^2
+  = q - \eta\langle W,u\rangle^*/X^*`.
+* **Relaxation** (exact within the model): the Jacobian at the fixed point is
+  :math:`J = M - (G^2/X^{*2})\, f e_0^\top = M - f e_0^\top/v_0` (independent of :math:`G`), and the transient
+  decays as :math:`\rho^t` with :math:`\rho` the spectral radius of :math:`J`.  For heavy ball the
+  characteristic polynomial factors (sympy proof ``dynamics.relaxation_momentum``, ``proofs/dynamics_identities.py``):
+  decoupled :math:`(z-\mu^2q^2)\,(z^2 + Bz + \mu q)`, :math:`B = (1+\mu^2q^2-2\mu^2-2\mu q-2q^2)/(1+\mu q)`;
+  coupled L2 (:math:`\epsilon = \eta\lambda`) :math:`(z-\mu^2)\,(z^2 - (1+\mu-4\epsilon+2\epsilon^2/(1+\mu))z + \mu)`.
+  The slow root is :math:`1 - 4\epsilon/(1-\mu) + O(\epsilon^2)` for L2, so the relaxation time is
+  :math:`(1-\mu)/(4\eta\lambda)`, *not* the plain-SGD :math:`1/(4\eta\lambda)`; once the discriminant turns negative
+  (:math:`\epsilon \gtrsim (1-\sqrt\mu)^2/4`, :math:`7\cdot10^{-4}` at :math:`\mu = 0.9`) the roots are complex with
+  modulus :math:`\sqrt\mu` and the norm rings towards equilibrium in :math:`-2/\ln\mu` steps per e-fold (19 at 0.9).
+* **Steps to equilibrium** (:func:`HeavyBall.steps_to_equilibrium`): the map iterated from the start state (a
+  fresh optimizer has :math:`b_{-1} = 0`: :math:`Y = Z = 0`) until :math:`X_t` stays inside the band; far from
+  :math:`X^*` the map is not linear (the restoring force :math:`G^2/X` fades above it), which the iteration keeps.
+
+Vectorized over configurations where it says so; float64 throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynamics.scalefree import grow_until_settled
+from rmsgauge import check_range
+
+
+@dataclass(frozen=True)
+class HeavyBall:
+    """Hyperparameters of one SGD-family rule (``d``: decoupled decay per step; ``l2``: coupled coefficient)."""
+
+    lr: float
+    d: float = 0.0
+    l2: float = 0.0
+    momentum: float = 0.0
+    nesterov: bool = False
+    dampening: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_range("lr", self.lr, 0.0, None, lo_open=True)
+        check_range("d", self.d, 0.0, 1.0, hi_open=True)
+        check_range("l2", self.l2, 0.0, None)
+        check_range("momentum", self.momentum, 0.0, 1.0, hi_open=True)
+        check_range("dampening", self.dampening, 0.0, 1.0, hi_open=True)
+        if self.d == 0.0 and self.l2 == 0.0:
+            raise ValueError("HeavyBall needs a decay: d (decoupled) or l2 (coupled) in (0, inf); without one the "
+                             "norm grows without bound (no equilibrium)")
+
+    # ------------------------------------------------------------------------------------------- the map
+    def moment_step(self, X, Y, Z, P):
+        """One step of the second-moment map (vectorized: arrays broadcast); returns ``(X', Y', Z')``."""
+        q, eta, mu, lam, k = 1.0 - self.d, self.lr, self.momentum, self.l2, 1.0 - self.dampening
+        h2 = P + lam * lam * X  # ||h||^2
+        Wb = mu * Y + k * lam * X  # <W_t, b_t>
+        bb = mu * mu * Z + 2.0 * mu * k * lam * Y + k * k * h2  # ||b_t||^2
+        if self.nesterov:  # u = h + mu b = (1 + mu k) h + mu^2 b_{t-1}
+            a = 1.0 + mu * k
+            Wu = a * lam * X + mu * mu * Y
+            uu = a * a * h2 + 2.0 * a * mu * mu * lam * Y + mu**4 * Z
+            ub = mu * a * lam * Y + mu**3 * Z + k * a * h2 + k * mu * mu * lam * Y
+        else:
+            Wu, uu, ub = Wb, bb, bb
+        return q * q * X - 2.0 * eta * q * Wu + eta * eta * uu, q * Wb - eta * ub, bb
+
+    def matrices(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(M, f)`` with ``s' = M s + P f`` (the map is linear in ``(X, Y, Z, P)``: read off on unit vectors)."""
+        eye = np.eye(4)
+        cols = np.array(self.moment_step(eye[0], eye[1], eye[2], eye[3]))  # (3, 4)
+        return cols[:, :3], cols[:, 3]
+
+    def _v(self) -> np.ndarray:
+        M, f = self.matrices()
+        return np.linalg.solve(np.eye(3) - M, f)
+
+    # ------------------------------------------------------------------------------------------- the laws
+    def fixed_point(self, G2) -> np.ndarray:
+        r"""Squared-norm fixed point :math:`X^* = \sqrt{G^2 v_0}` (``G2`` may be an array)."""
+        return np.sqrt(np.asarray(G2, dtype=np.float64) * self._v()[0])
+
+    def fixed_state(self, G2: float) -> np.ndarray:
+        """``(X*, Y*, Z*)`` at the fixed point."""
+        x = float(self.fixed_point(G2))
+        return self._v() * (G2 / x)
+
+    def equilibrium_cos(self) -> float:
+        r""":math:`\cos\varphi^* = q - \eta\langle W,u\rangle^*/X^*` (independent of :math:`G`)."""
+        v = self._v()
+        X, Y = 1.0, v[1] / v[0]  # the fixed state scaled to X = 1
+        q, eta, mu, lam, k = 1.0 - self.d, self.lr, self.momentum, self.l2, 1.0 - self.dampening
+        Wu = (1.0 + mu * k) * lam * X + mu * mu * Y if self.nesterov else mu * Y + k * lam * X
+        return float(q - eta * Wu)
+
+    def jacobian(self) -> np.ndarray:
+        r""":math:`J = M - f e_0^\top / v_0` at the fixed point."""
+        M, f = self.matrices()
+        J = M.copy()
+        J[:, 0] -= f / self._v()[0]
+        return J
+
+    def relaxation_factor(self) -> float:
+        """Spectral radius of the Jacobian: the per-step contraction of the slowest mode."""
+        return float(np.abs(np.linalg.eigvals(self.jacobian())).max())
+
+    def relaxation_steps(self) -> float:
+        """Steps per e-fold of the transient, :math:`-1/\\ln\\rho`."""
+        rho = self.relaxation_factor()
+        return math.inf if rho >= 1.0 else (0.0 if rho == 0.0 else -1.0 / math.log(rho))
+
+    def trajectory(self, x0: float, G2: float, steps: int, y0: float = 0.0, z0: float = 0.0) -> np.ndarray:
+        """``X_0 .. X_steps`` of the mean-field map from ``(x0, y0, z0)`` (a fresh optimizer: ``y0 = z0 = 0``)."""
+        traj, state = self._chunk((float(x0), float(y0), float(z0)), G2, steps)
+        return np.append(traj, state[0])
+
+    def steps_to_equilibrium(self, x0: float, G2: float, band: float, y0: float = 0.0,
+                             z0: float = 0.0) -> tuple[float, float]:
+        r"""``(enter, settle)``: first step with :math:`|X_t/X^*-1| \le` ``band`` and first from which it stays, for
+        the mean-field map from ``(x0, y0, z0)`` (:func:`dynamics.scalefree.grow_until_settled`)."""
+        xs = float(self.fixed_point(G2))
+        first = math.ceil(4.0 * self.relaxation_steps() * max(1.0, math.log(abs(x0 / xs - 1.0) / band + 1.0)))
+        return grow_until_settled(lambda n: self.trajectory(x0, G2, n, y0, z0), xs, self.relaxation_steps(), band,
+                                  first if math.isfinite(first) else 0)
+
+    def _chunk(self, state: tuple[float, float, float], G2: float, n: int):
+        X, Y, Z = state
+        M, f = self.matrices()
+        (a, b, c), (d_, e, g_), (h, i, j) = M.tolist()
+        f0, f1, f2 = f.tolist()
+        out = np.empty(n)
+        for t in range(n):  # a nonlinear recursion: sequential by nature (a handful of flops per step)
+            out[t] = X
+            P = G2 / X
+            X, Y, Z = a * X + b * Y + c * Z + f0 * P, d_ * X + e * Y + g_ * Z + f1 * P, h * X + i * Y + j * Z + f2 * P
+        return out, (X, Y, Z)
+
+
+def heavy_ball_factor_closed(lr: float, mu: float, *, d: float = 0.0, l2: float = 0.0) -> float:
+    r"""Closed-form relaxation factor of heavy ball (no Nesterov, no dampening), one decay kind at a time.
+
+    Decoupled (:math:`d`, :math:`q=1-d`): roots of :math:`z^2 + Bz + \mu q` and :math:`\mu^2q^2`;
+    coupled L2 (:math:`\epsilon = \eta\lambda`): roots of :math:`z^2 - (1+\mu-4\epsilon+2\epsilon^2/(1+\mu))z + \mu`
+    and :math:`\mu^2`.  Returns the largest modulus (the module docstring derives both).
+    """
+    if (d > 0.0) == (l2 > 0.0):
+        raise ValueError(f"exactly one of d and l2 must be in (0, inf), got d={d!r}, l2={l2!r}")
+    if d > 0.0:
+        q = 1.0 - d
+        B = (1.0 + mu * mu * q * q - 2.0 * mu * mu - 2.0 * mu * q - 2.0 * q * q) / (1.0 + mu * q)
+        roots = [*np.roots([1.0, B, mu * q]), mu * mu * q * q]
+    else:
+        eps = lr * l2
+        s = 1.0 + mu - 4.0 * eps + 2.0 * eps * eps / (1.0 + mu)
+        roots = [*np.roots([1.0, -s, mu]), mu * mu]
+    return float(np.abs(np.asarray(roots)).max())
