@@ -395,26 +395,12 @@ class EquilibriumMonitor:
 
         plot_monitor(self, path)
 
-    def as_train_hook(self) -> Any:
-        """An adapter for trainers that call ``on_start``, ``after_step(step)`` and ``on_end`` hooks."""
-        from dynamics.train_hook import TrainHook
-
-        return TrainHook(monitor=self)
-
 
 def lag_message(group: str, lag: float, step: int | None, band: float) -> str:
     """One line: the schedule moves the equilibrium faster than the norm can follow."""
     return (f"the learning-rate schedule moves the equilibrium norm faster than the norm can follow: group {group} "
             f"trails it by {lag:.0%} (relaxation time x relative change of the equilibrium per step) at step {step}, "
             f"beyond the band {band:.0%}; its norm and angle are not at the predicted equilibrium")
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: TrainHook lives in dynamics.train_hook (no import circle)
-    if name == "TrainHook":
-        from dynamics.train_hook import TrainHook
-
-        return TrainHook
-    raise AttributeError(f"module 'dynamics.monitor' has no attribute {name!r}")
 
 
 def _f(v: Any, fmt: str = ".4g") -> str:

@@ -1,7 +1,4 @@
-"""The equilibrium monitor's trainer adapter (``lm.hooks.StepHook`` protocol), split from :mod:`dynamics.monitor`.
-
-``from dynamics.monitor import TrainHook`` keeps working (re-exported there).
-"""
+"""The equilibrium monitor's trainer adapter (``lm.hooks.StepHook`` protocol), split from :mod:`dynamics.monitor`."""
 
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ class TrainHook:
     """Trainer adapter in the loop's hook protocol (``lm.hooks.StepHook``: ``on_start(model, optimizer, info)``,
     ``after_step(step, lr)``, ``on_end(summary)``, and ``state_dict`` / ``load_state_dict`` for checkpoints).
 
-    Built on an existing monitor (:meth:`EquilibriumMonitor.as_train_hook`), or lazily with
+    Built on an existing monitor (``TrainHook(monitor=m)``), or lazily with
     :meth:`TrainHook.lazy` where the gauges come from the model at start (e.g. a census on the probe batch,
     passed in by the command-line entry, so the loop itself imports nothing above it).  The monitor records from
     optimizer hooks; ``after_step`` returns the step's record or None (and appends it to ``info.log`` when the
