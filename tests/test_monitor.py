@@ -88,7 +88,7 @@ def test_monitor_adamw_predictions_interval_and_no_prediction(tmp_path):
     assert hook.on_end(summary)["groups"]["w"]["law"] == "adamw/torch" and not mon._handles
     assert summary["equilibrium"]["steps"] == 6
     # the lazy form (the trainer's protocol): gauges decided from the model at on_start
-    from dynamics.train_hook import TrainHook
+
 
     lazy = TrainHook.lazy(lambda model, info: ["w"])
     assert lazy.on_start(m, opt, None)["equilibrium_groups"] == ["w"]
@@ -132,7 +132,7 @@ def _adamw_steps(m: nn.Module, opt: torch.optim.Optimizer, n: int, gen: torch.Ge
 def test_train_hook_state_resumes_bit_for_bit():
     # the trainer stores state_dict() in its checkpoint and hands it back before on_start: a resumed monitor must
     # record what the uninterrupted one records (same steps, same G^2 running mean, same first norm, same summary)
-    from dynamics.train_hook import TrainHook
+
 
     def run(split: int | None) -> tuple[list, dict]:
         torch.manual_seed(0)
@@ -166,7 +166,7 @@ def test_train_hook_state_resumes_bit_for_bit():
 
 
 def test_train_hook_attaches_nothing_without_gauges_or_off_rank_0():
-    from dynamics.train_hook import TrainHook
+
 
     m = HeadNormToy()
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
