@@ -13,7 +13,8 @@ Decay conventions: source (decay wd per step, independent of lr), torch (lr*wd p
 torch.optim.AdamW / SGD-W), l2 (wd*W added to the gradient, torch.optim.SGD's weight_decay; sgd/sgdm).
 
 Prints one row per claim and the verdict last; --verbose adds each claim's source, law and data.
-Exit status 0 when every claim holds, 1 when one fails, 2 for a usage error.
+Exit status 0 when every claim holds, 1 when one fails, 2 for a usage error (one line, before any work),
+130 interrupted; --debug shows a traceback instead of the one line.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from rmsgauge import (
     check_range,
     claims_table,
     parse_dtype,
-    parse_shared_args,
     write_claims_json,
 )
 from rmsgauge.claims import WIDTH
+from rmsgauge.cli import make_parser, run_main
 
 SETTING_FLAGS = ("optimizer", "decay", "lr", "wd", "momentum", "betas", "steps", "dtype")
 
@@ -50,8 +51,7 @@ def _betas(value: str) -> tuple[float, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python dynamics.py", description=__doc__, usage="%(prog)s [options]",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = make_parser("python dynamics.py", __doc__, usage="%(prog)s [options]")
     ap.add_argument("--optimizer", choices=("sgd", "sgdm", "adamw"), default=None,
                     help="sgd, sgd with momentum (torch.optim.SGD), or adamw (torch.optim.AdamW); default sgd")
     ap.add_argument("--decay", choices=("source", "torch", "l2"), default=None,
@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Every flag checked before any work; errors name the flag and its allowed range."""
+def validate(args: argparse.Namespace) -> None:
+    """Every flag checked before any work; a ``ValueError`` names the flag and its allowed range."""
     checks = [("--lr", args.lr, dict(lo=0.0, lo_open=True)),
               ("--wd", args.wd, dict(lo=0.0, hi=1.0, hi_open=True)),
               ("--momentum", args.momentum, dict(lo=0.0, hi=1.0, hi_open=True))]
@@ -85,34 +85,27 @@ def validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         checks += [("--betas[0]", args.betas[0], dict(lo=0.0, hi=1.0, hi_open=True)),
                    ("--betas[1]", args.betas[1], dict(lo=0.0, hi=1.0, hi_open=True))]
     for name, value, kw in checks:
-        if value is None:
-            continue
-        try:
+        if value is not None:
             check_range(name, value, **kw)
-        except ValueError as e:
-            ap.error(str(e))
     if args.steps is not None and args.steps < 1:
-        ap.error(f"--steps must be in [1, inf), got {args.steps}")
+        raise ValueError(f"--steps must be in [1, inf), got {args.steps}")
     if not 0 <= args.seed < 2**32:
-        ap.error(f"--seed must be in [0, 2**32), got {args.seed}")
+        raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
     if args.optimizer == "adamw" and args.decay == "l2":
-        ap.error("--decay l2 applies to --optimizer sgd/sgdm only (torch.optim.SGD's coupled weight_decay); "
-                 "AdamW's decay is decoupled: use --decay source or torch")
+        raise ValueError("--decay l2 applies to --optimizer sgd/sgdm only (torch.optim.SGD's coupled weight_decay); "
+                         "AdamW's decay is decoupled: use --decay source or torch")
     if args.decay == "torch" and args.lr is not None and args.wd is not None and args.lr * args.wd >= 1.0:
-        ap.error(f"--decay torch needs --lr * --wd < 1 (the per-step decay), got {args.lr * args.wd:g}")
-    try:
-        check_output_file("--json", args.json)
-    except ValueError as e:
-        ap.error(str(e))
+        raise ValueError(f"--decay torch needs --lr * --wd < 1 (the per-step decay), got {args.lr * args.wd:g}")
+    check_output_file("--json", args.json)
     if args.quick and any(getattr(args, f) is not None for f in SETTING_FLAGS):
-        ap.error("--quick shortens the default reproduction; with a setting flag use --steps instead")
+        raise ValueError("--quick shortens the default reproduction; with a setting flag use --steps instead")
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = build_parser()
-    args = parse_shared_args(ap, argv)
-    validate(ap, args)
+    return run_main(build_parser(), argv, _work, check=validate)
+
+
+def _work(args: argparse.Namespace, _checked: None) -> int:
     from dynamics.checks import DynamicsPlan, run_all  # heavy imports only after the flags are valid
 
     single = any(getattr(args, f) is not None for f in SETTING_FLAGS)

@@ -36,6 +36,7 @@ modules are imported here, so any trainer (the project's ``lm`` included) can us
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -301,7 +302,8 @@ class EquilibriumMonitor:
                 "G2_sum": dict(self._G2_sum), "G2_n": self._G2_n, "x0": dict(self._x0), "reached": dict(self._reached),
                 "sums": {k: list(v) for k, v in self._sums.items()},
                 "first": {k: dict(v) for k, v in self._first.items()},
-                "lag_max": {k: (list(v) if v else None) for k, v in self._lag_max.items()}, "lag_said": self._lag_said}
+                "lag_max": {k: (list(v) if v else None) for k, v in self._lag_max.items()}, "lag_said": self._lag_said,
+                "last_law": {k: [_law_to_dict(law), step] for k, (law, step) in self._last_law.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         names = [g.name for g in self.groups]
@@ -316,6 +318,8 @@ class EquilibriumMonitor:
         lag_max = state.get("lag_max", dict.fromkeys(names))
         self._lag_max = {k: (tuple(v) if v else None) for k, v in lag_max.items()}
         self._lag_said = bool(state.get("lag_said", False))
+        # the previous record's law: the first record after a resume measures the schedule lag against it
+        self._last_law = {k: (_law_from_dict(d), int(step)) for k, (d, step) in state.get("last_law", {}).items()}
 
     # ---------------------------------------------------------------------------------------------- results
     def detach(self) -> None:
@@ -394,6 +398,20 @@ class EquilibriumMonitor:
         from dynamics.monitor_plot import plot_monitor
 
         plot_monitor(self, path)
+
+
+def _law_to_dict(law: Law) -> dict[str, Any]:
+    """Plain data (a ``weights_only`` checkpoint holds it): the law's fields, its SGD-family rule nested."""
+    d = dataclasses.asdict(law)
+    d["betas"] = list(law.betas)
+    return d
+
+
+def _law_from_dict(d: Mapping[str, Any]) -> Law:
+    from dynamics.heavyball import HeavyBall
+
+    rule = d.get("rule")
+    return Law(**{**d, "rule": HeavyBall(**rule) if rule else None, "betas": tuple(d["betas"])})
 
 
 def lag_message(group: str, lag: float, step: int | None, band: float) -> str:

@@ -13,7 +13,8 @@ measures on a held-out batch, for W = blocks[LAYER].attn.q_proj.weight:
 
 Prints one row per claim (both precisions side by side) and the verdict last; --verbose adds each
 claim's source, law and measurements, --census the per-tensor census. Exit status 0 when every claim
-holds, 1 when one fails, 2 for a usage error (reported in one line before any work).
+holds, 1 when one fails, 2 for a usage error (reported in one line before any work: the corpus is read and
+its size checked, and --json may not be the corpus), 130 interrupted; --debug shows a traceback instead.
 The census of any PyTorch model is the subcommand ``python -m gauge census`` (see its --help).
 """
 
@@ -23,6 +24,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -34,10 +36,10 @@ from rmsgauge import (
     claims_table,
     parse_dtype,
     parse_float_list,
-    parse_shared_args,
     write_claims_json,
 )
 from rmsgauge.claims import Claim, verdict_line
+from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, run_main
 
 C_LIMITS = (1e-8, 1e8)  # float32 squares of c * z stay normal numbers far inside this range
 
@@ -70,8 +72,10 @@ def _eps_list(value: str) -> list[float | str]:
 
 def build_parser() -> argparse.ArgumentParser:
     d = GaugeConfig()
-    ap = argparse.ArgumentParser(prog="python gauge.py", description=__doc__, usage="%(prog)s [options]",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = make_parser("python gauge.py", __doc__, usage="%(prog)s [options] | %(prog)s census [census options]")
+    subs = add_subcommands(ap, required=False)
+    add_subcommand(subs, "census", "which weights of any PyTorch model are scale gauges (python -m gauge census "
+                   "--help)", forward=True)
     ap.add_argument("--dtype", type=_dtype_choice, default="both",
                     help="float64, float32 or both (default: both; the model trains in float32 either way)")
     m = ap.add_argument_group("model and data")
@@ -85,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--train-steps", type=int, default=d.train_steps,
                    help=f"float32 AdamW steps before measuring; 0 = the initialization (default {d.train_steps})")
     m.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate for those steps (default {d.lr:g})")
-    m.add_argument("--corpus", metavar="PATH", default=None,
-                   help="a text file or folder (default: the bundled Shakespeare plays)")
+    m.add_argument("--data", metavar="PATH", default=None,
+                   help="a text file or folder, read as bytes (default: the bundled Shakespeare plays)")
     m.add_argument("--seed", type=int, default=d.seed, help=f"seed for weights and batches (default {d.seed})")
     g = ap.add_argument_group("scales and eps")
     g.add_argument("--c-min", type=float, default=d.c_min, help=f"smallest scale c (default {d.c_min:g})")
@@ -109,8 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def config_from_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> GaugeConfig:
-    """Validate every flag (before any work) and build the config; ``ap.error`` names the flag and its range."""
+def config_from_args(args: argparse.Namespace) -> GaugeConfig:
+    """Validate every flag and the corpus (before any work) and build the config; a ``ValueError`` names the flag
+    and its range."""
     checks: list[tuple[str, float, float | None, float | None]] = [
         ("--d-model", args.d_model, 2, 4096),
         ("--n-heads", args.n_heads, 1, args.d_model),
@@ -125,39 +130,55 @@ def config_from_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> G
         ("--c-points", args.c_points, 2, 100_000),
         ("--threads", args.threads, 1, 256),
     ]
+    for name, value, lo, hi in checks:
+        check_range(name, value, lo, hi)
+    check_range("--lr", args.lr, 0.0, 1.0, lo_open=True)
+    if not args.c_min < args.c_max:
+        raise ValueError(f"--c-max must be greater than --c-min ({args.c_min:g}), got {args.c_max:g}")
+    for e in args.eps:
+        if e != TORCH_EPS:
+            check_range("--eps", e, 0.0, 1.0)
+    for c in args.census_c:
+        check_range("--census-c", c, *C_LIMITS)
+        if c == 1.0:
+            raise ValueError("--census-c must not contain 1 (it changes nothing), got 1")
+        if is_power_of_two(c):
+            raise ValueError(f"--census-c must not be a power of two (2^k scales floats exactly and proves "
+                             f"nothing; e.g. 10 or 0.1), got {c:g}")
+    check_output_file("--json", args.json)
+    cfg = GaugeConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, batch=args.batch_size,
+                      block=args.seq_len, seed=args.seed, train_steps=args.train_steps, lr=args.lr,
+                      layer=args.layer, c_min=args.c_min, c_max=args.c_max, c_points=args.c_points,
+                      eps=tuple(args.eps), census_c=tuple(args.census_c), corpus=args.data)
     try:
-        for name, value, lo, hi in checks:
-            check_range(name, value, lo, hi)
-        check_range("--lr", args.lr, 0.0, 1.0, lo_open=True)
-        if not args.c_min < args.c_max:
-            raise ValueError(f"--c-max must be greater than --c-min ({args.c_min:g}), got {args.c_max:g}")
-        for e in args.eps:
-            if e != TORCH_EPS:
-                check_range("--eps", e, 0.0, 1.0)
-        for c in args.census_c:
-            check_range("--census-c", c, *C_LIMITS)
-            if c == 1.0:
-                raise ValueError("--census-c must not contain 1 (it changes nothing), got 1")
-            if is_power_of_two(c):
-                raise ValueError(f"--census-c must not be a power of two (2^k scales floats exactly and proves "
-                                 f"nothing; e.g. 10 or 0.1), got {c:g}")
-        check_output_file("--json", args.json)
-        cfg = GaugeConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, batch=args.batch_size,
-                          block=args.seq_len, seed=args.seed, train_steps=args.train_steps, lr=args.lr,
-                          layer=args.layer, c_min=args.c_min, c_max=args.c_max, c_points=args.c_points,
-                          eps=tuple(args.eps), census_c=tuple(args.census_c), corpus=args.corpus)
         cfg.dense_config()  # the model's own validation (divisibility, even head dim)
     except ValueError as e:
         msg = str(e)
-        if msg.startswith("DenseConfig"):
-            msg = f"--d-model/--n-heads: {msg}"
-        ap.error(msg)
-    if args.corpus is not None:
-        from pathlib import Path
-
-        if not Path(args.corpus).exists():
-            ap.error(f"--corpus must be an existing text file or folder, got {args.corpus!r}")
+        raise ValueError(f"--d-model/--n-heads: {msg}" if msg.startswith("DenseConfig") else msg) from None
+    _check_data(args)
     return cfg
+
+
+def _check_data(args: argparse.Namespace) -> None:
+    """The corpus is read (as the run will read it) and both splits hold a batch window; --json is not an input."""
+    from lm.corpus import ByteCorpus, corpus_files
+
+    if args.data is None:
+        return
+    if args.data == "" or not Path(args.data).exists():
+        raise ValueError(f"--data must be an existing text file or folder, got {args.data!r}")
+    files = corpus_files(args.data)
+    check_outputs_against_inputs({"--data": [args.data, *files]}, {"--json": args.json})
+    try:
+        corpus = ByteCorpus.load(args.data)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"--data {args.data}: {e}") from None
+    need = args.seq_len + 2
+    short = [(n, len(corpus.split(n))) for n in ("train", "val") if len(corpus.split(n)) < need]
+    if short:
+        n, have = short[0]
+        raise ValueError(f"--data {args.data}: its {n} split holds {have} bytes, fewer than --seq-len + 2 = {need} "
+                         f"(a window and its next byte); use a larger corpus or a smaller --seq-len")
 
 
 def census_lines(claims: list[Claim]) -> list[str]:
@@ -180,14 +201,18 @@ def census_lines(claims: list[Claim]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "census":  # python -m gauge census ...: the census of any model (its own flags)
+    return run_main(build_parser(), None if argv is None else list(argv), _work, check=_check)
+
+
+def _check(args: argparse.Namespace) -> GaugeConfig | None:
+    return None if args.command == "census" else config_from_args(args)
+
+
+def _work(args: argparse.Namespace, cfg: GaugeConfig | None) -> int:
+    if args.command == "census":  # python -m gauge census ...: the census of any model (its own flags)
         from gauge.census_cli import main as census_main
 
-        return census_main(argv[1:])
-    ap = build_parser()
-    args = parse_shared_args(ap, argv)
-    cfg = config_from_args(ap, args)
+        return census_main(args.rest)
     dtypes = ("float64", "float32") if args.dtype == "both" else (args.dtype,)
     torch.set_num_threads(args.threads)
 

@@ -18,7 +18,13 @@ Writes go through :func:`rmsgauge.atomic_write_bytes` (temp file in the same fol
 :func:`load_checkpoint` verifies it, so a flipped bit is an error that names the file, not a silently
 different model.  The sidecar is written before the checkpoint is replaced and lists the new hash and,
 until the replace is done, the previous one: a crash between the two renames leaves a pair that still
-verifies.  A checkpoint without a sidecar (written before checksums existed) loads unverified.
+verifies.
+
+**Checksum policy.**  A checkpoint without a sidecar is refused (:class:`lm.errors.CheckpointError`), because
+nothing can tell an intact one from a corrupt one, unless the user says so: ``trust_unverified=True`` (the CLIs'
+``--trust-unverified``, e.g. for a checkpoint written before checksums existed).  A payload whose sha256 matches
+but whose contents are not a checkpoint's (a missing or mistyped field, a config that does not build, an
+optimizer state that does not fit the model) is the same one-line error, naming the file and the field.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import os
 import pickle
 import random
 import zipfile
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +142,9 @@ def _as_tuple(x: Any) -> Any:
 
 def save_checkpoint(path: str | os.PathLike, *, model_kind: str, model: nn.Module,
                     optimizer: torch.optim.Optimizer | None, train_config: dict[str, Any], step: int,
-                    tokens_seen: int, extra: dict[str, Any] | None = None) -> Path:
-    """Write the checkpoint atomically; returns the path."""
+                    tokens_seen: int, extra: dict[str, Any] | None = None, checksum: bool = True) -> Path:
+    """Write the checkpoint atomically; returns the path.  ``checksum=False`` writes no sidecar (and removes a stale
+    one): for weights nobody verified (``lm.hf import --trust-unverified``), which must stay unverified."""
     bare = unwrap(model)
     first = next(bare.parameters(), None)
     payload = {
@@ -155,6 +162,9 @@ def save_checkpoint(path: str | os.PathLike, *, model_kind: str, model: nn.Modul
     }
     buf = io.BytesIO()
     torch.save(payload, buf)
+    if not checksum:
+        checksum_path(path).unlink(missing_ok=True)
+        return atomic_write_bytes(path, buf.getvalue())
     return write_checksummed(path, buf.getvalue())
 
 
@@ -197,8 +207,30 @@ def write_checksummed(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
-def read_verified(path: str | os.PathLike, what: str = "checkpoint") -> bytes:
-    """The bytes of ``path``, checked against its sha256 sidecar when there is one."""
+_TRUSTED: set[Path] = set()  # checkpoints the user vouched for (--trust-unverified) in this process
+
+
+def trust_unverified(path: str | os.PathLike) -> None:
+    """Let :func:`load_checkpoint` read ``path`` without a checksum file from now on in this process (what a CLI's
+    ``--trust-unverified`` does for the code that loads the checkpoint later)."""
+    _TRUSTED.add(Path(path).resolve())
+
+
+def checkpoint_inputs(path: str | os.PathLike) -> list[Path]:
+    """What reading the checkpoint ``path`` depends on, for the output/input check of a command: the file, its
+    sha256 sidecar, and the other files of the run folder it lives in (a command must not write over them)."""
+    path = Path(path)
+    out = [path, checksum_path(path)]
+    if path.name == "ckpt.pt":
+        from lm.trainconfig import WRITTEN_FILES
+
+        out += [path.parent / n for n in WRITTEN_FILES if n not in ("ckpt.pt", "ckpt.pt.sha256")]
+    return out
+
+
+def read_verified(path: str | os.PathLike, what: str = "checkpoint", *, trust_unverified: bool = False) -> bytes:
+    """The bytes of ``path``, checked against its sha256 sidecar; no sidecar is an error unless ``trust_unverified``
+    (or :func:`trust_unverified` was called for the path)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no {what} at {path}" + (" (it is a folder)" if path.is_dir() else ""))
@@ -207,6 +239,10 @@ def read_verified(path: str | os.PathLike, what: str = "checkpoint") -> bytes:
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
     digests = read_checksums(path)
+    if digests is None and not (trust_unverified or path.resolve() in _TRUSTED):
+        raise CheckpointError(f"{path}: no checksum file {checksum_path(path).name} beside it, so whether the {what} "
+                              f"is intact cannot be checked; if you know where it comes from (e.g. written before "
+                              f"checksums existed), pass --trust-unverified to load it anyway")
     if digests is not None and sha256_bytes(data) not in digests:
         raise CheckpointError(f"{path}: sha256 {sha256_bytes(data)[:16]}... does not match {checksum_path(path).name} "
                               f"({digests[0][:16]}...): the file is corrupt or was changed after it was written")
@@ -224,17 +260,94 @@ def torch_load_bytes(data: bytes, path: str | os.PathLike, map_location: str | t
                               f"{' '.join(str(e).split())[:160]})") from None
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Read, checksum-verify and ``torch.load(weights_only=True)`` a checkpoint written by :func:`save_checkpoint`."""
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+                    trust_unverified: bool = False) -> dict[str, Any]:
+    """Read, checksum-verify and ``torch.load(weights_only=True)`` a checkpoint written by :func:`save_checkpoint`,
+    and check that every field is what a checkpoint holds (:func:`check_payload`)."""
     path = Path(path)
-    ckpt = torch_load_bytes(read_verified(path), path, map_location)
+    ckpt = torch_load_bytes(read_verified(path, trust_unverified=trust_unverified), path, map_location)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CKPT_FORMAT:
         raise CheckpointError(f"{path}: not an lm checkpoint of format {CKPT_FORMAT} "
                               f"(got format {ckpt.get('format') if isinstance(ckpt, dict) else type(ckpt).__name__})")
+    check_payload(ckpt, path)
+    ckpt["source"] = str(path)  # for the messages of model_from_checkpoint and a resume
+    ckpt["verified"] = read_checksums(path) is not None  # False: loaded on the user's word (--trust-unverified)
+    return ckpt
+
+
+DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
+
+
+def check_payload(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
+    """Raise :class:`CheckpointError` naming ``path`` and the field unless the payload has a checkpoint's shape:
+    typed fields, a model config that builds, a state dict of tensors, optimizer and RNG states of the right form."""
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path}: {what}; the checkpoint is corrupt or was not written by lm.train")
+
     missing = [k for k in ("model_kind", "model_config", "model", "step", "train_config") if k not in ckpt]
     if missing:
-        raise CheckpointError(f"{path}: checkpoint lacks {missing}")
-    return ckpt
+        raise bad(f"it lacks {missing}")
+    if ckpt["model_kind"] not in MODEL_KINDS:
+        raise bad(f"model_kind is {ckpt['model_kind']!r}, not one of {', '.join(MODEL_KINDS)}")
+    for key, typ in (("model_config", dict), ("model", dict), ("train_config", dict), ("extra", dict),
+                     ("rng", dict), ("optimizer", (dict, type(None)))):
+        if key in ckpt and not isinstance(ckpt[key], typ):
+            raise bad(f"its {key} is a {type(ckpt[key]).__name__}, not a {getattr(typ, '__name__', 'dict or None')}")
+    for key in ("step", "tokens_seen"):
+        v = ckpt.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise bad(f"its {key} is {v!r}, not an integer >= 0")
+    if ckpt.get("dtype", "float32") not in DTYPE_NAMES:
+        raise bad(f"its dtype is {ckpt.get('dtype')!r}, not one of {', '.join(DTYPE_NAMES)}")
+    notensor = [k for k, v in ckpt["model"].items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))]
+    if notensor or not ckpt["model"]:
+        raise bad(f"its weights hold non-tensors {notensor[:3]}" if notensor else "it holds no weights")
+    try:
+        config_from_dict(ckpt["model_kind"], dict(ckpt["model_config"]))
+    except (ValueError, TypeError) as e:
+        raise bad(f"its model_config does not build a {ckpt['model_kind']} model ({' '.join(str(e).split())[:160]})"
+                  ) from None
+    opt = ckpt.get("optimizer")
+    if opt is not None and not (isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)):
+        raise bad("its optimizer state lacks 'state' / 'param_groups'")
+    rng = ckpt.get("rng")
+    if rng is not None and not {"python", "numpy", "torch"} <= set(rng):
+        raise bad(f"its rng states lack {sorted({'python', 'numpy', 'torch'} - set(rng))}")
+
+
+def check_resumable(ckpt: dict[str, Any]) -> None:
+    """What a resume needs beyond :func:`check_payload`: the optimizer and RNG states and every train key."""
+    from lm.trainconfig import TrainConfig
+
+    path = ckpt.get("source", "the checkpoint")
+    for key in ("optimizer", "rng", "extra", "tokens_seen"):
+        if ckpt.get(key) is None:
+            raise CheckpointError(f"{path}: it has no {key} (e.g. a converted or weights-only checkpoint), so a "
+                                  f"run cannot resume from it; start a new run (e.g. from its weights)")
+    want = {f.name for f in fields(TrainConfig)}
+    have = set(ckpt["train_config"])
+    if have != want:
+        raise CheckpointError(f"{path}: its train_config lacks {sorted(want - have)} and has unknown "
+                              f"{sorted(have - want)}; the checkpoint is corrupt or from another version of lm.train")
+
+
+def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+    """Load weights, optimizer state and RNG states from ``ckpt``; anything that does not fit is one
+    :class:`CheckpointError` naming the checkpoint (never a KeyError or a shape error at the first step)."""
+    path = ckpt.get("source", "the checkpoint")
+    try:
+        model.load_state_dict(ckpt["model"])
+        if optimizer is not None:
+            optimizer.load_state_dict(ckpt["optimizer"])
+            for p, st in optimizer.state.items():
+                bad = [k for k, v in st.items() if isinstance(v, torch.Tensor) and v.dim() and v.shape != p.shape]
+                if bad:
+                    raise ValueError(f"optimizer state {bad} has shape {tuple(st[bad[0]].shape)} for a parameter "
+                                     f"of shape {tuple(p.shape)}")
+            set_rng_state(ckpt["rng"])
+    except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        raise CheckpointError(f"{path}: its state does not fit the model it describes ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]}); the checkpoint is corrupt") from None
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> nn.Module:
@@ -242,11 +355,7 @@ def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cp
     kind = ckpt["model_kind"]
     cfg = config_from_dict(kind, ckpt["model_config"])
     model = build_model(kind, cfg).to(device=device, dtype=getattr(torch, ckpt.get("dtype", "float32")))
-    try:
-        model.load_state_dict(ckpt["model"])
-    except (RuntimeError, KeyError) as e:
-        raise CheckpointError(f"the weights do not fit a {kind} model of the stored config "
-                              f"({' '.join(str(e).split())[:200]})") from None
+    restore(ckpt, model)
     return model
 
 
@@ -258,3 +367,50 @@ def _to_cpu(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to_cpu(v) for v in obj)
     return obj
+
+
+# --------------------------------------------------------------------------------------------
+# Folders (save_pretrained exports): SHA256SUMS written with the files, verified before reading them
+# --------------------------------------------------------------------------------------------
+
+SUMS_NAME = "SHA256SUMS"  # sha256sum format, one line per file of the folder
+
+
+def write_folder_sums(folder: str | os.PathLike) -> Path:
+    """``folder/SHA256SUMS`` over every file in ``folder`` (``sha256sum -c`` can check it)."""
+    folder = Path(folder)
+    lines = [f"{sha256_file(p)}  {p.relative_to(folder).as_posix()}\n"
+             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != SUMS_NAME]
+    return atomic_write_bytes(folder / SUMS_NAME, "".join(lines).encode())
+
+
+def verify_folder(folder: str | os.PathLike, required: tuple[str, ...], *, trust_unverified: bool = False) -> bool:
+    """Check every file ``folder/SHA256SUMS`` lists (``required`` must be among them).  Returns True when verified,
+    False when there is no SHA256SUMS and the user vouched for the folder; otherwise :class:`CheckpointError`."""
+    folder = Path(folder)
+    sums = folder / SUMS_NAME
+    if not sums.is_file():
+        if trust_unverified:
+            return False
+        raise CheckpointError(f"{folder}: no {SUMS_NAME}, so whether its weights are intact cannot be checked "
+                              f"(python -m lm.hf export writes one); pass --trust-unverified to use it anyway")
+    listed: dict[str, str] = {}
+    try:
+        for ln in sums.read_text().splitlines():
+            if ln.strip():
+                digest, name = ln.split(None, 1)
+                listed[name.strip().lstrip("*")] = digest.lower()
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{sums}: unreadable checksum file ({e})") from None
+    missing = [n for n in required if n not in listed]
+    if missing:
+        raise CheckpointError(f"{sums}: does not list {missing}; the folder was changed after it was written")
+    for name, digest in listed.items():
+        path = folder / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: listed in {SUMS_NAME} but missing")
+        actual = sha256_file(path)
+        if actual != digest:
+            raise CheckpointError(f"{path}: sha256 {actual[:16]}... does not match {SUMS_NAME} ({digest[:16]}...): "
+                                  f"the file is corrupt or was changed after it was written")
+    return True

@@ -63,10 +63,9 @@ from rmsgauge import (
     check_output_file,
     check_range,
     parse_float_list,
-    refuse_renamed_flags,
     write_claims_json,
 )
-from rmsgauge.cli import OneLineArgumentParser, run_guarded
+from rmsgauge.cli import check_outputs_against_inputs, make_parser, run_main
 
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2, 3e-2)  # half-decades: the GRT and the dense models peak at different lrs
 DEFAULT_BUDGET_TOKENS = 80_000  # default command: 615 s measured on 2 cores shared with other jobs (load 2-6)
@@ -440,11 +439,11 @@ def plot_curves(rows: list[dict], all_runs: dict[str, list[Run]], out_dir: Path,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineArgumentParser(
-        prog="python -m lm.compare",
-        description="Train a small GRT and dense QK-norm transformers matched in parameters and in wall-clock, "
-                    "same token budget and the same lr sweep each; print and write the table and a loss-curve "
-                    "figure.",
+    p = make_parser(
+        "python -m lm.compare",
+        "Train a small GRT and dense QK-norm transformers matched in parameters and in wall-clock, same token budget "
+        "and the same lr sweep each; print and write the table and a loss-curve figure. The parameter match is a "
+        "claim (lm.matched_widths_match_params), checked before any training: exit 1 if it fails.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Scale up: raise --budget-tokens, pass --grt d_model=128 --grt n_blocks=4 (etc.), --device cuda; "
                "for multi-machine data parallel, run python -m lm.train under torchrun with the configs "
@@ -497,23 +496,23 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-RENAMED = {"--out": "--out-dir"}  # the shared spelling of every rmsgauge CLI
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
+    in_main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None  # SIGTERM unwinds the cleanup
     try:
-        refuse_renamed_flags(argv, RENAMED)
-    except ValueError as e:
-        parser.error(str(e))
-    args = parser.parse_args(argv)
+        return run_main(build_parser(), argv, lambda args, gcfg: _compare(args, gcfg, args.preset_obj), check=_check)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, old)
+
+
+def _defaults(args: argparse.Namespace) -> None:
     args.out = args.out_dir
-    preset = PRESETS[args.preset] if args.preset else None
+    preset = args.preset_obj = PRESETS[args.preset] if args.preset else None
     if preset is not None:
         if args.budget_tokens is not None or args.lrs is not None or args.quick:
-            parser.error("--preset fixes the budgets, the lr grids and the model sizes: drop --budget-tokens, "
-                         "--lrs and --quick")
+            raise ValueError("--preset fixes the budgets, the lr grids and the model sizes: drop --budget-tokens, "
+                             "--lrs and --quick")
         args.quick = preset.quick
         args.budget_tokens = preset.final_tokens
         args.lrs = sorted({lr for v in preset.start_lrs.values() for lr in v})
@@ -523,48 +522,76 @@ def main(argv: list[str] | None = None) -> int:
     args.lrs = args.lrs or ([3e-3, 1e-2] if q else list(DEFAULT_LRS))
     args.batch_size = args.batch_size or (8 if q else DEFAULT_BATCH_SIZE)
     args.eval_batches = args.eval_batches or (2 if q else 4)
-    try:
-        check_range("--budget-tokens", args.budget_tokens, 1, 10**12)
-        for lr in args.lrs:
-            check_range("--lrs entry", lr, 0.0, 10.0, lo_open=True)
-        check_range("--batch-size", args.batch_size, 1, 1 << 16)
-        check_range("--evals", args.evals, 1, 10_000)
-        check_range("--eval-batches", args.eval_batches, 1, 10_000)
-        check_range("--jobs", args.jobs, 0, 64)
-        check_range("--seed", args.seed, 0, 2**32 - 1)
-        check_range("--progress-every", args.progress_every, 0.0, None)
-        if args.wall_d_model is not None:
-            check_range("--wall-d-model", args.wall_d_model, 0, 1 << 14)
-        if args.device not in ("cpu", "cuda", "auto") and not args.device.startswith("cuda:"):
-            raise ValueError(f"--device must be one of cpu, cuda, cuda:N, auto; got {args.device!r}")
-        if args.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"--device {args.device} but CUDA is not available")
-        gcfg = grt_config(q, **{**(preset.grt if preset else {}), **_parse_overrides(args.grt)})
-        if args.wall_d_model and args.wall_d_model % (2 * gcfg.n_heads):
-            raise ValueError(f"--wall-d-model must be a multiple of 2 * n_heads = {2 * gcfg.n_heads}")
-        from lm.corpus import ByteCorpus
 
-        corpus = ByteCorpus.load(args.data or None)
-        for lr in args.lrs:  # every sweep point's config is valid (e.g. lr * wd < 1) before any run starts
-            TrainConfig(**_train_config(args, gcfg.block_size, Path(args.out), lr))
-        check_output_dir("--out-dir", args.out)
-        check_output_file("--json", args.json)
-        for name in RUN_FILES:
-            if (Path(args.out) / name).exists():
-                raise ValueError(f"--out-dir {args.out} holds a training run ({name}); a comparison needs its own "
-                                 f"folder")
-        if min(len(corpus.split("val")), len(corpus.split("train"))) < gcfg.block_size + 2:
-            raise ValueError(f"--data: a split is shorter than block_size + 2 = {gcfg.block_size + 2} bytes")
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        parser.error(str(e))
 
-    in_main = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, _raise_interrupt) if in_main else None  # SIGTERM unwinds the cleanup
+def _check(args: argparse.Namespace):
+    """Every flag, every sweep point's config, the data, and the outputs against the inputs: before any work."""
+    _defaults(args)
+    check_range("--budget-tokens", args.budget_tokens, 1, 10**12)
+    for lr in args.lrs:
+        check_range("--lrs entry", lr, 0.0, 10.0, lo_open=True)
+    check_range("--batch-size", args.batch_size, 1, 1 << 16)
+    check_range("--evals", args.evals, 1, 10_000)
+    check_range("--eval-batches", args.eval_batches, 1, 10_000)
+    check_range("--jobs", args.jobs, 0, 64)
+    check_range("--seed", args.seed, 0, 2**32 - 1)
+    check_range("--progress-every", args.progress_every, 0.0, None)
+    if args.wall_d_model is not None:
+        check_range("--wall-d-model", args.wall_d_model, 0, 1 << 14)
+    if args.device not in ("cpu", "cuda", "auto") and not args.device.startswith("cuda:"):
+        raise ValueError(f"--device must be one of cpu, cuda, cuda:N, auto; got {args.device!r}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device} but CUDA is not available")
     try:
-        return run_guarded(parser.prog, lambda: _compare(args, gcfg, preset))
-    finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, old)
+        gcfg = grt_config(args.quick, **{**(args.preset_obj.grt if args.preset_obj else {}),
+                                         **_parse_overrides(args.grt)})
+    except (TypeError, RuntimeError) as e:
+        raise ValueError(f"--grt: {e}") from None
+    if args.wall_d_model and args.wall_d_model % (2 * gcfg.n_heads):
+        raise ValueError(f"--wall-d-model must be a multiple of 2 * n_heads = {2 * gcfg.n_heads}")
+    from lm.corpus import ByteCorpus, corpus_files
+
+    corpus = ByteCorpus.load(args.data or None)
+    for lr in args.lrs:  # every sweep point's config is valid (e.g. lr * wd < 1) before any run starts
+        TrainConfig(**_train_config(args, gcfg.block_size, Path(args.out), lr))
+    check_output_dir("--out-dir", args.out)
+    check_output_file("--json", args.json)
+    out = Path(args.out)
+    check_outputs_against_inputs(
+        {"--data": [args.data, *corpus_files(args.data)] if args.data else None},
+        {"--json": args.json, **{f"the comparison's {n}": out / n for n in OUTPUT_FILES}}, {"--out-dir": out})
+    for name in RUN_FILES:
+        if (out / name).exists():
+            raise ValueError(f"--out-dir {args.out} holds a training run ({name}); a comparison needs its own folder")
+    if min(len(corpus.split("val")), len(corpus.split("train"))) < gcfg.block_size + 2:
+        raise ValueError(f"--data: a split is shorter than block_size + 2 = {gcfg.block_size + 2} bytes")
+    return gcfg
+
+
+OUTPUT_FILES = ("compare.json", "table.txt")  # what every comparison writes into --out-dir (besides figures, runs)
+
+
+def param_match_claim(grt_cfg, n_grt: int, d_param: int) -> Claim:
+    """Matched widths give matched parameter counts: the parameter-matched dense width's *built* model has the
+    closed-form count, and no neighbouring width of the family (built too) is nearer the GRT's count."""
+    step = 2 * grt_cfg.n_heads
+
+    def built(d: int) -> int:
+        return n_params(build_model("dense", dense_family(grt_cfg, d)))
+
+    counts = {d: built(d) for d in (d_param - step, d_param, d_param + step) if d >= step}
+    closed = dense_params(d_param, grt_cfg.n_heads, grt_cfg.n_blocks, 4 * d_param, grt_cfg.vocab_size, True,
+                          grt_cfg.tie_head)
+    nearest = min(counts, key=lambda d: (abs(counts[d] - n_grt), d))
+    holds = counts[d_param] == closed and nearest == d_param
+    return Claim(
+        id="lm.matched_widths_match_params",
+        statement="the parameter-matched dense baseline has the parameter count nearest the GRT's in its family",
+        stated=None, measured={"grt_params": n_grt, "dense_params": counts[d_param], "dense_d_model": d_param},
+        tolerance=None, holds=bool(holds), dtype="float32", source_status="unstated",
+        exact_law="built dense count = closed form V d + L (4 d^2 + 2 d d_ff + 2 d + 2 d_h) + d, and |dense - GRT| "
+                  "is smallest at this width among its neighbours (widths step 2 n_heads)",
+        details={"neighbour_counts": {str(d): c for d, c in counts.items()}, "closed_form": closed})
 
 
 def _compare(args: argparse.Namespace, gcfg, preset: Preset | None = None) -> int:
@@ -579,8 +606,9 @@ def _compare(args: argparse.Namespace, gcfg, preset: Preset | None = None) -> in
     grt_model_ = build_model("grt", gcfg)
     n_grt = n_params(grt_model_)
     d_param = param_matched_width(gcfg, n_grt)
-    say(f"GRT {n_grt:,} params (d_model {gcfg.d_model}, {gcfg.n_blocks} blocks); "
-        f"param-matched dense d_model {d_param}")
+    pmatch = _param_match(args, gcfg, n_grt, d_param, say)
+    if not pmatch.holds:  # the comparison would not compare like with like: stop before any training
+        return 1
     probes: list[dict] = []
     if args.wall_d_model is None:
         d_wall, probes = wall_matched_width(gcfg, d_param, args.batch_size, say)
@@ -592,15 +620,9 @@ def _compare(args: argparse.Namespace, gcfg, preset: Preset | None = None) -> in
     if d_wall:
         specs.append(("dense", "wall-clock", config_to_dict(dense_family(gcfg, d_wall))))
     if preset is not None:
-        return _finish_preset(args, preset, run_preset(args, gcfg, preset, specs, say), probes, grt_model_, t0)
-    runs: dict[str, list[Run]] = {}
-    order: list[Run] = []
-    for lr in args.lrs:  # interleave models so a partial sweep still compares like with like
-        for kind, match, mcfg in specs:
-            tag = kind if match == "-" else f"dense_{match.replace('-', '')}"
-            r = Run(f"{tag}_lr{lr:g}", kind, match, mcfg, lr, out / "runs" / f"{tag}_lr{lr:g}")
-            runs.setdefault(f"{kind} ({match})", []).append(r)
-            order.append(r)
+        return _finish_preset(args, preset, run_preset(args, gcfg, preset, specs, say), probes, grt_model_, t0,
+                              pmatch)
+    runs, order = _sweep_runs(args, specs, out)
     say(f"{len(order)} runs x {args.budget_tokens:,} tokens, "
         + (f"{args.jobs} at a time" if args.jobs else "one after another in this process"))
     run_all(order, args, say)
@@ -624,13 +646,40 @@ def _compare(args: argparse.Namespace, gcfg, preset: Preset | None = None) -> in
     atomic_write_text(out / "table.txt", table + "\n")
     print(table)
     print(f"\ntotal wall time {meta['total_wall_time_s']:.0f}s; figure {figs[0]}; json {out / 'compare.json'}")
+    print(f"[HOLDS] {pmatch.id}: dense d_model {d_param} has {pmatch.measured['dense_params']:,} parameters, the "
+          f"nearest to the GRT's {n_grt:,}")
     if args.json:
-        write_claims_json(args.json, [compare_claim(rows)], **doc)
+        write_claims_json(args.json, [compare_claim(rows), pmatch], **doc)
     return 0
 
 
+def _sweep_runs(args: argparse.Namespace, specs: list, out: Path) -> tuple[dict[str, list[Run]], list[Run]]:
+    """Every (model, lr) run, grouped by model and in launch order: models interleaved, so a partial sweep still
+    compares like with like."""
+    runs: dict[str, list[Run]] = {}
+    order: list[Run] = []
+    for lr in args.lrs:
+        for kind, match, mcfg in specs:
+            tag = kind if match == "-" else f"dense_{match.replace('-', '')}"
+            r = Run(f"{tag}_lr{lr:g}", kind, match, mcfg, lr, out / "runs" / f"{tag}_lr{lr:g}")
+            runs.setdefault(f"{kind} ({match})", []).append(r)
+            order.append(r)
+    return runs, order
+
+
+def _param_match(args: argparse.Namespace, gcfg, n_grt: int, d_param: int, say) -> Claim:
+    pmatch = param_match_claim(gcfg, n_grt, d_param)
+    say(f"GRT {n_grt:,} params (d_model {gcfg.d_model}, {gcfg.n_blocks} blocks); "
+        f"param-matched dense d_model {d_param} ({pmatch.measured['dense_params']:,} params)")
+    if not pmatch.holds:
+        print(f"[FAILS] {pmatch.id}: {pmatch.measured} {pmatch.details}")
+        if args.json:
+            write_claims_json(args.json, [pmatch])
+    return pmatch
+
+
 def _finish_preset(args: argparse.Namespace, preset: Preset, result: dict, probes: list[dict],
-                   grt_model_: torch.nn.Module, t0: float) -> int:
+                   grt_model_: torch.nn.Module, t0: float, pmatch: Claim) -> int:
     """Table, curves (against tokens and against training seconds), compare.json and the claim record."""
     rows = []
     for info in result.values():
@@ -656,7 +705,7 @@ def _finish_preset(args: argparse.Namespace, preset: Preset, result: dict, probe
     print(f"\ntotal wall time {meta['total_wall_time_s']:.0f}s; figures {', '.join(map(str, figs))}; "
           f"json {out / 'compare.json'}")
     if args.json:
-        write_claims_json(args.json, [compare_claim(rows)], **doc)
+        write_claims_json(args.json, [compare_claim(rows), pmatch], **doc)
     return 0
 
 

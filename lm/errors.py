@@ -10,8 +10,10 @@ Both print one line (``rmsgauge.cli.run_guarded``); ``--debug`` shows the traceb
 
 from __future__ import annotations
 
+from rmsgauge.cli import Failure
 
-class RunFailure(RuntimeError):
+
+class RunFailure(Failure):
     """A run that started correctly could not go on; the message says what is kept and how to continue."""
 
 
@@ -20,4 +22,10 @@ class NonFiniteError(RunFailure):
 
 
 class CheckpointError(RunFailure):
-    """A checkpoint (or shipped model) cannot be read, or its sha256 does not match: names the file."""
+    """A checkpoint (or shipped model, or save_pretrained folder) cannot be read, has no checksum (and the user
+    did not say ``--trust-unverified``), its sha256 does not match, or its contents are not what a checkpoint
+    holds: names the file and what is wrong."""
+
+
+class RunFolderBusy(RunFailure):
+    """Another process holds the run folder's lock (``run.lock``): two trainings never share a folder."""

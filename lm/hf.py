@@ -18,9 +18,10 @@ rest works unchanged):
   never added to an encoding, and decoding keeps it even with ``skip_special_tokens=True`` (every
   id is a real byte).  Generation does not stop on it (``eos_token_id`` is unset in the
   generation config), like ``lm.sample``.
-* Converters: :func:`save_pretrained_dir` (project checkpoint / module / shipped reference ->
-  ``save_pretrained`` directory in safetensors) and :func:`to_checkpoint` (directory -> project
-  checkpoint), and ``python -m lm.hf export|import``.
+* Converters (:mod:`lm.hf_convert`, re-exported here): :func:`save_pretrained_dir` (project checkpoint /
+  module / shipped reference -> ``save_pretrained`` directory in safetensors, with ``SHA256SUMS``) and
+  :func:`to_checkpoint` (directory -> project checkpoint, after checking ``SHA256SUMS``), and
+  ``python -m lm.hf export|import``.
 
 Importing :mod:`lm.hf` registers the classes with ``AutoConfig``, ``AutoModelForCausalLM`` and
 ``AutoTokenizer`` (:func:`register`, idempotent).  A process that cannot import the project first
@@ -56,11 +57,8 @@ only when it lands within float32 rounding of a cumulative-probability boundary)
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -74,19 +72,16 @@ from lm.checkpoint import (
     config_from_dict,
     config_to_dict,
     default_model_config,
-    load_checkpoint,
     model_classes,
-    model_from_checkpoint,
-    save_checkpoint,
 )
 from lm.corpus import VOCAB_SIZE
+from lm.hf_convert import load_verified, main, save_pretrained_dir, to_checkpoint  # noqa: F401  (the converters)
 
 try:
     from transformers import (
         AutoConfig,
         AutoModelForCausalLM,
         AutoTokenizer,
-        GenerationConfig,
         GenerationMixin,
         PretrainedConfig,
         PreTrainedModel,
@@ -94,10 +89,13 @@ try:
     from transformers.modeling_outputs import CausalLMOutputWithPast
     from transformers.tokenization_python import AddedToken, PreTrainedTokenizer
 except ImportError as e:  # the extra is optional: say which one to install
+    if __name__ == "__main__":  # python -m lm.hf: --help works without the extra, a command names it (lm.hf_convert)
+        from lm.hf_convert import main as _cli_main
+
+        sys.exit(_cli_main())
     raise ModuleNotFoundError(f"lm.hf needs the Hugging Face extra: pip install -e \".[hf]\" ({e})") from e
 
 NEWLINE_ID = 10  # "\n": BOS/EOS/PAD of the byte tokenizer (see the module docstring)
-SHIM_NAME = "rmsgauge_hf"  # the auto_map module written into every directory
 MODEL_TYPES = {"grt": "rmsgauge-grt", "dense": "rmsgauge-dense"}
 
 
@@ -433,90 +431,9 @@ def wrap(model: nn.Module) -> _ProjectForCausalLM:
     return hf
 
 
-def _shim_text() -> str:
-    return ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
-            "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
-            "from lm.hf import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, GRTHFConfig  # noqa\n")
-
-
-def save_pretrained_dir(source: str | os.PathLike | nn.Module | dict[str, Any], out_dir: str | os.PathLike) -> Path:
-    """Write a ``save_pretrained`` directory (safetensors, tokenizer, generation config, loader shim).
-
-    ``source``: a project checkpoint path (``lm/checkpoint.py`` format), a loaded checkpoint dict, or a
-    project module (e.g. a shipped reference from ``lm.reference.load_reference``).
-    """
-    if isinstance(source, nn.Module):
-        model = source
-    else:
-        ckpt = source if isinstance(source, dict) else load_checkpoint(source, map_location="cpu")
-        model = model_from_checkpoint(ckpt, device="cpu")
-    model = model.cpu().eval()
-    hf = wrap(model)
-    kind = hf.kind
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    hf.config.auto_map = {"AutoConfig": f"{SHIM_NAME}.{type(hf.config).__name__}",
-                          "AutoModelForCausalLM": f"{SHIM_NAME}.{type(hf).__name__}"}
-    hf.generation_config = GenerationConfig(do_sample=False, bos_token_id=NEWLINE_ID, pad_token_id=None,
-                                            eos_token_id=None)
-    hf.save_pretrained(out, safe_serialization=True)
-    tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
-    tok.save_pretrained(out)
-    # the tokenizer's own auto_map entry, so AutoTokenizer resolves it through the shim too
-    tc_path = out / "tokenizer_config.json"
-    tc = json.loads(tc_path.read_text())
-    tc["auto_map"] = {"AutoTokenizer": [f"{SHIM_NAME}.ByteTokenizer", None]}
-    tc_path.write_text(json.dumps(tc, indent=2) + "\n")
-    (out / f"{SHIM_NAME}.py").write_text(_shim_text())
-    assert kind in MODEL_KINDS
-    return out
-
-
 def load_pretrained(model_dir: str | os.PathLike, **kwargs: Any) -> _ProjectForCausalLM:
     """``AutoModelForCausalLM.from_pretrained`` (registration is this module's import)."""
     return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
-
-
-def to_checkpoint(model_dir: str | os.PathLike, ckpt_path: str | os.PathLike) -> Path:
-    """Convert a directory back to a project checkpoint (no optimizer state; step 0)."""
-    hf = load_pretrained(model_dir)
-    return save_checkpoint(ckpt_path, model_kind=hf.kind, model=hf.model, optimizer=None,
-                           train_config={}, step=0, tokens_seen=0,
-                           extra={"converted_from": str(Path(model_dir).resolve())})
-
-
-def main(argv: list[str] | None = None) -> int:
-    from rmsgauge import check_output_dir, check_output_file
-
-    p = argparse.ArgumentParser(prog="python -m lm.hf", description="Convert between project checkpoints and "
-                                "Hugging Face save_pretrained directories (safetensors).")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    ex = sub.add_parser("export", help="checkpoint or shipped reference -> directory")
-    src = ex.add_mutually_exclusive_group(required=True)
-    src.add_argument("--ckpt", help="project checkpoint (python -m lm.train writes OUT/ckpt.pt)")
-    src.add_argument("--reference", choices=MODEL_KINDS, help="a shipped reference model (lm/reference_models/)")
-    ex.add_argument("--out", required=True, help="directory to write")
-    im = sub.add_parser("import", help="directory -> project checkpoint")
-    im.add_argument("--model-dir", required=True, help="a save_pretrained directory written by export")
-    im.add_argument("--ckpt", required=True, help="checkpoint path to write")
-    args = p.parse_args(argv)
-    try:
-        if args.cmd == "export":
-            check_output_dir("--out", args.out)
-            if args.reference:
-                from lm.reference import load_reference
-
-                source = load_reference(args.reference)
-            else:
-                source = args.ckpt
-            out = save_pretrained_dir(source, args.out)
-        else:
-            check_output_file("--ckpt", args.ckpt)
-            out = to_checkpoint(args.model_dir, args.ckpt)
-    except (FileNotFoundError, ValueError, OSError, RuntimeError) as e:  # RuntimeError: lm.errors.CheckpointError
-        p.error(str(e))
-    sys.stdout.write(f"wrote {out}\n")
-    return 0
 
 
 if __name__ == "__main__":

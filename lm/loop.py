@@ -3,6 +3,7 @@ finish; stop flags, evaluation and the gradient norm.  See :mod:`lm.train` for t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import sys
@@ -19,18 +20,19 @@ from torch import nn
 from lm.batches import BatchSampler
 from lm.checkpoint import (
     build_model,
+    check_resumable,
     config_to_dict,
     load_checkpoint,
+    restore,
     save_checkpoint,
-    set_rng_state,
 )
 from lm.corpus import ByteCorpus
 from lm.dist import DistContext
-from lm.errors import NonFiniteError
+from lm.errors import CheckpointError, NonFiniteError
 from lm.hooks import LoopInfo, StepHook
 from lm.optim import make_optimizer, param_breakdown
 from lm.preflight import check_memory, check_run_dir, run_files, set_aside, validate_model_config
-from lm.runlog import JsonLog, Progress, machine_description
+from lm.runlog import JsonLog, Progress, RunLock, machine_description
 from lm.trainconfig import WRITTEN_FILES, TrainConfig
 from rmsgauge import (
     atomic_write_json,
@@ -124,6 +126,7 @@ class Run:
     train_time: float  # seconds spent in training steps (resumed runs included)
     evals: list[dict]
     last_ckpt_step: int | None  # the step of the checkpoint on disk, if any
+    lock: RunLock | None = None  # the run folder's lock (rank 0), held until the run ends
     t_wall0: float = field(default_factory=time.perf_counter)
     last_loss: float = math.nan
     t_int: float = field(default_factory=time.perf_counter)  # start of the current tokens/s interval
@@ -146,17 +149,53 @@ def _agree(ctx: DistContext, error: BaseException | None) -> None:
         raise error if error is not None else ValueError("rank 0 refused to start the run (see its error)")
 
 
-def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-            hooks: list, progress: bool, log_name: str, label: str) -> Run:
-    """Check everything, then (only then) set the folder up, build, restore and log the start."""
-    out = Path(cfg.out_dir)
-    error = None
+def _lock_folder(ctx: DistContext, out: Path, resume: bool, force: bool) -> tuple[RunLock | None, bool]:
+    """Rank 0: check the folder, take its lock (:class:`lm.runlog.RunLock`), then check again under the lock (another
+    process may have started a run there meanwhile).  Returns the lock and whether the folder was created."""
+    error, lock, created = None, None, False
     if ctx.is_main:
         try:
             check_run_dir(out, resume, force)
-        except (ValueError, FileNotFoundError) as e:
-            error = e
+            created = not out.exists()
+            lock = RunLock(out).acquire()
+            check_run_dir(out, resume, force)
+        except Exception as e:
+            _unlock(lock, out, created)
+            error, lock = e, None
     _agree(ctx, error)
+    return lock, created
+
+
+def _unlock(lock: RunLock | None, out: Path, created: bool) -> None:
+    """Give the lock back; a folder this run created and left empty goes too (a refused run leaves nothing)."""
+    if lock is not None:
+        lock.release()
+    if created:
+        with contextlib.suppress(OSError):
+            out.rmdir()
+
+
+def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
+            hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool = False) -> Run:
+    """Check everything (under the run folder's lock), then (only then) set the folder up, build, restore and log
+    the start."""
+    out = Path(cfg.out_dir)
+    lock, created = _lock_folder(ctx, out, resume, force)
+    try:
+        run = _prepare(ctx, kind, model_cfg, cfg, resume=resume, force=force, hooks=hooks, progress=progress,
+                       log_name=log_name, label=label, trust_unverified=trust_unverified, lock=lock)
+    except BaseException:
+        _unlock(lock, out, created)
+        raise
+    return run
+
+
+def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
+             hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool,
+             lock: RunLock | None) -> Run:
+    """Over 60 lines on purpose: the run's state is built in one place, in the order a resume depends on
+    (checks, folder, seed, model, optimizer, restore, log)."""
+    out = Path(cfg.out_dir)
     if cfg.batch_size % ctx.world:
         raise ValueError(f"train.batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({ctx.world})")
     validate_model_config(kind, model_cfg)
@@ -164,7 +203,9 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
     corpus = ByteCorpus.load(cfg.data or None, cfg.val_fraction)
     T = int(model_cfg.block_size)
     sampler = BatchSampler(corpus, T, cfg.batch_size, cfg.seed, ctx.rank, ctx.world, ctx.device)
-    ckpt = load_checkpoint(out / "ckpt.pt", map_location="cpu") if resume else None
+    ckpt = load_checkpoint(out / "ckpt.pt", map_location="cpu", trust_unverified=trust_unverified) if resume else None
+    if ckpt is not None:
+        check_resumable(ckpt)
     extra = dict(ckpt["extra"]) if ckpt is not None else {}
     old_sha = extra.get("corpus_sha256")
     if old_sha is not None and old_sha != corpus.sha256:
@@ -177,12 +218,7 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
                          f"steps; raise train.max_steps (or max_tokens) to continue")
 
     if ctx.is_main:  # from here on the folder changes
-        if force and run_files(out):
-            moved = set_aside(out)
-            sys.stderr.write(f"--force: moved the earlier run in {out} to {moved}\n")
-        out.mkdir(parents=True, exist_ok=True)
-        for tmp in clean_orphan_tmp(out, WRITTEN_FILES):
-            sys.stderr.write(f"removed {tmp.name}, left by a write that was killed\n")
+        _set_up_folder(out, force, lock)
     if ctx.world > 1:
         dist.barrier()
     if cfg.threads > 0:
@@ -192,13 +228,8 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
     opt = make_optimizer(model, cfg)
     start = 0
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        set_rng_state(ckpt["rng"])
+        _restore_all(ckpt, model, opt, hooks)
         start = int(ckpt["step"])
-        for h in hooks:
-            if hasattr(h, "load_state_dict") and _hook_name(h) in extra.get("hooks", {}):
-                h.load_state_dict(extra["hooks"][_hook_name(h)])
     ddp_model: nn.Module = model
     if ctx.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -210,7 +241,7 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
               int(ckpt["tokens_seen"]) if ckpt is not None else 0,
               torch.tensor(extra.get("interval_loss_sum", 0.0), dtype=torch.float64, device=ctx.device),
               int(extra.get("interval_n", 0)), float(extra.get("train_time", 0.0)), list(extra.get("evals", [])),
-              start if ckpt is not None else None)
+              start if ckpt is not None else None, lock)
     run.run_tokens0 = run.tokens_seen
     info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write,
                     lambda text: run.bar.message(f"{label}{text}"))
@@ -225,6 +256,32 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
                    **start_fields,
                    "decay_tensors": sorted(n for g in opt.param_groups if g["weight_decay"] > 0 for n in g["names"])})
     return run
+
+
+def _set_up_folder(out: Path, force: bool, lock: RunLock | None) -> None:
+    """Rank 0, after every check: ``--force`` moves an earlier run aside (the lock follows to the fresh folder), and
+    temp files a killed write left are removed."""
+    if force and run_files(out):
+        moved = set_aside(out)
+        if lock is not None:
+            lock.moved(moved)
+        sys.stderr.write(f"--force: moved the earlier run in {out} to {moved}\n")
+    out.mkdir(parents=True, exist_ok=True)
+    for tmp in clean_orphan_tmp(out, WRITTEN_FILES):
+        sys.stderr.write(f"removed {tmp.name}, left by a write that was killed\n")
+
+
+def _restore_all(ckpt: dict, model: nn.Module, opt: torch.optim.Optimizer, hooks: list) -> None:
+    """Weights, optimizer, RNG and the hooks' states; anything that does not fit names the checkpoint."""
+    restore(ckpt, model, opt)
+    states = dict(ckpt["extra"]).get("hooks", {})
+    for h in hooks:
+        if hasattr(h, "load_state_dict") and _hook_name(h) in states:
+            try:
+                h.load_state_dict(states[_hook_name(h)])
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+                raise CheckpointError(f"{ckpt.get('source')}: the state of hook {_hook_name(h)!r} does not load "
+                                      f"({type(e).__name__}: {e}); the checkpoint is corrupt") from None
 
 
 def _hook_name(hook: Any) -> str:
@@ -323,26 +380,31 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
 
 def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
           progress: bool = True, log_name: str = "log.jsonl", label: str = "", force: bool = False,
-          hooks: list[StepHook] | None = None) -> dict[str, Any]:
+          hooks: list[StepHook] | None = None, trust_unverified: bool = False) -> dict[str, Any]:
     """Train and return the run summary (also written to ``OUT/summary.json`` by rank 0).
 
     ``resume``: continue from ``OUT/ckpt.pt``.  ``force``: a folder that holds a run is moved aside first
     (without it, such a folder is refused).  ``stop_after``: stop (with a checkpoint) once this global step
     is done, as an interruption would.  ``hooks``: step hooks (:mod:`lm.hooks`); default none (the command-line
-    entry passes :func:`monitor_hooks`).
+    entry passes :func:`monitor_hooks`).  ``trust_unverified``: resume from a checkpoint that has no checksum file.
+    The run folder is locked (``OUT/run.lock``) from before the checks until the run ends.
     """
     ctx = DistContext.from_env(cfg.device)
     try:
         hooks = [] if hooks is None else list(hooks)
-        return _train(ctx, model_kind, model_cfg, cfg, resume, force, stop_after, progress, log_name, label, hooks)
+        run = prepare(ctx, model_kind, model_cfg, cfg, resume=resume, force=force, hooks=hooks, progress=progress,
+                      log_name=log_name, label=label, trust_unverified=trust_unverified)
+        try:
+            return _train(run, stop_after)
+        finally:
+            if run.lock is not None:
+                run.lock.release()
     finally:
         ctx.close()
 
 
-def _train(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, resume: bool, force: bool,
-           stop_after: int | None, progress: bool, log_name: str, label: str, hooks: list) -> dict[str, Any]:
-    run = prepare(ctx, kind, model_cfg, cfg, resume=resume, force=force, hooks=hooks, progress=progress,
-                  log_name=log_name, label=label)
+def _train(run: Run, stop_after: int | None) -> dict[str, Any]:
+    ctx, cfg, hooks, label = run.ctx, run.cfg, run.hooks, run.label
     model, opt, total = run.model, run.opt, run.total
     done, interrupted = run.start, False
     with _StopFlag() as stop:

@@ -32,10 +32,10 @@ import torch
 from torch import nn
 
 from lm.checkpoint import build_model, config_from_dict, load_checkpoint, torch_load_bytes
-from lm.errors import CheckpointError, RunFailure
+from lm.errors import CheckpointError
 from rmsgauge import atomic_write_bytes, atomic_write_json, check_output_dir
 from rmsgauge.atomic import sha256_bytes
-from rmsgauge.cli import OneLineArgumentParser, run_guarded
+from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, run_main
 
 REFERENCE_FORMAT = 1  # bump when the weights payload layout changes
 MAX_FILE_BYTES = 10 * 1024 * 1024  # each shipped file: small enough for the package (issue 10)
@@ -132,7 +132,8 @@ def reference_log(name: str, root: str | Path | None = None) -> list[dict]:
     return [json.loads(ln) for ln in log_path.read_text().splitlines() if ln.strip()]
 
 
-def ship_run(run_dir: str | Path, name: str, command: str, *, dest: str | Path | None = None) -> dict[str, Any]:
+def ship_run(run_dir: str | Path, name: str, command: str, *, dest: str | Path | None = None,
+             trust_unverified: bool = False) -> dict[str, Any]:
     """Write ``<name>.pt`` (weights only), ``<name>.log.jsonl`` and the card ``<name>.json`` into ``dest``
     (default: the package folder) from the finished training run in ``run_dir``; each written atomically,
     the card last.  Refuses an unfinished run, a file over :data:`MAX_FILE_BYTES`, an empty command."""
@@ -143,6 +144,9 @@ def ship_run(run_dir: str | Path, name: str, command: str, *, dest: str | Path |
     if not command or not command.strip():
         raise ValueError("--command must be the exact command that trained the run (not empty)")
     check_output_dir("--dest", weights_path.parent)
+    inputs = [run_dir / n for n in ("ckpt.pt", "ckpt.pt.sha256", "log.jsonl", "summary.json")]
+    check_outputs_against_inputs({"RUN_DIR": inputs}, {}, {"--dest": weights_path.parent},
+                                 written={"--dest": (weights_path.name, card_path.name, log_path.name)})
     summ_path = run_dir / "summary.json"
     if not summ_path.is_file():
         raise FileNotFoundError(f"{run_dir} holds no finished run (no summary.json)")
@@ -150,7 +154,7 @@ def ship_run(run_dir: str | Path, name: str, command: str, *, dest: str | Path |
     if not summary.get("complete"):
         raise ValueError(f"{run_dir}: the run is not finished ({summary.get('steps')}/{summary.get('total_steps')} "
                          f"steps); resume it first")
-    ckpt = load_checkpoint(run_dir / "ckpt.pt")
+    ckpt = load_checkpoint(run_dir / "ckpt.pt", trust_unverified=trust_unverified)
     payload = {"format": REFERENCE_FORMAT, "model_kind": ckpt["model_kind"], "model_config": ckpt["model_config"],
                "dtype": ckpt.get("dtype", "float32"), "model": ckpt["model"]}
     buf = io.BytesIO()
@@ -194,40 +198,44 @@ def _format_list(root: str | Path | None) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = OneLineArgumentParser(prog="python -m lm.reference", description="The shipped reference models: list, verify "
-                              "their checksums, or ship a finished training run as one.")
-    p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineArgumentParser)
-    ls = sub.add_parser("list", help="the shipped models and their model cards' headline numbers")
+def build_parser():
+    p = make_parser("python -m lm.reference", "The shipped reference models: list, verify their checksums, or ship a "
+                    "finished training run as one. Exit status 1 on a checksum mismatch or a corrupt file.")
+    sub = add_subcommands(p)
+    ls = add_subcommand(sub, "list", "the shipped models and their model cards' headline numbers")
     ls.add_argument("--root", default=None, help="folder to read instead of the package's")
-    v = sub.add_parser("verify", help="check every shipped file against its card's sha256 (exit 1 on a mismatch)")
+    v = add_subcommand(sub, "verify", "check every shipped file against its card's sha256 (exit 1 on a mismatch)")
     v.add_argument("names", nargs="*", help="models to verify (default: all shipped)")
     v.add_argument("--root", default=None, help="folder to read instead of the package's")
-    s = sub.add_parser("ship", help="write a finished run's weights, log and model card into the package")
+    s = add_subcommand(sub, "ship", "write a finished run's weights, log and model card into the package")
     s.add_argument("run_dir", help="the run folder (with ckpt.pt, log.jsonl, summary.json)")
     s.add_argument("--name", required=True, help=f"model name ({', '.join(NAMES)})")
     s.add_argument("--command", required=True, help="the exact command that trained the run (for the card)")
     s.add_argument("--dest", default=None, help="folder to write into instead of the package's")
-    args = p.parse_args(argv)
+    s.add_argument("--trust-unverified", action="store_true",
+                   help="ship a run whose checkpoint has no checksum file (refused without this flag)")
+    return p
 
-    def run() -> int:
-        if args.cmd == "list":
-            print(_format_list(args.root))
-        elif args.cmd == "verify":
-            names = args.names or shipped_names(args.root)
-            for n in names:
-                card = verify_reference(n, args.root)
-                print(f"{n}: ok (sha256 {card['sha256'][:16]}...)")
-            if not names:
-                print("no reference models shipped yet")
-        else:
-            card = ship_run(args.run_dir, args.name, args.command, dest=args.dest)
-            print(f"shipped {args.name}: {card['weights_bytes']:,} bytes, sha256 {card['sha256'][:16]}..., val bpb "
-                  f"{card['final_val_bpb']:.4f}")
-        return 0
 
-    return run_guarded(p.prog, run, debug=args.debug, failure_errors=(RunFailure,))
+def _work(args, _checked) -> int:
+    if args.command == "list":
+        print(_format_list(args.root))
+    elif args.command == "verify":
+        names = args.names or shipped_names(args.root)
+        for n in names:
+            card = verify_reference(n, args.root)
+            print(f"{n}: ok (sha256 {card['sha256'][:16]}...)")
+        if not names:
+            print("no reference models shipped yet")
+    else:
+        card = ship_run(args.run_dir, args.name, args.command, dest=args.dest, trust_unverified=args.trust_unverified)
+        print(f"shipped {args.name}: {card['weights_bytes']:,} bytes, sha256 {card['sha256'][:16]}..., val bpb "
+              f"{card['final_val_bpb']:.4f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, _work)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,32 @@
-"""What a run shows and keeps: the progress line, the strict-JSON log, the machine description."""
+"""What a run shows and keeps: the progress line, the strict-JSON log, the machine description, and the run
+folder's lock (:class:`RunLock`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import platform
+import socket
 import sys
+import time
 from pathlib import Path
 
 import torch
 
+from lm.errors import RunFolderBusy
 from rmsgauge import (
     atomic_write_text,
 )
 from rmsgauge.atomic import json_nulls
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: the lock falls back to O_EXCL and a pid check
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_NAME = "run.lock"
 
 # ---------------------------------------------------------------------------------------------
 # Progress line and JSON-lines log
@@ -110,3 +122,113 @@ def machine_description() -> str:
     return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {platform.system()}"
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The run folder's lock
+# ---------------------------------------------------------------------------------------------
+
+
+class RunLock:
+    """``OUT/run.lock``, held by the training process from before its checks until it ends.
+
+    The lock is an ``flock`` on the file (released by the kernel when the process dies, however it dies), and
+    the file names its holder (pid, host, start time, command).  A second training of the same folder is
+    refused naming the holder (:class:`lm.errors.RunFolderBusy`); a file that nobody holds is a *stale* lock (a
+    killed run) and is named on stderr and taken over.  On release the file is removed.
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self._fh = None
+        self.stale: str | None = None  # the stale lock's description, when one was taken over
+
+    def acquire(self) -> RunLock:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for _ in range(20):  # a holder may remove the file between our open and our lock: open again
+            fh = open(self.path, "a+")  # noqa: SIM115 - held until release()
+            if not self._lock(fh):
+                holder = _holder(fh)
+                fh.close()
+                raise RunFolderBusy(f"{self.folder} is in use: {holder} holds its lock {self.path}; wait for that "
+                                    f"run to end (or stop it), or choose another --out-dir")
+            try:
+                same = os.fstat(fh.fileno()).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            fh.close()
+        else:  # pragma: no cover - twenty races in a row
+            raise RunFolderBusy(f"{self.path}: could not take the lock (the file keeps changing)")
+        old = _holder(fh, default="")
+        if old:
+            self.stale = old
+            sys.stderr.write(f"note: {self.path} was a stale lock ({old}; that process is gone): taking it over\n")
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}) + "\n")
+        fh.flush()
+        self._fh = fh
+        return self
+
+    @staticmethod
+    def _lock(fh) -> bool:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except OSError:
+                return False
+        try:  # pragma: no cover - no flock: a recorded pid that is alive holds the folder
+            pid = int(json.loads(_read(fh) or "{}").get("pid", 0))
+            if pid and pid != os.getpid():
+                os.kill(pid, 0)
+                return False
+        except (OSError, ValueError, AttributeError):
+            pass
+        return True
+
+    def moved(self, old_folder: str | os.PathLike) -> RunLock:
+        """After the held folder was renamed to ``old_folder`` (``--force``): lock the fresh ``self.folder`` and let
+        go of the moved one's lock file.  Returns ``self``."""
+        old_fh, old_path = self._fh, Path(old_folder) / LOCK_NAME
+        self._fh = None
+        try:
+            self.acquire()
+        finally:
+            with contextlib.suppress(OSError):
+                old_path.unlink()
+            if old_fh is not None:
+                old_fh.close()
+        return self
+
+    def release(self) -> None:
+        if self._fh is None:
+            return
+        try:
+            if self.path.exists() and os.stat(self.path).st_ino == os.fstat(self._fh.fileno()).st_ino:
+                self.path.unlink()
+        except OSError:
+            pass
+        self._fh.close()  # closing drops the flock
+        self._fh = None
+
+
+def _read(fh) -> str:
+    fh.seek(0)
+    return fh.read()
+
+
+def _holder(fh, default: str = "another process") -> str:
+    """The lock file's holder as words: ``pid 123 on host (since ...: python -m lm.train ...)``."""
+    try:
+        rec = json.loads(_read(fh) or "null")
+    except (OSError, ValueError):
+        return default if not _read(fh).strip() else "an unreadable holder record"
+    if not isinstance(rec, dict):
+        return default
+    return (f"pid {rec.get('pid')} on {rec.get('host')} (since {rec.get('started')}: "
+            f"{str(rec.get('command', ''))[:80]})")

@@ -8,7 +8,8 @@ Usage (see ``--help``)::
     python -m lm.train --recipe reference-grt             # a shipped reference model's exact run (lm.recipes)
     python -m lm.train --out-dir runs/a --resume           # continue exactly where runs/a stopped
     torchrun --nproc_per_node=4 -m lm.train --model grt    # data-parallel (gloo on CPU, nccl on CUDA)
-    python -m lm.train sample --ckpt runs/a/ckpt.pt --prompt "ROMEO:"   # = python -m lm.sample
+    python -m lm.train --out-dir runs/a --resume --max-steps 2000   # a finished run, trained longer
+    python -m lm.train sample --checkpoint runs/a/ckpt.pt --prompt "ROMEO:"   # = python -m lm.sample
 
 **Configuration.**  The model config is the model's own dataclass (:class:`lm.dense.DenseConfig`
 or ``grt_model.config.GRTConfig``), starting from the CPU preset of
@@ -23,11 +24,17 @@ run, at the price of a recomputed cosine schedule.
 
 **What is safe.**  A run folder is never overwritten: a new run into a folder that holds one
 (``ckpt.pt``, ``log.jsonl`` or ``summary.json``) is refused, naming ``--resume`` (continue it) and
-``--force`` (move it aside to ``<out>.replaced-<time>`` and start over).  Checkpoints are atomic and
-carry a sha256 (``ckpt.pt.sha256``) verified on load; the corpus's sha256 is recorded and a resume on
-changed data is refused.  A NaN or infinite loss or gradient norm stops the run before the bad step is
-applied, keeps the last good checkpoint and exits 1.  Logs are strict JSON (a non-finite value is
-``null``, its key listed under ``"nonfinite"``).
+``--force`` (move it aside to ``<out>.replaced-<time>`` and start over).  The training process holds the
+folder's lock ``OUT/run.lock`` (an ``flock`` naming its pid, host and command) from before its checks until it
+ends: a second training of the same folder is refused naming the holder, and a lock left by a killed run is
+named and taken over.  Checkpoints are atomic and carry a sha256 (``ckpt.pt.sha256``) verified on load; one
+without it is refused unless ``--trust-unverified``, and one whose fields are not a checkpoint's is one line
+naming the file and the field.  The corpus's sha256 is recorded and a resume on changed data is refused.  No
+output may be an input: ``--json`` is checked against ``--data``, ``--config`` and the run folder's own files.
+A NaN or infinite loss or gradient norm stops the run before the bad step is applied, keeps the last good
+checkpoint and exits 1.  Logs are strict JSON (a non-finite value is ``null``, its key listed under
+``"nonfinite"``).  A finished run trains longer with ``--resume --max-steps N`` (or ``--max-tokens``); an explicit
+``--max-steps`` clears an inherited ``max_tokens``.
 
 **Exact resume.**  Batch ``t`` is drawn by a generator seeded from ``(seed, t)`` alone
 (:meth:`BatchSampler.train_batch`), the learning rate is a function of ``t``, the model has no
@@ -67,8 +74,10 @@ from typing import Any
 
 from torch import nn
 
+from lm import sample as sample_cli
 from lm.checkpoint import (
     MODEL_KINDS,
+    check_resumable,
     config_from_dict,
     config_to_dict,
     default_model_config,
@@ -77,22 +86,20 @@ from lm.checkpoint import (
 )
 from lm.corpus import corpus_files
 from lm.dist import resolve_device
-from lm.errors import RunFailure
 from lm.hooks import LoopInfo
 from lm.loop import train  # re-exported: `from lm.train import train, TrainConfig, read_log`
 from lm.preflight import _n_layers_key, check_memory, check_model_values, check_run_dir, validate_model_config
-from lm.runlog import read_log  # noqa: F401  (public API, see above)
+from lm.runlog import LOCK_NAME, read_log  # noqa: F401  (read_log: public API, see above)
 from lm.summary import format_summary, summary_claims
-from lm.trainconfig import RESUME_LOCKED, RUN_FILES, TrainConfig
+from lm.trainconfig import RESUME_LOCKED, WRITTEN_FILES, TrainConfig
 from rmsgauge import (
     check_choice,
     check_output_file,
     check_range,
-    parse_shared_args,
     reject_unknown_keys,
     write_claims_json,
 )
-from rmsgauge.cli import OneLineArgumentParser, one_line, run_guarded
+from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, one_line, run_main
 
 # ---------------------------------------------------------------------------------------------
 # CLI
@@ -162,7 +169,8 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
     if args.resume:
         if args.force:
             raise ValueError("--resume continues the run in --out-dir and --force starts over: give one of them")
-        ckpt = load_checkpoint(Path(out_dir) / "ckpt.pt")
+        ckpt = load_checkpoint(Path(out_dir) / "ckpt.pt", trust_unverified=args.trust_unverified)
+        check_resumable(ckpt)
         kind = ckpt["model_kind"]
         if args.model and args.model != kind:
             raise ValueError(f"--model {args.model} but the checkpoint in {out_dir} is a {kind} model")
@@ -181,26 +189,13 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
     if "model_config" in file_cfg:
         reject_unknown_keys(f"--config model_config ({cfg_cls.__name__})", file_cfg["model_config"], mdict)
         mdict.update(file_cfg["model_config"])
-    for item in args.set or []:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        scope, _, name = key.partition(".") if key.startswith(("train.", "model.")) else ("", "", key)
-        if scope == "train" or (not scope and name in tdict):
-            if name not in tdict:
-                raise ValueError(f"unknown train key {name!r}; allowed: {sorted(tdict)}")
-            tdict[name] = _parse_value(f"train.{name}", raw, tdict[name])
-        elif scope == "model" or name in mdict:
-            if name not in mdict:
-                raise ValueError(f"unknown model key {name!r} for {cfg_cls.__name__}; allowed: {sorted(mdict)}")
-            mdict[name] = _parse_value(f"model.{name}", raw, mdict[name])
-        else:
-            raise ValueError(f"unknown key {name!r}; train keys: {sorted(tdict)}; model keys: {sorted(mdict)}")
+    explicit = _apply_set(args.set or [], tdict, mdict, cfg_cls.__name__)  # train keys set on this command line
     for flag in TRAIN_FLAGS:
         v = getattr(args, flag, None)
         if v is not None:
             tdict[flag] = v
+            explicit.add(flag)
+    _run_length(tdict, explicit)
     for flag, key in MODEL_FLAGS.items():
         v = getattr(args, flag, None)
         if v is not None:
@@ -216,6 +211,41 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
     if ckpt is not None:
         _check_resume(ckpt, tdict, mcfg)
     return kind, mcfg, tcfg, args.resume
+
+
+def _apply_set(items: list[str], tdict: dict, mdict: dict, cfg_name: str) -> set[str]:
+    """Apply ``--set key=value`` items (bare keys: train first, then model; or ``train.key`` / ``model.key``);
+    returns the train keys set."""
+    explicit: set[str] = set()
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        scope, _, name = key.partition(".") if key.startswith(("train.", "model.")) else ("", "", key)
+        if scope == "train" or (not scope and name in tdict):
+            if name not in tdict:
+                raise ValueError(f"unknown train key {name!r}; allowed: {sorted(tdict)}")
+            tdict[name] = _parse_value(f"train.{name}", raw, tdict[name])
+            explicit.add(name)
+        elif scope == "model" or name in mdict:
+            if name not in mdict:
+                raise ValueError(f"unknown model key {name!r} for {cfg_name}; allowed: {sorted(mdict)}")
+            mdict[name] = _parse_value(f"model.{name}", raw, mdict[name])
+        else:
+            raise ValueError(f"unknown key {name!r}; train keys: {sorted(tdict)}; model keys: {sorted(mdict)}")
+    return explicit
+
+
+def _run_length(tdict: dict, explicit: set[str]) -> None:
+    """The run length the user asked for on this command line wins: ``max_tokens > 0`` overrides ``max_steps``, so an
+    explicit ``--max-steps`` alone clears an inherited ``max_tokens`` (from a checkpoint, recipe or config file)
+    instead of being silently ignored; both at once (with ``max_tokens > 0``) is ambiguous and refused."""
+    if "max_steps" in explicit and "max_tokens" not in explicit:
+        tdict["max_tokens"] = 0
+    elif {"max_steps", "max_tokens"} <= explicit and tdict.get("max_tokens", 0) > 0:
+        raise ValueError("--max-steps and --max-tokens both set the run length (max_tokens > 0 decides the number "
+                         "of steps): give one of them")
 
 
 def _check_resume(ckpt: dict, tdict: dict, mcfg: Any) -> None:
@@ -238,20 +268,24 @@ def _recipe_names() -> str:
     return ", ".join(RECIPE_NAMES)
 
 
+DESCRIPTION = ("Train the GRT or the dense QK-norm baseline on bytes (bundled Shakespeare by default). Resumable bit "
+               "for bit; data-parallel under torchrun. A folder that already holds a run is never overwritten (see "
+               "--resume, --force), and the training process locks it (OUT/run.lock). Subcommand: 'python -m "
+               "lm.train sample --help' generates text from a checkpoint.")
+EPILOG = ("precedence: defaults < --recipe or --config < --set < explicit flags\n\ntrain keys for --set (defaults):\n  "
+          + ", ".join(f"{f.name}={f.default!r}" for f in fields(TrainConfig))
+          + "\n\nmodel keys for --set: the fields of DenseConfig / GRTConfig, e.g. model.d_model, model.n_layers "
+            "(dense) or model.n_blocks (grt), model.block_size\n\noutputs in the run folder: log.jsonl, ckpt.pt "
+            "(+ ckpt.pt.sha256), summary.json, run.lock while training\nexit status: 0 done, 1 the run failed (e.g. "
+            "a non-finite loss, a corrupt checkpoint, the folder in use), 2 a usage error (nothing was written), "
+            "130 interrupted")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineArgumentParser(
-        prog="python -m lm.train",
-        description="Train the GRT or the dense QK-norm baseline on bytes (bundled Shakespeare by default). "
-                    "Resumable bit for bit; data-parallel under torchrun. A folder that already holds a run is "
-                    "never overwritten (see --resume, --force). Subcommand: 'python -m lm.train sample --help' "
-                    "generates text from a checkpoint.",
-        epilog="precedence: defaults < --recipe or --config < --set < explicit flags\n\ntrain keys for --set "
-               "(defaults):\n  " + ", ".join(f"{f.name}={f.default!r}" for f in fields(TrainConfig))
-               + "\n\nmodel keys for --set: the fields of DenseConfig / GRTConfig, e.g. model.d_model, "
-                 "model.n_layers (dense) or model.n_blocks (grt), model.block_size\n\noutputs in the run folder: "
-                 "log.jsonl, ckpt.pt (+ ckpt.pt.sha256), summary.json\nexit status: 0 done, 1 the run failed "
-                 "(e.g. a non-finite loss), 2 a usage error (nothing was written), 130 interrupted",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = make_parser("python -m lm.train", DESCRIPTION, epilog=EPILOG)
+    subs = add_subcommands(p, required=False)
+    sample_cli.add_arguments(add_subcommand(subs, "sample", "generate bytes from a checkpoint (= python -m "
+                                            "lm.sample)", description=sample_cli.DESCRIPTION))
     g = p.add_argument_group("what to train")
     g.add_argument("--model", choices=MODEL_KINDS, default=None,
                    help="model family: the dense QK-norm transformer or the GRT (default: dense, the recipe's or "
@@ -295,12 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--stop-after", type=int, default=None, metavar="STEP",
                    help="stop with a checkpoint after this step, as an interruption would")
     r.add_argument("--json", metavar="PATH", help="also write the summary and its claim records to this file")
+    r.add_argument("--trust-unverified", action="store_true",
+                   help="--resume from a checkpoint that has no checksum file (ckpt.pt.sha256); refused without it")
     e = p.add_argument_group("machine")
     e.add_argument("--device", default=None, help="where to train: auto (CUDA when present), cpu, cuda or cuda:N")
     e.add_argument("--dtype", default=None, choices=("float32", "float64"), help="precision of the parameters")
     e.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: torch's default)")
     e.add_argument("--quiet", action="store_true", help="no progress line")
-    e.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
     return p
 
 
@@ -313,7 +348,7 @@ def monitor_hooks(cfg: TrainConfig) -> list:
     """
     if not (cfg.probe_gauges and cfg.gauge_interval > 0):
         return []
-    from dynamics.monitor import TrainHook
+    from dynamics.train_hook import TrainHook
 
     # one group per tensor (a union of gauges is a gauge): the log stays one record per gauge weight
     return [TrainHook.lazy(census_of_probe_batch, interval=cfg.gauge_interval, per_block=False)]
@@ -329,33 +364,33 @@ def census_of_probe_batch(model: nn.Module, info: LoopInfo) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "sample":
-        from lm.sample import main as sample_main
-
-        return sample_main(argv[1:], prog="python -m lm.train sample")
-    parser = build_parser()
-    args = parse_shared_args(parser, argv)
-    return run_guarded(parser.prog, lambda: _main(parser, args), debug=args.debug,
-                       failure_errors=(RunFailure,))
+    return run_main(build_parser(), argv, _work, check=_check)
 
 
-def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    try:
-        if args.stop_after is not None:
-            check_range("--stop-after", args.stop_after, 1, None)
-        check_output_file("--json", args.json)
-        kind, mcfg, tcfg, resume = resolve(args)
-        check_run_dir(Path(tcfg.out_dir), resume, args.force)
-        corpus_files(tcfg.data or None)  # the data exists (it is read, and its size checked, before the model)
-        check_memory(kind, mcfg, tcfg, resolve_device(tcfg.device), int(os.environ.get("WORLD_SIZE", "1")))
-        ckpt_json = Path(args.json).resolve() if args.json else None
-        if ckpt_json is not None and ckpt_json.parent == Path(tcfg.out_dir).resolve() and ckpt_json.name in RUN_FILES:
-            raise ValueError(f"--json {args.json} would overwrite the run's own {ckpt_json.name}")
-    except (ValueError, FileNotFoundError) as e:
-        parser.error(str(e))
+def _check(args: argparse.Namespace) -> Any:
+    """Everything before any work: flags, configs, the run folder, the data, memory, outputs against inputs."""
+    if args.command == "sample":
+        return sample_cli.check(args)
+    if args.stop_after is not None:
+        check_range("--stop-after", args.stop_after, 1, None)
+    check_output_file("--json", args.json)
+    kind, mcfg, tcfg, resume = resolve(args)
+    out = Path(tcfg.out_dir)
+    check_run_dir(out, resume, args.force)
+    data = corpus_files(tcfg.data or None) if tcfg.data else None  # the data exists (read before the model)
+    check_outputs_against_inputs({"--data": [tcfg.data, *data] if data else None, "--config": args.config},
+                                 {"--json": args.json}, {"--out-dir": out},
+                                 written={"--out-dir": (*WRITTEN_FILES, LOCK_NAME)})
+    check_memory(kind, mcfg, tcfg, resolve_device(tcfg.device), int(os.environ.get("WORLD_SIZE", "1")))
+    return kind, mcfg, tcfg, resume
+
+
+def _work(args: argparse.Namespace, checked: Any) -> int:
+    if args.command == "sample":
+        return sample_cli.work(args, checked)
+    kind, mcfg, tcfg, resume = checked
     summary = train(kind, mcfg, tcfg, resume=resume, stop_after=args.stop_after, progress=not args.quiet,
-                    force=args.force, hooks=monitor_hooks(tcfg))
+                    force=args.force, hooks=monitor_hooks(tcfg), trust_unverified=args.trust_unverified)
     if int(os.environ.get("RANK", "0")) == 0:
         print(format_summary(summary))
         if args.json:

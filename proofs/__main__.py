@@ -1,4 +1,7 @@
-"""``python -m proofs [--only PREFIX] [--json PATH]``: run the symbolic proofs and print verdicts."""
+"""``python -m proofs [--only PREFIX] [--json PATH]``: run the symbolic proofs and print verdicts.
+
+Exit status 0 when every identity is proved, 1 when one is not, 2 for a usage error (one line, before any
+proof runs), 130 interrupted; --debug shows a traceback instead of the one line."""
 
 from __future__ import annotations
 
@@ -7,21 +10,27 @@ import sys
 from dataclasses import asdict
 
 from rmsgauge import atomic_write_json, check_output_file
+from rmsgauge.cli import make_parser, run_main
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m proofs", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    ap = make_parser("python -m proofs", __doc__)
     ap.add_argument("--only", default="", help="run only proofs whose name starts with this prefix (e.g. gauge.)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    args = ap.parse_args(argv)
-    try:  # before any proof runs: a bad --json path must not cost the whole run
-        check_output_file("--json", args.json)
-    except ValueError as e:
-        ap.error(str(e))
-    from proofs import PROOFS, run_all
+    return ap
+
+
+def _check(args: argparse.Namespace) -> None:
+    check_output_file("--json", args.json)  # before any proof runs: a bad --json path must not cost the run
+    from proofs import PROOFS
 
     if args.only and not any(n.startswith(args.only) for n in PROOFS):
-        ap.error(f"--only {args.only!r} matches no proof; known: {', '.join(sorted(PROOFS))}")
+        raise ValueError(f"--only {args.only!r} matches no proof; known: {', '.join(sorted(PROOFS))}")
+
+
+def _work(args: argparse.Namespace, _checked: None) -> int:
+    from proofs import run_all
+
     results = run_all(args.only)
     for r in results:
         print(r, flush=True)
@@ -30,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         atomic_write_json(args.json, {"proofs": [asdict(r) for r in results]})
     return 0 if ok == len(results) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, _work, check=_check)
 
 
 if __name__ == "__main__":

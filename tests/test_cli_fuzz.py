@@ -1,7 +1,10 @@
-"""Property-based CLI fuzzing (issue 15): every CLI, fed flag values drawn from NaN, inf, negatives, empty
+"""Property-based CLI fuzzing (issues 15, 19): every CLI, fed flag values drawn from NaN, inf, negatives, empty
 strings, junk, and paths that are files, folders or unwritable (under a file), ends in success or in a
 one-line error -- never a traceback, never a partial output file, and fast (bad input is refused before
-any work: a draw still running after ``ALARM_S`` seconds fails).
+any work: a draw still running after ``ALARM_S`` seconds fails).  Issue 19 adds the hf, evaluate and bench
+CLIs, and *input-equals-output* draws: an output flag given the path of one of the command's inputs (the
+same file, a file inside an input folder, a checkpoint, its checksum, its run's log), which must be refused
+with the sandbox untouched.
 
 Each CLI's ``main(argv)`` runs in-process inside a scratch folder (the current directory during the
 call).  Every draw holds only invalid values, so the expected outcome is exit status 1 or 2 with one
@@ -13,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -41,7 +46,7 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "--block-size": ("8",), "--heads": ("2",), "--recipe": ("nope", ""), "--config": ("missing.json", "afile"),
     }, ("--quiet",)),
     "lm.sample": ("lm.sample", {
-        "--ckpt": ("missing.pt", "adir", "afile", ""), "--tokens": BAD_INT, "--temperature": BAD_FLOAT,
+        "--checkpoint": ("missing.pt", "adir", "afile", ""), "--tokens": BAD_INT, "--temperature": BAD_FLOAT,
         "--top-k": ("-1", "257", "nan", ""), "--seed": BAD_INT, "--prompt": ("",), "--json": BAD_OUT_FILE,
         "--device": ("tpu", ""),
     }, ()),
@@ -56,7 +61,8 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "--seq-len": BAD_INT, "--train-steps": BAD_INT, "--lr": BAD_FLOAT, "--c-min": BAD_FLOAT,
         "--c-max": BAD_FLOAT, "--c-points": BAD_INT, "--eps": ("nan", "abc", "", "-1"),
         "--census-c": ("nan", "", "-1", "0"), "--seed": BAD_INT, "--threads": BAD_INT, "--json": BAD_OUT_FILE,
-        "--corpus": BAD_DATA, "--dtype": ("float16", ""), "--heads": ("2",), "--block": ("8",),
+        "--data": BAD_DATA, "--dtype": ("float16", ""), "--heads": ("2",), "--block": ("8",),
+        "--corpus": ("c.txt",),
     }, ()),
     "dynamics": ("dynamics.__main__", {
         "--optimizer": ("adam", ""), "--decay": ("x",), "--lr": BAD_FLOAT, "--wd": (*BAD_FLOAT, "1"),
@@ -71,12 +77,30 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     "figures": ("figures.__main__", {
         "--only": ("nosuch", ",", ""), "--checkpoint": ("missing.pt", "adir"), "--cache-dir": ("afile",),
         "--seed": BAD_INT, "--threads": BAD_INT, "--claims": ("bogus", "", ","), "--json": BAD_OUT_FILE,
-        "--out": ("afile", "afile/sub"),
-    }, ("--out", "figs", "--quick")),
+        "--out-dir": ("afile", "afile/sub", "/sys/rmsgauge-fuzz"), "--out": ("figs",),
+    }, ("--out-dir", "figs", "--quick")),
     "proofs": ("proofs.__main__", {
         "--only": ("zzz-no-such-proof",), "--json": BAD_OUT_FILE,
     }, ()),
+    "lm.hf import": ("lm.hf_convert", {
+        "--model-dir": ("missing", "afile", "emptydir", "adir"), "--checkpoint": ("adir", "afile/x.pt", ""),
+        "--ckpt": ("new.pt",),
+    }, ("import", "--model-dir", "HF", "--checkpoint", "new.pt")),
+    "lm.hf export": ("lm.hf_convert", {
+        "--checkpoint": ("missing.pt", "adir", "afile", "junk.pt"), "--out-dir": ("afile", "afile/sub", "", "adir"),
+        "--reference": ("gpt",), "--out": ("x",),
+    }, ("export", "--checkpoint", "RUN/ckpt.pt", "--out-dir", "exp")),
+    "lm.evaluate": ("lm.evaluate", {
+        "--batch-size": BAD_INT, "--limit": BAD_INT, "--num-fewshot": BAD_INT, "--bootstrap-iters": BAD_INT,
+        "--device": ("tpu", "cuda:x"), "--json": BAD_OUT_FILE, "--model-dir": ("missing", "afile", "emptydir"),
+        "--tasks": ("", ","), "--include-path": ("missing", "afile"),
+    }, ("--model-dir", "HF", "--tasks", "fuzz_mc", "--include-path", "tasks", "--only-include-path")),
+    "lm.bench": ("lm.bench", {
+        "--tokens": BAD_INT, "--ref-tokens": BAD_INT, "--repeats": BAD_INT, "--warmup": BAD_INT,
+        "--threads": BAD_INT, "--only": ("nosuch", ""), "--dtype": ("float16", ""), "--json": BAD_OUT_FILE,
+    }, ("--only", "qkvo", "--tokens", "16", "--repeats", "1", "--warmup", "0")),
 }
+FIXTURE_CLIS = {"lm.hf import", "lm.hf export", "lm.evaluate"}  # need a trained run, an export and a task
 
 
 class TooSlow(BaseException):  # not an Exception: a CLI's catch-all must not swallow it
@@ -91,13 +115,74 @@ def _snapshot(root: Path) -> dict[str, int]:
     return {str(p.relative_to(root)): (p.stat().st_size if p.is_file() else -1) for p in root.rglob("*")}
 
 
-def _sandbox() -> Path:
+def _sandbox(fixtures: bool = False) -> Path:
     root = Path(tempfile.mkdtemp(prefix="rmsgauge-fuzz-"))
+    if fixtures:
+        shutil.rmtree(root)
+        shutil.copytree(_template(), root)
+        return root
     (root / "afile").write_text("not a folder\n")
     (root / "adir").mkdir()
     (root / "adir" / "keep.txt").write_text("x\n")
     (root / "emptydir").mkdir()
     return root
+
+
+_TEMPLATE: list[Path] = []
+
+
+def _template() -> Path:
+    """Built once: the plain sandbox plus a corpus, a tiny trained run (RUN), its export (HF), a local task."""
+    if _TEMPLATE:
+        return _TEMPLATE[0]
+    from lm.corpus import bundled_corpus_files
+    from lm.dense import DenseConfig
+    from lm.train import TrainConfig, train
+
+    root = _sandbox()
+    (root / "c.txt").write_bytes(bundled_corpus_files()[0].read_bytes()[:8_000])
+    (root / "junk.pt").write_bytes(b"not a checkpoint")
+    cfg = TrainConfig(max_steps=1, batch_size=2, warmup_steps=1, eval_interval=0, eval_batches=1, log_interval=1,
+                      gauge_interval=0, probe_gauges=False, device="cpu", threads=1, data=str(root / "c.txt"),
+                      out_dir=str(root / "RUN"))
+    train("dense", DenseConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, block_size=16), cfg, progress=False)
+    try:
+        from lm.hf import save_pretrained_dir
+
+        save_pretrained_dir(root / "RUN" / "ckpt.pt", root / "HF")
+    except ModuleNotFoundError:  # no hf extra: the hf and evaluate draws are skipped
+        pass
+    tasks = root / "tasks"
+    tasks.mkdir()
+    (tasks / "mc.jsonl").write_text(json.dumps({"q": "The sky is", "choices": ["blue", "red"], "answer": 0}) + "\n")
+    (tasks / "mc.yaml").write_text(
+        f"task: fuzz_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {tasks / 'mc.jsonl'}\n"
+        "test_split: test\noutput_type: multiple_choice\ndoc_to_text: '{{q}}'\ndoc_to_choice: '{{choices}}'\n"
+        "doc_to_target: answer\nmetric_list:\n  - {metric: acc, aggregation: mean, higher_is_better: true}\n")
+    _TEMPLATE.append(root)
+    return root
+
+
+# input-equals-output draws: (CLI, base argv, output flag, the inputs its value may name)
+IO_CASES = {
+    "lm.train": ("lm.train", ["--data", "c.txt", "--out-dir", "o", "--max-steps", "1", "--quiet"], "--json",
+                 ("c.txt", "RUN/ckpt.pt")),
+    "lm.train resume": ("lm.train", ["--out-dir", "RUN", "--resume", "--max-steps", "2", "--quiet"], "--json",
+                        ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256", "RUN/log.jsonl", "RUN/summary.json")),
+    "lm.train sample": ("lm.train", ["sample", "--checkpoint", "RUN/ckpt.pt", "--tokens", "2"], "--json",
+                        ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256", "RUN/log.jsonl", "RUN/summary.json")),
+    "lm.sample": ("lm.sample", ["--checkpoint", "RUN/ckpt.pt", "--tokens", "2"], "--json",
+                  ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256", "RUN/log.jsonl")),
+    "gauge": ("gauge.__main__", ["--data", "c.txt", "--train-steps", "0", "--quiet"], "--json", ("c.txt",)),
+    "lm.hf import": ("lm.hf_convert", ["import", "--model-dir", "HF"], "--checkpoint",
+                     ("HF/model.safetensors", "HF/x.pt", "RUN/ckpt.pt", "HF/SHA256SUMS")),
+    "lm.hf export": ("lm.hf_convert", ["export", "--checkpoint", "RUN/ckpt.pt"], "--out-dir", ("RUN", "HF", ".")),
+    "lm.evaluate": ("lm.evaluate", ["--model-dir", "HF", "--tasks", "fuzz_mc", "--include-path", "tasks",
+                                    "--only-include-path"], "--json",
+                    ("tasks/mc.jsonl", "tasks/mc.yaml", "HF/config.json", "HF/new.json", "tasks/new.json")),
+    "figures": ("figures.__main__", ["--checkpoint", "RUN/ckpt.pt", "--only", "grt.fig_gates", "--quick"], "--json",
+                ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256")),
+}
 
 
 def run_cli(module: str, argv: list[str], cwd: Path) -> tuple[int, str, str]:
@@ -151,7 +236,10 @@ def _check(name: str, pairs: tuple[tuple[str, str], ...]) -> None:
     argv = [*fixed]
     for flag, value in pairs:
         argv += [flag, value]
-    root = _sandbox()
+    _refused_untouched(name, module, argv, _sandbox(fixtures=name in FIXTURE_CLIS))
+
+
+def _refused_untouched(name: str, module: str, argv: list[str], root: Path) -> None:
     before = _snapshot(root)
     code, _, err = run_cli(module, argv, root)
     assert "Traceback" not in err, f"{name} {argv}: traceback on stderr:\n{err}"
@@ -179,6 +267,48 @@ test_fuzz_dynamics = _fuzz_test("dynamics")
 test_fuzz_grt_model = _fuzz_test("grt_model")
 test_fuzz_figures = _fuzz_test("figures")
 test_fuzz_proofs = _fuzz_test("proofs")
+test_fuzz_lm_bench = _fuzz_test("lm.bench")
+
+
+def _needs_hf():
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    if not (_template() / "HF").is_dir():
+        pytest.skip("no export in the fuzz template")
+
+
+@settings(max_examples=6)
+@given(pairs=_draw("lm.hf import"))
+def test_fuzz_lm_hf_import(pairs):
+    _needs_hf()
+    _check("lm.hf import", pairs)
+
+
+@settings(max_examples=6)
+@given(pairs=_draw("lm.hf export"))
+def test_fuzz_lm_hf_export(pairs):
+    _needs_hf()
+    _check("lm.hf export", pairs)
+
+
+@settings(max_examples=6)
+@given(pairs=_draw("lm.evaluate"))
+def test_fuzz_lm_evaluate(pairs):
+    _needs_hf()
+    pytest.importorskip("lm_eval", reason="the eval extra is not installed")
+    _check("lm.evaluate", pairs)
+
+
+@settings(max_examples=12)
+@given(data=st.data())
+def test_fuzz_input_equals_output(data):
+    """An output flag naming one of the command's inputs (or a file inside an input folder) is refused before
+    any work, and nothing in the sandbox changes."""
+    name = data.draw(st.sampled_from(sorted(IO_CASES)), label="cli")
+    module, base, out_flag, inputs = IO_CASES[name]
+    if module in ("lm.hf_convert", "lm.evaluate"):
+        _needs_hf()
+    target = data.draw(st.sampled_from(inputs), label="input")
+    _refused_untouched(name, module, [*base, out_flag, target], _sandbox(fixtures=True))
 
 
 def test_tiny_successful_runs_train_and_sample():
@@ -194,7 +324,7 @@ def test_tiny_successful_runs_train_and_sample():
     assert code == 0, err
     assert {"run/ckpt.pt", "run/ckpt.pt.sha256", "run/log.jsonl", "run/summary.json", "s.json"} <= set(_snapshot(root))
     for prompt, temp in (("a", "0"), ("ROMEO", "1e-300"), ("é", "100")):
-        code, _, err = run_cli("lm.sample", ["--ckpt", "run/ckpt.pt", "--prompt", prompt, "--temperature", temp,
+        code, _, err = run_cli("lm.sample", ["--checkpoint", "run/ckpt.pt", "--prompt", prompt, "--temperature", temp,
                                              "--tokens", "3"], root)
         assert code == 0, err
 
@@ -203,7 +333,18 @@ def test_tiny_successful_runs_train_and_sample():
 def test_help_is_words_not_keys(name):
     """``--help`` works for every CLI and exits 0 (and lm.train's explains flags in words, not config keys)."""
     root = _sandbox()
-    code, out, _ = run_cli(CLIS[name][0], ["--help"], root)
+    sub = [a for a in CLIS[name][2][:1] if not a.startswith("-")]  # a subcommand CLI: its subcommand's help
+    code, out, _ = run_cli(CLIS[name][0], [*sub, "--help"], root)
     assert code == 0 and "usage:" in out
     if name == "lm.train":
         assert "train.max_steps" not in out and "optimizer steps to train for" in out
+
+
+@pytest.mark.parametrize(("name", "argv"), [
+    ("figures", ["--out-dir", "figs", "--json", "adir", "--only", "gauge.forward_invariance", "--quick"]),
+    ("figures", ["--out-dir", "figs", "--checkpoint", "junk.pt", "--only", "grt.fig_gates", "--quick"]),
+    ("lm.bench", ["--json", "adir", "--only", "qkvo", "--tokens", "16", "--repeats", "1", "--warmup", "0"]),
+], ids=["figures-json-dir", "figures-junk-checkpoint", "bench-json-dir"])
+def test_reported_slow_failures_are_refused_before_work(name, argv):
+    """Issue 19's slow failures, drawn deterministically: each is refused in one line before any work."""
+    _refused_untouched(name, CLIS[name][0], argv, _sandbox(fixtures=True))

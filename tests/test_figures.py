@@ -65,7 +65,7 @@ def test_cli_list_names_every_figure_and_its_claims(capsys):
 ])
 def test_cli_rejects_bad_flags_before_any_work(argv, needle, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
-        main([*argv, "--out", str(tmp_path / "out")])
+        main([*argv, "--out-dir", str(tmp_path / "out")])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert needle in err
@@ -74,7 +74,7 @@ def test_cli_rejects_bad_flags_before_any_work(argv, needle, capsys, tmp_path):
 
 def test_unknown_name_error_lists_the_known_figures(capsys, tmp_path):
     with pytest.raises(SystemExit):
-        main(["--only", "gauge.nope", "--out", str(tmp_path)])
+        main(["--only", "gauge.nope", "--out-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert all(n in err for n in fast_names())
 

@@ -166,19 +166,19 @@ def test_left_padded_batch_generates_like_each_row(models, kind):
 def test_cli_export_and_errors(models, tmp_path, capsys):
     net, d = models[("dense", "trained")]
     ckpt = tmp_path / "back.pt"
-    assert main(["import", "--model-dir", str(d), "--ckpt", str(ckpt)]) == 0
-    assert main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "again")]) == 0
+    assert main(["import", "--model-dir", str(d), "--checkpoint", str(ckpt)]) == 0
+    assert main(["export", "--checkpoint", str(ckpt), "--out-dir", str(tmp_path / "again")]) == 0
     again = AutoModelForCausalLM.from_pretrained(str(tmp_path / "again"))
     assert all(torch.equal(again.model.state_dict()[k], v) for k, v in net.state_dict().items())
     capsys.readouterr()
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     with pytest.raises(SystemExit):
-        main(["export", "--ckpt", str(ckpt), "--out", str(a_file)])
+        main(["export", "--checkpoint", str(ckpt), "--out-dir", str(a_file)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "--out" in err and "is a file" in err
+    assert "--out-dir" in err and "is a file" in err
     with pytest.raises(SystemExit):
-        main(["export", "--ckpt", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "x")])
+        main(["export", "--checkpoint", str(tmp_path / "missing.pt"), "--out-dir", str(tmp_path / "x")])
     assert "no checkpoint at" in capsys.readouterr().err
 
 
@@ -195,3 +195,117 @@ def test_shipped_reference_exports(kind, tmp_path):
     x = torch.from_numpy(encode("ROMEO:\nBut soft, what light").astype("int64")).unsqueeze(0)
     with torch.no_grad():
         assert torch.equal(hf(input_ids=x).logits, net(x)[0])
+
+
+# ---- issue 19: conversions never overwrite, never certify what they did not verify ----------------------------
+
+
+def _flip(path, at: float = 0.9) -> None:
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def _copy_dir(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _code(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _last(capsys) -> str:
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not ln.startswith("--force:")]
+    assert lines and "Traceback" not in "\n".join(lines)
+    return lines[-1]
+
+
+def test_export_writes_sha256sums_and_never_overwrites(models, tmp_path, capsys):
+    from lm.checkpoint import SUMS_NAME, verify_folder
+
+    _, d = models[("dense", "trained")]
+    assert verify_folder(d, ("config.json", "model.safetensors"))
+    listed = (d / SUMS_NAME).read_text()
+    assert "model.safetensors" in listed and "config.json" in listed
+    ckpt = tmp_path / "back.pt"
+    assert main(["import", "--model-dir", str(d), "--checkpoint", str(ckpt)]) == 0
+    other = _copy_dir(d, tmp_path / "other")
+    before = (other / "model.safetensors").read_bytes()
+    assert _code(["export", "--checkpoint", str(ckpt), "--out-dir", str(other)]) == 2
+    assert "never overwrites" in _last(capsys) and (other / "model.safetensors").read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no half-written export left
+
+
+def test_import_never_replaces_a_checkpoint_or_a_run(models, tmp_path, capsys):
+    from lm.checkpoint import checksum_path
+
+    _, d = models[("dense", "random")]
+    run = tmp_path / "run"
+    cfg = TrainConfig(max_steps=1, batch_size=2, warmup_steps=1, eval_interval=0, eval_batches=1, log_interval=1,
+                      gauge_interval=0, probe_gauges=False, device="cpu", out_dir=str(run))
+    train("dense", TINY["dense"](), cfg, progress=False)
+    before = (run / "ckpt.pt").read_bytes()
+    for target in (run / "ckpt.pt", run / "other.pt", d / "x.pt", d / "model.safetensors"):
+        assert _code(["import", "--model-dir", str(d), "--checkpoint", str(target), "--force"]) == 2, target
+        _last(capsys)
+    assert (run / "ckpt.pt").read_bytes() == before
+    mine = tmp_path / "mine.pt"
+    assert main(["import", "--model-dir", str(d), "--checkpoint", str(mine)]) == 0
+    first = mine.read_bytes()
+    assert _code(["import", "--model-dir", str(d), "--checkpoint", str(mine)]) == 2
+    assert "--force" in _last(capsys)
+    assert main(["import", "--model-dir", str(d), "--checkpoint", str(mine), "--force"]) == 0
+    moved = [p for p in tmp_path.iterdir() if p.name.startswith("mine.pt.replaced-") and not p.name.endswith(".sha256")]
+    assert len(moved) == 1 and moved[0].read_bytes() == first and checksum_path(moved[0]).exists()
+
+
+def test_import_verifies_before_it_certifies(models, tmp_path, capsys):
+    from lm.checkpoint import SUMS_NAME, checksum_path
+
+    _, d = models[("grt", "random")]
+    flipped = _copy_dir(d, tmp_path / "flipped")
+    _flip(flipped / "model.safetensors")
+    assert _code(["import", "--model-dir", str(flipped), "--checkpoint", str(tmp_path / "a.pt")]) == 1
+    assert "does not match SHA256SUMS" in _last(capsys) and not (tmp_path / "a.pt").exists()
+    truncated = _copy_dir(d, tmp_path / "truncated")
+    (truncated / "model.safetensors").write_bytes((truncated / "model.safetensors").read_bytes()[:4000])
+    (truncated / SUMS_NAME).unlink()
+    assert _code(["import", "--model-dir", str(truncated), "--checkpoint", str(tmp_path / "b.pt"),
+                  "--trust-unverified"]) == 1
+    assert "not a loadable save_pretrained folder" in _last(capsys) and not (tmp_path / "b.pt").exists()
+    bare = _copy_dir(d, tmp_path / "bare")
+    (bare / SUMS_NAME).unlink()
+    assert _code(["import", "--model-dir", str(bare), "--checkpoint", str(tmp_path / "c.pt")]) == 1
+    assert "--trust-unverified" in _last(capsys)
+    assert main(["import", "--model-dir", str(bare), "--checkpoint", str(tmp_path / "c.pt"), "--trust-unverified"]) == 0
+    assert not checksum_path(tmp_path / "c.pt").exists()  # unverified in, unverified out
+    with pytest.raises(Exception, match="--trust-unverified"):
+        load_checkpoint(tmp_path / "c.pt")
+    ck = load_checkpoint(tmp_path / "c.pt", trust_unverified=True)
+    assert ck["extra"]["source_verified"] is False
+    out = tmp_path / "exp"
+    assert _code(["export", "--checkpoint", str(tmp_path / "c.pt"), "--out-dir", str(out)]) == 1
+    assert main(["export", "--checkpoint", str(tmp_path / "c.pt"), "--out-dir", str(out), "--trust-unverified"]) == 0
+    assert not (out / SUMS_NAME).exists()  # an export of unverified weights stays unverified
+
+
+def test_help_works_without_transformers(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, runpy; sys.modules['transformers'] = None; sys.argv = ['lm.hf'] + sys.argv[1:]; "
+            "runpy.run_module('lm.hf', run_name='__main__')")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0 and "export" in p.stdout and "import" in p.stdout, p.stderr
+    (tmp_path / "m").mkdir()
+    p = subprocess.run([sys.executable, "-c", code, "import", "--model-dir", str(tmp_path / "m"), "--checkpoint",
+                        str(tmp_path / "x.pt")], capture_output=True, text=True, env=env, timeout=300)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and 'pip install -e ".[hf]"' in lines[0], p.stderr

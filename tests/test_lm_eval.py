@@ -163,3 +163,103 @@ def test_cli_json_and_errors(runs, tmp_path, capsys):
         main(["--model-dir", str(tmp_path / "nope"), "--tasks", "rmsgauge_local_mc", "--include-path", str(root),
               "--only-include-path"])
     assert "--model-dir" in capsys.readouterr().err
+
+
+# ---- issue 19: tasks validated before work, outputs against inputs, the claim and its planted bug -----------
+
+
+def _bad_tasks(root) -> dict[str, str]:
+    """Task name -> the words its one-line refusal must hold."""
+    good = json.dumps({"question": "q", "choices": ["a", "b"], "answer": 0})
+    (root / "bad.jsonl").write_text(good + "\n{not json\n")
+    (root / "range.jsonl").write_text(json.dumps({"question": "q", "choices": ["a", "b"], "answer": 7}) + "\n")
+    (root / "empty.jsonl").write_text("")
+    (root / "good.jsonl").write_text(good + "\n")
+
+    def yaml(name: str, data: str, target: str | None = "answer", text: str = "{{question}}") -> None:
+        (root / f"{name}.yaml").write_text(
+            f"task: i19_{name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {root / data}\n"
+            f"test_split: test\noutput_type: multiple_choice\ndoc_to_text: '{text}'\ndoc_to_choice: '{{{{choices}}}}'\n"
+            + (f"doc_to_target: {target}\n" if target else "")
+            + "metric_list:\n  - {metric: acc, aggregation: mean, higher_is_better: true}\n")
+
+    yaml("notarget", "good.jsonl", target=None)
+    yaml("badline", "bad.jsonl")
+    yaml("range", "range.jsonl")
+    yaml("empty", "empty.jsonl")
+    yaml("undef", "good.jsonl", text="{{nosuch_field}}")
+    yaml("good", "good.jsonl")
+    return {"i19_notarget": "doc_to_target", "i19_badline": "does not parse", "i19_range": "not an index",
+            "i19_empty": "no documents", "i19_undef": "nosuch_field", "i19_nosuch": "i19_nosuch"}
+
+
+def _err_lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.strip() and ln.startswith("python -m lm.evaluate")]
+
+
+def test_bad_tasks_are_one_line_before_the_model(runs, tmp_path, capsys, monkeypatch):
+    """The six reported tracebacks (no doc_to_target, a bad JSONL line, an answer index out of range, empty data,
+    an undefined template field, --device cuda without CUDA) are one line each, exit 2, before the model loads."""
+    import lm.evaluate as ev
+
+    _, d, _, _ = runs["dense"]
+    root = tmp_path / "tasks"
+    root.mkdir()
+    bad = _bad_tasks(root)
+    monkeypatch.setattr(ev, "evaluate", lambda *a, **k: pytest.fail("the model was loaded"))
+    base = ["--model-dir", str(d), "--include-path", str(root), "--only-include-path"]
+    cases = [([*base, "--tasks", name], words) for name, words in bad.items()]
+    if not torch.cuda.is_available():
+        cases.append(([*base, "--tasks", "i19_good", "--device", "cuda"], "CUDA is not available"))
+    for argv, words in cases:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        lines = _err_lines(capsys.readouterr().err)
+        assert e.value.code == 2 and len(lines) == 1 and words in lines[0], (argv, lines)
+
+
+def test_json_never_replaces_an_input(runs, tmp_path, capsys):
+    _, d, _, root = runs["dense"]
+    from lm.checkpoint import SUMS_NAME
+
+    before = {p: p.read_bytes() for p in (root / "mc.jsonl", d / "config.json", d / SUMS_NAME)}
+    base = ["--model-dir", str(d), "--tasks", "rmsgauge_local_mc", "--include-path", str(root), "--only-include-path"]
+    for target in (root / "mc.jsonl", d / "config.json", d / "results.json", root / "mc.yaml"):
+        with pytest.raises(SystemExit) as e:
+            main([*base, "--json", str(target)])
+        assert e.value.code == 2 and len(_err_lines(capsys.readouterr().err)) == 1
+    assert all(p.read_bytes() == b for p, b in before.items()) and not (d / "results.json").exists()
+    bare = tmp_path / "bare"
+    import shutil
+
+    shutil.copytree(d, bare)
+    (bare / SUMS_NAME).unlink()
+    assert main([*base[:0], "--model-dir", str(bare), *base[2:]]) == 1  # no SHA256SUMS: refused
+    assert "--trust-unverified" in _err_lines(capsys.readouterr().err)[0]
+
+
+def test_claim_holds_and_a_planted_bug_flips_it(runs, tmp_path, capsys, monkeypatch):
+    """lm.evaluate states 'evaluation equals direct log-likelihood' as a claim: it holds, and a one-line bug in the
+    HF wrapper (logits shifted by 0.01 on one byte) makes the command exit 1 with the claim failed."""
+    import lm.hf as hf
+
+    _, d, _, root = runs["grt"]
+    argv = ["--model-dir", str(d), "--tasks", "rmsgauge_local_mc,rmsgauge_local_ppl", "--include-path", str(root),
+            "--only-include-path", "--limit", "3"]
+    out = tmp_path / "ok.json"
+    assert main([*argv, "--json", str(out)]) == 0
+    claim = json.loads(out.read_text())["claims"][0]
+    assert claim["id"] == "lm.harness_equals_direct_loglik" and claim["holds"] and claim["measured"]["requests"] >= 6
+    assert "[HOLDS] lm.harness_equals_direct_loglik" in capsys.readouterr().out
+    real = hf._ProjectForCausalLM.forward
+
+    def planted(self, *a, **k):
+        res = real(self, *a, **k)
+        res.logits[..., 101] += 0.01  # byte 'e' a little more likely: every score moves
+        return res
+
+    monkeypatch.setattr(hf._ProjectForCausalLM, "forward", planted)
+    bad = tmp_path / "bad.json"
+    assert main([*argv, "--json", str(bad)]) == 1
+    assert not json.loads(bad.read_text())["claims"][0]["holds"]
+    assert "[FAILS] lm.harness_equals_direct_loglik" in capsys.readouterr().out

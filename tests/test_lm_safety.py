@@ -233,7 +233,7 @@ def test_sample_json_dir_is_refused_before_sampling(tmp_path, small_corpus, caps
 
     train("dense", DenseConfig(**TINY), _cfg(tmp_path / "m", small_corpus, max_steps=1), progress=False)
     with pytest.raises(SystemExit) as exc:
-        sample_main(["--ckpt", str(tmp_path / "m" / "ckpt.pt"), "--json", str(tmp_path)])
+        sample_main(["--checkpoint", str(tmp_path / "m" / "ckpt.pt"), "--json", str(tmp_path)])
     assert exc.value.code == 2
     out = capsys.readouterr()
     assert out.out == "" and "is a directory" in _one_error_line(out.err)
@@ -327,13 +327,13 @@ def test_sampling_edge_cases(tmp_path, tiny_ckpt, capsys):
         assert len(out) == 32
     narrow = _ckpt_with_vocab(tmp_path, 128)
     with pytest.raises(SystemExit) as exc:
-        sample_main(["--ckpt", str(narrow), "--prompt", "naïve"])
+        sample_main(["--checkpoint", str(narrow), "--prompt", "naïve"])
     assert exc.value.code == 2 and "outside the model's vocabulary of 128" in _one_error_line(capsys.readouterr().err)
     tiny_t = sample_bytes(str(tiny_ckpt), "ab", 5, temperature=1e-320, top_k=0)  # greedy in the limit
     greedy = sample_bytes(str(tiny_ckpt), "ab", 5, temperature=0.0)
     assert tiny_t == greedy
     with pytest.raises(SystemExit) as exc:
-        sample_main(["--ckpt", str(tiny_ckpt), "--prompt", ""])
+        sample_main(["--checkpoint", str(tiny_ckpt), "--prompt", ""])
     assert exc.value.code == 2 and "--prompt must hold at least one byte" in capsys.readouterr().err
 
 
@@ -347,7 +347,7 @@ def test_checkpoint_sha256_detects_a_flipped_bit(tmp_path, tiny_ckpt, capsys):
     checksum_path(copy).write_bytes(checksum_path(tiny_ckpt).read_bytes())
     with pytest.raises(CheckpointError, match="sha256"):
         load_checkpoint(copy)
-    assert sample_main(["--ckpt", str(copy), "--tokens", "2"]) == 1
+    assert sample_main(["--checkpoint", str(copy), "--tokens", "2"]) == 1
     line = _one_error_line(capsys.readouterr().err)
     assert str(copy) in line and "sha256" in line
 
@@ -357,7 +357,7 @@ def test_corrupt_checkpoint_is_one_line_naming_the_file(tmp_path, capsys):
 
     bad = tmp_path / "junk.pt"
     bad.write_bytes(b"not a checkpoint at all")
-    assert sample_main(["--ckpt", str(bad), "--tokens", "2"]) == 1
+    assert sample_main(["--checkpoint", str(bad), "--tokens", "2"]) == 1
     assert str(bad) in _one_error_line(capsys.readouterr().err)
 
 
@@ -404,6 +404,6 @@ def test_figures_claims_none_without_an_earlier_run_refuses(tmp_path, capsys):
     from figures.__main__ import main as figures_main
 
     with pytest.raises(SystemExit) as exc:
-        figures_main(["--claims", "none", "--out", str(tmp_path / "f"), "--only", "gauge.forward_invariance"])
+        figures_main(["--claims", "none", "--out-dir", str(tmp_path / "f"), "--only", "gauge.forward_invariance"])
     assert exc.value.code == 2 and "claims.json" in capsys.readouterr().err
     assert not (tmp_path / "f").exists()

@@ -237,7 +237,7 @@ def test_sample_produces_text(tmp_path, small_corpus):
     assert a == b and a != c
     assert a.startswith("ROMEO:") and len(a.encode("utf-8", errors="surrogateescape")) >= 6
     assert isinstance(g, str) and g.startswith("ROMEO:")
-    assert main(["sample", "--ckpt", str(ck), "--tokens", "5", "--json", str(tmp_path / "s.json")]) == 0
+    assert main(["sample", "--checkpoint", str(ck), "--tokens", "5", "--json", str(tmp_path / "s.json")]) == 0
     assert json.loads((tmp_path / "s.json").read_text())["tokens"] == 5
 
 
@@ -403,7 +403,8 @@ def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
             "--out-dir", str(out), "--json", str(tmp_path / "cmp.json")]
     assert compare_main(argv) == 0
     printed = capsys.readouterr().out
-    assert "val bpb" in printed and "wall-clock" in printed and "lr sweep" in printed
+    assert "bpb full" in printed and "wall-clock" in printed and "lr sweep" in printed
+    assert "[HOLDS] lm.matched_widths_match_params" in printed
     doc = json.loads((tmp_path / "cmp.json").read_text())
     rows = {(r["model"], r["match"]): r for r in doc["rows"]}
     assert set(rows) == {("grt", "-"), ("dense", "params"), ("dense", "wall-clock")}
@@ -416,6 +417,7 @@ def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
     found = dense["gauge_census"]["gauges"]
     assert found and set(dense["equilibrium"]["groups"]) == set(found)
     assert doc["claims"][0]["id"] == "lm.matched_params_bits_per_byte"
+    assert doc["claims"][1]["id"] == "lm.matched_widths_match_params" and doc["claims"][1]["holds"]
     svg, png = (out / "loss_curves.svg").read_bytes(), (out / "loss_curves.png").read_bytes()
     assert b"<dc:date>" not in svg and b"Software" not in png
     from lm.compare import Run, plot_curves

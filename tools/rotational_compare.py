@@ -1,6 +1,6 @@
 """Base optimizer vs its rotational variant on the bundled corpus (same tokens, same seeds, float32, CPU).
 
-    python tools/rotational_compare.py [--steps 300] [--out results/rotational] [--threads 1]
+    python tools/rotational_compare.py [--steps 300] [--out-dir results/rotational] [--threads 1]
 
 A small dense QK-norm transformer (lm.dense, per-head RMSNorm on q and k, eps = 0: the q_proj/k_proj row
 blocks are exact gauges, found by gauge.census on the float64 copy before training) is trained from the same
@@ -11,7 +11,6 @@ initial weights on the same batches by AdamW and SGD with momentum, each against
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -25,7 +24,8 @@ from dynamics.rotational import rotational_adamw, rotational_sgd
 from gauge.census import census
 from lm.corpus import ByteCorpus
 from lm.dense import DenseConfig, DenseTransformer
-from rmsgauge import atomic_write_json, atomic_write_text, check_range, seed_everything
+from rmsgauge import atomic_write_json, atomic_write_text, check_output_dir, check_range, seed_everything
+from rmsgauge.cli import make_parser, run_main
 
 MODEL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "block_size": 64}
 BATCH = 16
@@ -115,21 +115,29 @@ def plot(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    ap = make_parser("python tools/rotational_compare.py", __doc__)
     ap.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
-    ap.add_argument("--out", default="results/rotational", help="output folder (default results/rotational)")
+    ap.add_argument("--out-dir", default="results/rotational", help="output folder (default results/rotational)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     ap.add_argument("--seed", type=int, default=0, help="seed for weights and batches (default 0)")
-    args = ap.parse_args(argv)
-    try:
-        check_range("--steps", args.steps, 1, None)
-        check_range("--threads", args.threads, 1, None)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return ap
+
+
+def _check(args) -> None:
+    check_range("--steps", args.steps, 1, None)
+    check_range("--threads", args.threads, 1, None)
+    check_range("--seed", args.seed, 0, 2**32 - 1)
+    check_output_dir("--out-dir", args.out_dir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, _work, check=_check)
+
+
+def _work(args, _checked) -> int:
     torch.set_num_threads(args.threads)
-    out = Path(args.out)
+    out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     corpus = ByteCorpus.load()
     seed_everything(args.seed)

@@ -1,0 +1,257 @@
+"""Project checkpoints <-> Hugging Face ``save_pretrained`` folders, and ``python -m lm.hf export|import``.
+
+This module imports no ``transformers`` at load time (the classes of :mod:`lm.hf` are imported when a
+conversion runs), so ``python -m lm.hf --help`` works without the ``hf`` extra and a command without it is
+one line naming ``pip install -e ".[hf]"``.
+
+**Nothing certified that was not checked.**  An export writes ``SHA256SUMS`` over the files it wrote (from a
+checksum-verified checkpoint or an in-memory module); an import checks the folder's files against it before
+and after loading, and only then writes the checkpoint's sha256.  A folder without ``SHA256SUMS`` is refused
+unless ``--trust-unverified``, and then the checkpoint is written *without* a checksum (it stays unverified:
+loading it needs ``--trust-unverified`` again).  Likewise an export of an unverified checkpoint writes no
+``SHA256SUMS``.
+
+**Nothing overwritten.**  An export goes to a new (or empty) folder, written under a temporary name and renamed
+into place; an import refuses an existing checkpoint path (``--force`` moves it and its ``.sha256`` aside to
+``<path>.replaced-<time>``) and a run folder's ``ckpt.pt`` (importing would mix two models in one run), and
+neither may write inside its input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from lm.checkpoint import (
+    MODEL_KINDS,
+    checkpoint_inputs,
+    checksum_path,
+    load_checkpoint,
+    model_from_checkpoint,
+    save_checkpoint,
+    verify_folder,
+    write_folder_sums,
+)
+from lm.errors import CheckpointError
+from lm.trainconfig import RUN_FILES
+from rmsgauge.cli import (
+    add_subcommand,
+    add_subcommands,
+    check_output_dir,
+    check_output_file,
+    check_outputs_against_inputs,
+    make_parser,
+    run_main,
+)
+
+SHIM_NAME = "rmsgauge_hf"  # the auto_map module written into every directory
+
+
+def _shim_text() -> str:
+    return ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
+            "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
+            "from lm.hf import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, GRTHFConfig  # noqa\n")
+
+
+def save_pretrained_dir(source: str | os.PathLike | nn.Module | dict[str, Any], out_dir: str | os.PathLike, *,
+                        trust_unverified: bool = False) -> Path:
+    """Write a ``save_pretrained`` directory (safetensors, tokenizer, generation config, loader shim, ``SHA256SUMS``).
+
+    ``source``: a project checkpoint path (``lm/checkpoint.py`` format), a loaded checkpoint dict, or a
+    project module (e.g. a shipped reference from ``lm.reference.load_reference``).  ``out_dir`` must not exist
+    or be an empty folder (an export never overwrites); the folder is written beside it under a temporary name
+    and renamed into place, so it is complete or absent.  ``SHA256SUMS`` certifies the bytes written, unless the
+    source was a checkpoint loaded unverified (``trust_unverified``): then the export stays unverified too.
+    """
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} already exists and is not an empty folder: an export never overwrites; choose a "
+                         f"new folder")
+    verified = True
+    if isinstance(source, nn.Module):
+        model = source
+    else:
+        ckpt = source if isinstance(source, dict) else load_checkpoint(source, map_location="cpu",
+                                                                       trust_unverified=trust_unverified)
+        verified = bool(ckpt.get("verified", True))
+        model = model_from_checkpoint(ckpt, device="cpu")
+    model = model.cpu().eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        _write_pretrained(model, tmp)
+        if verified:
+            write_folder_sums(tmp)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_pretrained(model: nn.Module, out: Path) -> None:
+    from transformers import GenerationConfig
+
+    from lm.hf import NEWLINE_ID, ByteTokenizer, wrap
+
+    hf = wrap(model)
+    hf.config.auto_map = {"AutoConfig": f"{SHIM_NAME}.{type(hf.config).__name__}",
+                          "AutoModelForCausalLM": f"{SHIM_NAME}.{type(hf).__name__}"}
+    hf.generation_config = GenerationConfig(do_sample=False, bos_token_id=NEWLINE_ID, pad_token_id=None,
+                                            eos_token_id=None)
+    hf.save_pretrained(out, safe_serialization=True)
+    tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
+    tok.save_pretrained(out)
+    # the tokenizer's own auto_map entry, so AutoTokenizer resolves it through the shim too
+    tc_path = out / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc["auto_map"] = {"AutoTokenizer": [f"{SHIM_NAME}.ByteTokenizer", None]}
+    tc_path.write_text(json.dumps(tc, indent=2) + "\n")
+    (out / f"{SHIM_NAME}.py").write_text(_shim_text())
+
+
+REQUIRED_FILES = ("config.json", "model.safetensors")  # what SHA256SUMS must cover for an import
+
+
+def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = False) -> tuple[nn.Module, bool]:
+    """The model of a ``save_pretrained`` folder, its files checked against ``SHA256SUMS`` before and after the load
+    (no SHA256SUMS: refused unless ``trust_unverified``).  Returns ``(model, verified)``.  An unreadable folder
+    (truncated weights, missing or unexpected tensors) is one :class:`lm.errors.CheckpointError` naming it."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"--model-dir {model_dir} is not a folder (python -m lm.hf export writes one)")
+    verified = verify_folder(model_dir, REQUIRED_FILES, trust_unverified=trust_unverified)
+    from lm.hf import load_pretrained
+
+    try:
+        hf, info = load_pretrained(model_dir, output_loading_info=True)
+    except Exception as e:
+        raise CheckpointError(f"{model_dir}: not a loadable save_pretrained folder ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]})") from None
+    wrong = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if wrong:
+        raise CheckpointError(f"{model_dir}: its weights do not fit its config ({wrong}); the folder is corrupt")
+    if verified:  # the files did not change while they were read
+        verify_folder(model_dir, REQUIRED_FILES)
+    return hf, verified
+
+
+def to_checkpoint(model_dir: str | os.PathLike, ckpt_path: str | os.PathLike, *,
+                  trust_unverified: bool = False) -> Path:
+    """Convert a directory back to a project checkpoint (no optimizer state; step 0).  The checkpoint gets a sha256
+    only when the folder's files were verified against its ``SHA256SUMS``: a conversion never certifies bytes
+    nobody checked (with ``trust_unverified`` the checkpoint is written without one, and stays unverified)."""
+    hf, verified = load_verified(model_dir, trust_unverified=trust_unverified)
+    return save_checkpoint(ckpt_path, model_kind=hf.kind, model=hf.model, optimizer=None,
+                           train_config={}, step=0, tokens_seen=0, checksum=verified,
+                           extra={"converted_from": str(Path(model_dir).resolve()), "source_verified": verified})
+
+
+# ---------------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = make_parser("python -m lm.hf", "Convert between project checkpoints and Hugging Face save_pretrained "
+                    "folders (safetensors + SHA256SUMS). Exit status 0 done, 1 a corrupt or unverified input, 2 a "
+                    "usage error (nothing written), 130 interrupted.")
+    subs = add_subcommands(p)
+    ex = add_subcommand(subs, "export", "checkpoint or shipped reference -> a new save_pretrained folder")
+    src = ex.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", metavar="PATH", help="project checkpoint (python -m lm.train writes OUT/ckpt.pt)")
+    src.add_argument("--reference", choices=MODEL_KINDS, help="a shipped reference model (lm/reference_models/)")
+    ex.add_argument("--out-dir", required=True, help="folder to write: new, or empty (an export never overwrites)")
+    ex.add_argument("--trust-unverified", action="store_true",
+                    help="export a checkpoint that has no checksum file (the export then gets no SHA256SUMS)")
+    im = add_subcommand(subs, "import", "save_pretrained folder -> project checkpoint (weights only, step 0)")
+    im.add_argument("--model-dir", required=True, help="a save_pretrained folder written by export")
+    im.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file to write (a new path)")
+    im.add_argument("--force", action="store_true",
+                    help="if --checkpoint exists, move it and its .sha256 aside to <path>.replaced-<time> first")
+    im.add_argument("--trust-unverified", action="store_true",
+                    help="import a folder without SHA256SUMS (the checkpoint is then written without a checksum)")
+    return p
+
+
+def _check(args: argparse.Namespace) -> Any:
+    """The extra, the outputs against the inputs, then the input loaded and verified: all before anything is
+    written."""
+    import lm.hf  # noqa: F401  without the hf extra: one line naming it (ModuleNotFoundError, exit 1)
+
+    if args.command == "export":
+        check_output_dir("--out-dir", args.out_dir)
+        out = Path(args.out_dir)
+        if out.is_dir() and any(out.iterdir()):
+            raise ValueError(f"--out-dir {out} already holds files: an export never overwrites; choose a new folder")
+        if args.reference:
+            from lm.reference import load_reference
+
+            return load_reference(args.reference)
+        check_outputs_against_inputs({"--checkpoint": checkpoint_inputs(args.checkpoint)}, {},
+                                     {"--out-dir": args.out_dir})
+        return load_checkpoint(args.checkpoint, map_location="cpu", trust_unverified=args.trust_unverified)
+    target = Path(args.checkpoint)
+    check_output_file("--checkpoint", target, protect=False)  # existing checkpoints: refused or moved, below
+    check_outputs_against_inputs({"--model-dir": args.model_dir}, {"--checkpoint": target})
+    held = [n for n in RUN_FILES if n != target.name and (target.parent / n).exists()]
+    if held:
+        raise ValueError(f"--checkpoint {target}: its folder holds a training run ({', '.join(held)}); an imported "
+                         f"model there would mix two models in one run folder; choose a path outside it")
+    if (target.exists() or checksum_path(target).exists()) and not args.force:
+        raise ValueError(f"--checkpoint {target} exists: an import never replaces a checkpoint; choose a new path, "
+                         f"or --force to move it (and its .sha256) aside to {target.name}.replaced-<time>")
+    return load_verified(args.model_dir, trust_unverified=args.trust_unverified)
+
+
+def _move_aside(path: Path) -> Path | None:
+    if not (path.exists() or checksum_path(path).exists()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest = path.with_name(f"{path.name}.replaced-{stamp}")
+    k = 2
+    while dest.exists() or checksum_path(dest).exists():
+        dest, k = path.with_name(f"{path.name}.replaced-{stamp}-{k}"), k + 1
+    if checksum_path(path).exists():
+        os.replace(checksum_path(path), checksum_path(dest))
+    if path.exists():
+        os.replace(path, dest)
+    return dest
+
+
+def _work(args: argparse.Namespace, loaded: Any) -> int:
+    if args.command == "export":
+        out = save_pretrained_dir(loaded, args.out_dir)
+        note = "" if (out / "SHA256SUMS").is_file() else " (no SHA256SUMS: the checkpoint was unverified)"
+        sys.stdout.write(f"wrote {out}{note}\n")
+        return 0
+    hf, verified = loaded
+    target = Path(args.checkpoint)
+    moved = _move_aside(target) if args.force else None
+    if moved is not None:
+        sys.stderr.write(f"--force: moved the earlier {target} to {moved}\n")
+    save_checkpoint(target, model_kind=hf.kind, model=hf.model, optimizer=None, train_config={}, step=0,
+                    tokens_seen=0, checksum=verified,
+                    extra={"converted_from": str(Path(args.model_dir).resolve()), "source_verified": verified})
+    note = "" if verified else " without a checksum (the folder had no SHA256SUMS; load it with --trust-unverified)"
+    sys.stdout.write(f"wrote {target}{note}\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, _work, check=_check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
