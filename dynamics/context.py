@@ -14,8 +14,8 @@ import torch
 import dynamics.laws as laws
 from dynamics.problems import NoiseToy, QKNormProblem, RegressionToy
 from dynamics.simulate import OptimConfig, Progress, Trace, run
-from lm import ByteCorpus
 from rmsgauge import Claim, tolerance
+from rmsgauge.corpus import ByteCorpus
 
 SOURCE_ANGLES = (0.0025, 0.010, 0.040)  # the source's per-step rotations at norm scales 1, 1/2, 1/4
 SOURCE_SCALES = (1.0, 0.5, 0.25)

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from lm import ByteCorpus, DenseConfig, DenseTransformer, rms_norm
+from lm import DenseConfig, DenseTransformer, rms_norm
 from rmsgauge.claims import dtype_name
+from rmsgauge.corpus import ByteCorpus
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

@@ -131,7 +131,7 @@ def sentence_trace(ctx) -> SentenceTrace:
     """The figure model's full trace of :data:`SENTENCE` (memoized)."""
 
     def run() -> SentenceTrace:
-        from lm.corpus import encode, load_text
+        from rmsgauge.corpus import encode, load_text
 
         tm = trained_model(ctx)
         if SENTENCE not in load_text():

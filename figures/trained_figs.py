@@ -474,7 +474,7 @@ def gates(ctx) -> FigureOutput:
         source="GRT text", trained=True, claims=("grt.trained_ring_radius",))
 def radius_spread(ctx) -> FigureOutput:
     from grt_model.pearlnorm import safe_pair_radius
-    from lm.corpus import ByteCorpus
+    from rmsgauge.corpus import ByteCorpus
 
     st = sentence_trace(ctx)
     m = st.tm.model

@@ -161,7 +161,7 @@ def config_from_args(args: argparse.Namespace) -> GaugeConfig:
 
 def _check_data(args: argparse.Namespace) -> None:
     """The corpus is read (as the run will read it) and both splits hold a batch window; --json is not an input."""
-    from lm.corpus import ByteCorpus, corpus_files
+    from rmsgauge.corpus import ByteCorpus, corpus_files
 
     if args.data is None:
         return

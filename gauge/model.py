@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from lm import ByteCorpus, DenseConfig, DenseTransformer
+from lm import DenseConfig, DenseTransformer
 from rmsgauge import seed_everything
+from rmsgauge.corpus import ByteCorpus
 
 TORCH_EPS = "torch"  # in an eps list: torch.nn.RMSNorm's default, torch.finfo(dtype).eps
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     forward = None
     if not args.no_forward:
         from grt_model.model import GRT
-        from lm.corpus import ByteCorpus
+        from rmsgauge.corpus import ByteCorpus
 
         t0 = time.perf_counter()
         model = GRT(cfg, dtype=dtype, device=dev)

@@ -31,7 +31,7 @@ from rmsgauge import Claim, claim, seed_everything, tolerance
 
 @claim("grt.model_trains", group="grt")
 def claim_model_trains(dtype=torch.float32, steps: int = 8) -> Claim:
-    from lm.corpus import ByteCorpus
+    from rmsgauge.corpus import ByteCorpus
 
     seed_everything(0)
     cfg = tiny_config()

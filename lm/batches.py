@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lm.corpus import ByteCorpus
+from rmsgauge.corpus import ByteCorpus
 
 TRAIN_STREAM, VAL_STREAM, PROBE_STREAM = 0, 1, 2  # independent seed streams for the three kinds of batch
 

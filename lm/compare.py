@@ -330,8 +330,8 @@ def _full_split_bpb(run: Run) -> float | None:
     """Whole-validation-split bits/byte of a finished run (every byte scored once: :mod:`lm.scoring`); the
     summary's ``final_val_bpb`` is the training log's sample.  ``None`` when the run left no checkpoint."""
     from lm.checkpoint import load_checkpoint, model_from_checkpoint
-    from lm.corpus import ByteCorpus
     from lm.scoring import full_split_bpb
+    from rmsgauge.corpus import ByteCorpus
 
     ckpt = run.out_dir / "ckpt.pt"
     if not ckpt.is_file():
@@ -549,7 +549,7 @@ def _check(args: argparse.Namespace):
         raise ValueError(f"--grt: {e}") from None
     if args.wall_d_model and args.wall_d_model % (2 * gcfg.n_heads):
         raise ValueError(f"--wall-d-model must be a multiple of 2 * n_heads = {2 * gcfg.n_heads}")
-    from lm.corpus import ByteCorpus, corpus_files
+    from rmsgauge.corpus import ByteCorpus, corpus_files
 
     corpus = ByteCorpus.load(args.data or None)
     for lr in args.lrs:  # every sweep point's config is valid (e.g. lr * wd < 1) before any run starts

@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
-from lm.corpus import encode
 from rmsgauge import Claim, atomic_write_json, check_output_file, check_range, json_safe, tolerance
 from rmsgauge.cli import check_outputs_against_inputs, make_parser, one_line, run_main
+from rmsgauge.corpus import encode
 
 EXTRA_HINT = 'pip install -e ".[eval]"'
 NEWLINE_ID = 10  # the byte tokenizer's BOS / prefix token ("\n")

@@ -12,13 +12,14 @@ rest works unchanged):
   ``self.model`` IS the project's module (so the safetensors keys are the project's state-dict keys
   under ``model.``); ``forward(input_ids, labels=...)`` returns ``CausalLMOutputWithPast`` with the
   usual shifted next-token loss when ``labels`` are given.
-* :class:`ByteTokenizer`: UTF-8 bytes, ids 0..255, exactly :func:`lm.corpus.encode`.  The
+* :class:`ByteTokenizer`: UTF-8 bytes, ids 0..255, exactly :func:`rmsgauge.corpus.encode`.  The
   models have no special tokens, so ``"\n"`` (byte 10) doubles as BOS/EOS/PAD: the project's
   document separator (``load_text`` joins files with it) and its sampler's empty prompt.  It is
   never added to an encoding, and decoding keeps it even with ``skip_special_tokens=True`` (every
   id is a real byte).  Generation does not stop on it (``eos_token_id`` is unset in the
   generation config), like ``lm.sample``.
-* Converters (:mod:`lm.hf_convert`, re-exported here): :func:`save_pretrained_dir` (project checkpoint /
+* Converters (:mod:`lm.hf_convert`, which imports this module, never the other way):
+  :func:`save_pretrained_dir` (project checkpoint /
   module / shipped reference -> ``save_pretrained`` directory in safetensors, with ``SHA256SUMS``) and
   :func:`to_checkpoint` (directory -> project checkpoint, after checking ``SHA256SUMS``), and
   ``python -m lm.hf export|import``.
@@ -74,8 +75,7 @@ from lm.checkpoint import (
     default_model_config,
     model_classes,
 )
-from lm.corpus import VOCAB_SIZE
-from lm.hf_convert import load_verified, main, save_pretrained_dir, to_checkpoint  # noqa: F401  (the converters)
+from rmsgauge.corpus import VOCAB_SIZE
 
 try:
     from transformers import (
@@ -346,7 +346,7 @@ HF_CLASSES = {"grt": (GRTHFConfig, GRTForCausalLM), "dense": (DenseHFConfig, Den
 
 
 class ByteTokenizer(PreTrainedTokenizer):
-    """UTF-8 bytes as ids 0..255 (= :func:`lm.corpus.encode`); ``"\\n"`` doubles as BOS/EOS/PAD."""
+    """UTF-8 bytes as ids 0..255 (= :func:`rmsgauge.corpus.encode`); ``"\\n"`` doubles as BOS/EOS/PAD."""
 
     vocab_files_names: ClassVar[dict[str, str]] = {}  # nothing to store: the vocabulary is the 256 bytes
     model_input_names: ClassVar[list[str]] = ["input_ids", "attention_mask"]
@@ -378,7 +378,7 @@ class ByteTokenizer(PreTrainedTokenizer):
         return chr(index)
 
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
-        return bytes(ord(t) for t in tokens).decode("utf-8", errors="replace")  # as lm.corpus.decode
+        return bytes(ord(t) for t in tokens).decode("utf-8", errors="replace")  # as rmsgauge.corpus.decode
 
     def _decode(self, token_ids: int | list[int], skip_special_tokens: bool = False, **kwargs: Any) -> str:
         # every id is a real byte: "\n" is text even when asked to skip special tokens
@@ -436,5 +436,7 @@ def load_pretrained(model_dir: str | os.PathLike, **kwargs: Any) -> _ProjectForC
     return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m lm.hf: the converters' command line (a script entry, not an import edge)
+    from lm.hf_convert import main as _cli_main
+
+    sys.exit(_cli_main())

@@ -26,7 +26,6 @@ from lm.checkpoint import (
     restore,
     save_checkpoint,
 )
-from lm.corpus import ByteCorpus
 from lm.dist import DistContext
 from lm.errors import CheckpointError, NonFiniteError
 from lm.hooks import LoopInfo, StepHook
@@ -39,6 +38,7 @@ from rmsgauge import (
     seed_everything,
 )
 from rmsgauge.atomic import clean_orphan_tmp
+from rmsgauge.corpus import ByteCorpus
 
 LN2 = math.log(2.0)
 

@@ -14,12 +14,12 @@ from lm.checkpoint import (
     build_model,
     config_to_dict,
 )
-from lm.corpus import VOCAB_SIZE
 from lm.trainconfig import RUN_FILES, TrainConfig
 from rmsgauge import (
     check_output_dir,
     check_range,
 )
+from rmsgauge.corpus import VOCAB_SIZE
 
 # ---------------------------------------------------------------------------------------------
 # Checks before any work: model config, memory, the run folder

@@ -22,9 +22,9 @@ import torch
 from torch import nn
 
 from lm.checkpoint import checkpoint_inputs, load_checkpoint, model_from_checkpoint
-from lm.corpus import VOCAB_SIZE, decode, encode
 from rmsgauge import atomic_write_json, check_output_file, check_range
 from rmsgauge.cli import check_outputs_against_inputs, make_parser, run_main
+from rmsgauge.corpus import VOCAB_SIZE, decode, encode
 
 
 @torch.no_grad()

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lm.corpus import ByteCorpus
+from rmsgauge.corpus import ByteCorpus
 
 
 def full_split_bpb(model: nn.Module, corpus: ByteCorpus, batch_windows: int = 64) -> dict[str, Any]:

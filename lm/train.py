@@ -84,7 +84,6 @@ from lm.checkpoint import (
     load_checkpoint,
     model_classes,
 )
-from lm.corpus import corpus_files
 from lm.dist import resolve_device
 from lm.hooks import LoopInfo
 from lm.loop import train  # re-exported: `from lm.train import train, TrainConfig, read_log`
@@ -100,6 +99,7 @@ from rmsgauge import (
     write_claims_json,
 )
 from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, one_line, run_main
+from rmsgauge.corpus import corpus_files
 
 # ---------------------------------------------------------------------------------------------
 # CLI

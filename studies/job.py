@@ -107,7 +107,7 @@ SWEEP_NO_DET = "not measured on lr-sweep runs: their only use is the lr choice, 
 def measure(model: torch.nn.Module | None, kind: str, cfg: Any, det: bool = True) -> dict[str, Any]:
     """The full-split bits/byte, gates and (``det``) negative-determinant fraction of a trained model (float32
     model, float64 Jacobians)."""
-    from lm.corpus import ByteCorpus
+    from rmsgauge.corpus import ByteCorpus
     from studies.measure import full_split_bpb, gates, held_out_batch, negative_det_fraction
 
     if model is None:
@@ -138,7 +138,7 @@ def _imported(spec: dict[str, Any]) -> dict[str, Any]:
 
 def run_job(run_dir: Path, threads: int = 1) -> int:
     from lm.checkpoint import config_from_dict, load_checkpoint, model_from_checkpoint
-    from lm.corpus import ByteCorpus
+    from rmsgauge.corpus import ByteCorpus
 
     spec = json.loads((run_dir / "spec.json").read_text())
     if (run_dir / "record.json").exists():
@@ -179,8 +179,8 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
 def _trained_claims(model: torch.nn.Module, spec: dict[str, Any], run_dir: Path) -> None:
     """The trained-model claims on this run (float64 copies, against its own init): ``trained_claims.json``."""
     from lm.checkpoint import build_model
-    from lm.corpus import ByteCorpus
     from rmsgauge import write_claims_json
+    from rmsgauge.corpus import ByteCorpus
     from studies.measure import held_out_batch
     from studies.trained_claims import run_trained_claims
 

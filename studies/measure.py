@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from lm.corpus import ByteCorpus
 from lm.scoring import full_split_bpb
+from rmsgauge.corpus import ByteCorpus
 
 __all__ = ["block_grad_norms", "full_split_bpb", "gates", "grad_norm_ratio", "held_out_batch",
            "negative_det_fraction"]

@@ -82,7 +82,7 @@ def init_copy(model: nn.Module, kind: str, card: dict[str, Any] | None) -> nn.Mo
 
 
 def run(args: argparse.Namespace) -> int:
-    from lm.corpus import ByteCorpus
+    from rmsgauge.corpus import ByteCorpus
     from studies.measure import full_split_bpb
     from studies.trained_claims import run_trained_claims, trained_vs_dense_claim
 

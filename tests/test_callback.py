@@ -25,7 +25,7 @@ class _Windows(torch.utils.data.Dataset):
     """Fixed, non-overlapping windows of the bundled corpus (no RNG: the order is the dataset's)."""
 
     def __init__(self, n: int) -> None:
-        from lm import ByteCorpus
+        from rmsgauge.corpus import ByteCorpus
 
         tokens = torch.from_numpy(ByteCorpus.load().split("train")[: n * SEQ].astype(np.int64))
         self.x = tokens.reshape(n, SEQ)

@@ -135,9 +135,9 @@ def _template() -> Path:
     """Built once: the plain sandbox plus a corpus, a tiny trained run (RUN), its export (HF), a local task."""
     if _TEMPLATE:
         return _TEMPLATE[0]
-    from lm.corpus import bundled_corpus_files
     from lm.dense import DenseConfig
     from lm.train import TrainConfig, train
+    from rmsgauge.corpus import bundled_corpus_files
 
     root = _sandbox()
     (root / "c.txt").write_bytes(bundled_corpus_files()[0].read_bytes()[:8_000])
@@ -147,7 +147,7 @@ def _template() -> Path:
                       out_dir=str(root / "RUN"))
     train("dense", DenseConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, block_size=16), cfg, progress=False)
     try:
-        from lm.hf import save_pretrained_dir
+        from lm.hf_convert import save_pretrained_dir
 
         save_pretrained_dir(root / "RUN" / "ckpt.pt", root / "HF")
     except ModuleNotFoundError:  # no hf extra: the hf and evaluate draws are skipped
@@ -313,7 +313,7 @@ def test_fuzz_input_equals_output(data):
 
 def test_tiny_successful_runs_train_and_sample():
     """A few valid draws succeed, writing exactly their outputs."""
-    from lm.corpus import bundled_corpus_files
+    from rmsgauge.corpus import bundled_corpus_files
 
     root = _sandbox()
     (root / "c.txt").write_bytes(bundled_corpus_files()[0].read_bytes()[:8_000])

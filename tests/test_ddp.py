@@ -22,10 +22,10 @@ import torch
 import torch.multiprocessing as mp
 
 from lm.checkpoint import load_checkpoint
-from lm.corpus import bundled_corpus_files
 from lm.dense import DenseConfig
 from lm.train import TrainConfig, monitor_hooks, read_log, train
 from rmsgauge import tolerance
+from rmsgauge.corpus import bundled_corpus_files
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
 K_STEPS = 3

@@ -18,7 +18,6 @@ import tomllib
 import torch
 
 from lm.checkpoint import checksum_path, load_checkpoint, save_checkpoint
-from lm.corpus import bundled_corpus_files
 from lm.dense import DenseConfig, DenseTransformer
 from lm.errors import CheckpointError, RunFolderBusy
 from lm.runlog import LOCK_NAME, RunLock
@@ -34,6 +33,7 @@ from rmsgauge.cli import (
     make_parser,
     run_main,
 )
+from rmsgauge.corpus import bundled_corpus_files
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from grt_model import butterfly_pairs
 from grt_model.butterfly import from_pairs, pair_index, stage_stride, to_pairs
-from lm import ByteCorpus, decode, encode, load_text
 from rmsgauge import Claim, check_range, claims_table, eps_of, seed_everything, tolerance, write_claims_json
+from rmsgauge.corpus import ByteCorpus, decode, encode, load_text
 
 ROOT = Path(__file__).resolve().parents[1]
 

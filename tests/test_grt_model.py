@@ -31,8 +31,8 @@ from grt_model.claims_geometry import claim_jacobian
 from grt_model.claims_model import WIRING_EXPECTED, claim_butterfly_wiring, claim_fast_equals_reference
 from grt_model.model import GATE_NAMES, causal_attention_with_weights
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm_jacobian_norm
-from lm import ByteCorpus
 from rmsgauge import assert_close, tolerance
+from rmsgauge.corpus import ByteCorpus
 
 F64 = torch.float64
 seeds = st.integers(0, 2**16)

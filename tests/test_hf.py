@@ -19,19 +19,13 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from grt_model import GRT, GRTConfig
 from lm.checkpoint import load_checkpoint, model_from_checkpoint
-from lm.corpus import decode, encode
 from lm.dense import DenseConfig, DenseTransformer
-from lm.hf import (
-    NEWLINE_ID,
-    DenseForCausalLM,
-    GRTForCausalLM,
-    main,
-    save_pretrained_dir,
-    to_checkpoint,
-)
+from lm.hf import NEWLINE_ID, DenseForCausalLM, GRTForCausalLM
+from lm.hf_convert import main, save_pretrained_dir, to_checkpoint
 from lm.sample import generate as project_generate
 from lm.train import TrainConfig, train
 from rmsgauge import assert_close, seed_everything
+from rmsgauge.corpus import decode, encode
 
 BLOCK = 32
 TINY = {

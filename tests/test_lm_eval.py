@@ -24,11 +24,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no network: data comes from loca
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from grt_model import GRT, GRTConfig
-from lm.corpus import encode
 from lm.dense import DenseConfig, DenseTransformer
 from lm.evaluate import evaluate, main
-from lm.hf import NEWLINE_ID, save_pretrained_dir
+from lm.hf import NEWLINE_ID
+from lm.hf_convert import save_pretrained_dir
 from rmsgauge import assert_close, seed_everything
+from rmsgauge.corpus import encode
 
 BLOCK = 32
 TINY = {

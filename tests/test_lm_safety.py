@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from lm.checkpoint import checksum_path, load_checkpoint, save_checkpoint
-from lm.corpus import ByteCorpus, bundled_corpus_files, load_bytes
 from lm.dense import DenseConfig, DenseTransformer
 from lm.errors import CheckpointError, NonFiniteError
 from lm.train import TrainConfig, main, train
 from rmsgauge import atomic_write_json
+from rmsgauge.corpus import ByteCorpus, bundled_corpus_files, load_bytes
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
 

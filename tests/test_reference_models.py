@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from lm.checkpoint import config_from_dict, model_from_checkpoint
-from lm.corpus import bundled_corpus_files
 from lm.dense import DenseConfig
 from lm.errors import CheckpointError
 from lm.recipes import RECIPE_NAMES, get_recipe
@@ -31,6 +30,7 @@ from lm.reference import (
 )
 from lm.train import TrainConfig, read_log, train
 from rmsgauge import tolerance
+from rmsgauge.corpus import bundled_corpus_files
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
 

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import torch
 
-from lm.corpus import ByteCorpus
 from lm.dense import DenseConfig, DenseTransformer
 from lm.reference import load_reference
 from lm.scoring import full_split_bpb
 from rmsgauge import seed_everything, tolerance
+from rmsgauge.corpus import ByteCorpus
 
 
 def test_every_byte_is_scored_once_and_equals_an_explicit_loop():

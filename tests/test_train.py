@@ -24,12 +24,12 @@ from lm.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from lm.corpus import bundled_corpus_files
 from lm.dense import DenseConfig, DenseTransformer
 from lm.sample import sample_text
 from lm.summary import expected_gauges, summary_claims
 from lm.train import TrainConfig, main, monitor_hooks, read_log, train
 from rmsgauge import assert_close, tolerance
+from rmsgauge.corpus import bundled_corpus_files
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
 TIMING_KEYS = {"tok_per_s", "elapsed_s", "train_time_s"}  # wall-clock fields: the only ones that differ between runs

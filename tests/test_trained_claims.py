@@ -15,9 +15,9 @@ import torch
 
 from grt_model.config import GRTConfig
 from grt_model.model import GRT
-from lm.corpus import ByteCorpus
 from lm.dense import DenseConfig, DenseTransformer
 from rmsgauge import registered, seed_everything, tolerance
+from rmsgauge.corpus import ByteCorpus
 from studies.trained_claims import (
     CLAIM_IDS,
     GROUP,

