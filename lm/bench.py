@@ -14,8 +14,8 @@ compare across runs on a shared machine):
 * **block** -- one GRT block (:class:`grt_model.model.GRTBlock`, the reference widths) vs a dense pre-norm
   block (:class:`lm.dense.DenseBlock`) as a training step: forward, backward, AdamW step;
 * **model** -- the trainer's real step (forward, cross-entropy, backward, ``clip_grad_norm_``, AdamW) of a whole
-  GRT against the dense model matched in parameters (:func:`lm.compare.param_matched_width`), at compare's
-  small preset (:func:`lm.compare.grt_config`) and at the reference widths (d 256, 4 heads, d_ff 1024; 2 blocks,
+  GRT against the dense model matched in parameters (:func:`lm.sizing.param_matched_width`), at compare's
+  small preset (:func:`lm.sizing.grt_config`) and at the reference widths (d 256, 4 heads, d_ff 1024; 2 blocks,
   byte vocabulary, context 256), batch ``--tokens`` / context tokens.
 
 Each cascade case runs the reference (explicit Givens and scale matrices, :func:`reference_cascade`;
@@ -307,7 +307,7 @@ def _model_pair(preset: str, seq: int):
     """``(GRT config, dense config)`` of one preset: the GRT and the dense model matched to its parameters."""
     from grt_model.config import GRTConfig
     from grt_model.model import GRT
-    from lm.compare import dense_family, grt_config, n_params, param_matched_width
+    from lm.sizing import dense_family, grt_config, n_params, param_matched_width
 
     if preset == "small":
         gcfg = grt_config()
@@ -320,7 +320,7 @@ def bench_model(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     """The trainer's step (forward, loss, backward, grad-norm clip, AdamW) per token, GRT vs dense matched in
     parameters, at compare's small preset and at the reference widths."""
     from grt_model.model import GRT
-    from lm.compare import n_params
+    from lm.sizing import n_params
     from lm.dense import DenseTransformer
 
     dt = cfg.torch_dtype()

@@ -13,11 +13,11 @@ only the part after the last resume.  The weights between two ``after_step`` cal
 weights the next step starts from, so a hook that wants a per-step change snapshots in one call and
 compares in the next.
 
-The loop has no hook of its own.  The command-line entries (``python -m lm.train`` and ``lm.compare``'s runs)
-attach :class:`dynamics.monitor.TrainHook` (built by :func:`lm.train.monitor_hooks`): a gauge census of the
-model on the probe batch at the start, then every ``gauge_interval`` steps each gauge tensor's norm and
-per-step rotation against the equilibrium laws of :mod:`dynamics.laws`.  Those packages sit above ``lm``, so
-the loop never imports them; it only calls whatever hooks it is given.
+The loop has no hook of its own, and nothing in ``lm`` attaches one.  ``python -m studies.train`` (and the
+comparison's runs) attach :class:`dynamics.train_hook.TrainHook` (built by :func:`studies.train.monitor_hooks`): a
+gauge census of the model on the probe batch at the start, then every ``gauge_interval`` steps each gauge
+tensor's norm and per-step rotation against the equilibrium laws of :mod:`dynamics.laws`.  Those packages sit
+above ``lm``, so the loop never imports them; it only calls whatever hooks it is given.
 """
 
 from __future__ import annotations

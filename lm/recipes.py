@@ -1,7 +1,7 @@
 """Named training recipes: the exact configuration that made each shipped reference model.
 
 ``python -m lm.train --recipe reference-grt`` (or ``reference-dense``) trains it again.  A recipe is the
-final-phase run of ``python -m lm.compare --preset reference`` (:mod:`lm.compare_preset`) for one model:
+final-phase run of ``python -m studies.compare --preset reference`` (:mod:`studies.compare_preset`) for one model:
 
 - ``reference-grt``: the preset's GRT (d_model 128, 4 heads, 2 blocks, d_ff 512, context 64 bytes, the
   source text's stage counts), at its best sweep learning rate;
@@ -10,7 +10,7 @@ final-phase run of ``python -m lm.compare --preset reference`` (:mod:`lm.compare
   best sweep learning rate;
 
 each for 3,000,000 training bytes (batch 16 x 64), with the evaluation, logging and checkpoint intervals
-:func:`lm.compare_preset.phase_train_config` gives the final phase, seed 0, one CPU thread, the bundled
+:func:`lm.sizing.phase_train_config` gives the final phase, seed 0, one CPU thread, the bundled
 corpus.  Everything but the learning rates is computed from the preset, so the recipe and the preset cannot
 drift apart; the learning rates are the sweep's results (:data:`REFERENCE_BEST_LRS`).  The shipped model
 cards (``lm/reference_models/*.json``) record the configuration that actually ran, and
@@ -52,8 +52,15 @@ def _reference_recipes() -> dict[str, Recipe]:
     import torch
 
     from lm.checkpoint import build_model, config_to_dict
-    from lm.compare import DEFAULT_BATCH_SIZE, dense_family, grt_config, n_params, param_matched_width
-    from lm.compare_preset import PRESETS, phase_train_config
+    from lm.sizing import (
+        DEFAULT_BATCH_SIZE,
+        PRESETS,
+        dense_family,
+        grt_config,
+        n_params,
+        param_matched_width,
+        phase_train_config,
+    )
 
     preset = PRESETS["reference"]
     gcfg = grt_config(preset.quick, **preset.grt)
@@ -68,7 +75,7 @@ def _reference_recipes() -> dict[str, Recipe]:
                                 preset.final_tokens, preset.final_evals, preset.final_eval_batches, preset.ckpt_steps)
         out[name] = Recipe(name, kind, config_to_dict(mcfg), tc,
                            f"the {'GRT' if kind == 'grt' else 'parameter-matched dense model'} of python -m "
-                           f"lm.compare --preset reference, {preset.final_tokens:,} tokens at lr "
+                           f"studies.compare --preset reference, {preset.final_tokens:,} tokens at lr "
                            f"{REFERENCE_BEST_LRS[tag]:g}")
     return out
 

@@ -15,7 +15,7 @@ is one error naming the file), loads with ``weights_only=True`` and rebuilds the
 
     python -m lm.reference list                      # what is shipped
     python -m lm.reference verify                    # every checksum (exit 1 on a mismatch)
-    python -m lm.reference ship RUN_DIR --name grt --command "python -m lm.compare --preset reference"
+    python -m lm.reference ship RUN_DIR --name grt --command "python -m studies.compare --preset reference"
 """
 
 from __future__ import annotations

@@ -44,11 +44,10 @@ CPU process (``tests/test_train.py::test_resume_is_bit_exact``).  SIGINT/SIGTERM
 step with a checkpoint (acknowledged at once; a second Ctrl-C stops immediately).
 
 **Hooks.**  The loop (:func:`_train`, nanoGPT-sized) calls step hooks (:mod:`lm.hooks`): ``on_start``,
-``after_step``, ``on_end``; ``train(..., hooks=[...])`` passes them, and by default there are none.  The
-command-line entry attaches :func:`monitor_hooks`: the equilibrium monitor of :mod:`dynamics.monitor` on the
-gauges that :func:`gauge.census.census` finds in the model on a fixed probe batch (none in the GRT: then
-nothing is attached and the census's empty verdict is recorded).  Both packages sit above ``lm``; only the
-entry imports them, inside the function, so the loop's imports point down.
+``after_step``, ``on_end``; ``train(..., hooks=[...])`` passes them, and by default there are none.
+``python -m studies.train`` is this command with the equilibrium monitor attached (:mod:`dynamics.monitor` on
+the gauges :func:`gauge.census.census` finds on a fixed probe batch): both packages sit above ``lm``, so the
+command that attaches them lives above them too (``main(hooks_for=...)``).
 
 **Data parallel.**  Under ``torchrun`` (env ``WORLD_SIZE`` > 1) each rank draws the same global batch
 of ``batch_size`` windows and keeps its contiguous shard of ``batch_size / WORLD_SIZE``; DDP averages
@@ -72,8 +71,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-
 from lm import sample as sample_cli
 from lm.checkpoint import (
     MODEL_KINDS,
@@ -85,7 +82,6 @@ from lm.checkpoint import (
     model_classes,
 )
 from lm.dist import resolve_device
-from lm.hooks import LoopInfo
 from lm.loop import train  # re-exported: `from lm.train import train, TrainConfig, read_log`
 from lm.preflight import _n_layers_key, check_memory, check_model_values, check_run_dir, validate_model_config
 from lm.runlog import LOCK_NAME, read_log  # noqa: F401  (read_log: public API, see above)
@@ -281,8 +277,8 @@ EPILOG = ("precedence: defaults < --recipe or --config < --set < explicit flags\
             "130 interrupted")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = make_parser("python -m lm.train", DESCRIPTION, epilog=EPILOG)
+def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
+    p = make_parser(prog, DESCRIPTION, epilog=EPILOG)
     subs = add_subcommands(p, required=False)
     sample_cli.add_arguments(add_subcommand(subs, "sample", "generate bytes from a checkpoint (= python -m "
                                             "lm.sample)", description=sample_cli.DESCRIPTION))
@@ -296,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs/NAME")
     g.add_argument("--config", metavar="FILE",
                    help="start from a JSON file {\"model\": ..., \"train\": {...}, \"model_config\": {...}}, "
-                        "e.g. a run's config.json written by python -m lm.compare")
+                        "e.g. a run's config.json written by python -m studies.compare")
     g.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one configuration key (repeatable): lr=1e-3, train.wd=0, model.n_layers=6; the "
                         "keys are listed below")
@@ -339,32 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def monitor_hooks(cfg: TrainConfig) -> list:
-    """The command-line entries' step hooks (this module's :func:`main`, ``lm.compare``'s runs): the equilibrium
-    monitor of :mod:`dynamics.monitor` on the gauges :func:`gauge.census.census` finds on the probe batch,
-    recording every ``cfg.gauge_interval`` steps; none when ``gauge_interval`` is 0 or ``probe_gauges`` false.
-
-    ``dynamics`` and ``gauge`` stand above ``lm``: they are imported here, when an entry asks, never by the loop.
-    """
-    if not (cfg.probe_gauges and cfg.gauge_interval > 0):
-        return []
-    from dynamics.train_hook import TrainHook
-
-    # one group per tensor (a union of gauges is a gauge): the log stays one record per gauge weight
-    return [TrainHook.lazy(census_of_probe_batch, interval=cfg.gauge_interval, per_block=False)]
-
-
-def census_of_probe_batch(model: nn.Module, info: LoopInfo) -> Any:
-    """The gauge census of ``model`` on the loop's fixed probe batch (a float64 CPU copy: the model and the global
-    RNG are untouched, so the run is the same with or without it).  The eps report is skipped: the monitor needs
-    only which tensors are gauges."""
-    from gauge.census import census
-
-    return census(model, batch=info.probe_batch(), own_eps=False, seed=info.train_config.seed)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_main(build_parser(), argv, _work, check=_check)
+def main(argv: list[str] | None = None, *, hooks_for: Any = None, prog: str = "python -m lm.train") -> int:
+    """The training command.  ``hooks_for(train_config) -> list`` adds step hooks (``python -m studies.train``
+    attaches the equilibrium monitor this way: it lives above ``lm``); none by default."""
+    return run_main(build_parser(prog), argv, lambda args, checked: _work(args, checked, hooks_for), check=_check)
 
 
 def _check(args: argparse.Namespace) -> Any:
@@ -385,12 +359,13 @@ def _check(args: argparse.Namespace) -> Any:
     return kind, mcfg, tcfg, resume
 
 
-def _work(args: argparse.Namespace, checked: Any) -> int:
+def _work(args: argparse.Namespace, checked: Any, hooks_for: Any = None) -> int:
     if args.command == "sample":
         return sample_cli.work(args, checked)
     kind, mcfg, tcfg, resume = checked
     summary = train(kind, mcfg, tcfg, resume=resume, stop_after=args.stop_after, progress=not args.quiet,
-                    force=args.force, hooks=monitor_hooks(tcfg), trust_unverified=args.trust_unverified)
+                    force=args.force, hooks=hooks_for(tcfg) if hooks_for else [],
+                    trust_unverified=args.trust_unverified)
     if int(os.environ.get("RANK", "0")) == 0:
         print(format_summary(summary))
         if args.json:

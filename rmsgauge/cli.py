@@ -268,13 +268,15 @@ CONSOLE_COMMANDS = {
     "rmsgauge-proofs": ("proofs.__main__", "python -m proofs"),
     "rmsgauge-figures": ("figures.__main__", "python -m figures"),
     "rmsgauge-grt": ("grt_model.__main__", "python -m grt_model"),
-    "rmsgauge-train": ("lm.train", "python -m lm.train"),
+    "rmsgauge-train": ("studies.train", "python -m studies.train"),  # lm.train with the equilibrium monitor
     "rmsgauge-sample": ("lm.sample", "python -m lm.sample"),
-    "rmsgauge-compare": ("lm.compare", "python -m lm.compare"),
+    "rmsgauge-compare": ("studies.compare", "python -m studies.compare"),
     "rmsgauge-evaluate": ("lm.evaluate", "python -m lm.evaluate"),
     "rmsgauge-hf": ("lm.hf_convert", "python -m lm.hf"),
     "rmsgauge-reference": ("lm.reference", "python -m lm.reference"),
     "rmsgauge-bench": ("lm.bench", "python -m lm.bench"),
+    "rmsgauge-experiments": ("studies.experiments", "python -m studies.experiments"),
+    "rmsgauge-trained": ("studies.trained", "python -m studies.trained"),
 }
 
 

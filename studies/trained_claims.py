@@ -517,7 +517,7 @@ def run_trained_claims(grt: GRT, dense: nn.Module | None, held_out_ids: torch.Te
 def trained_vs_dense_claim(grt_card: dict, dense_card: dict, comparison: dict | None = None) -> Claim:
     r"""``grt.trained_vs_dense``: held-out bits per byte of the shipped GRT against its parameter-matched dense
     baseline (same corpus split, same 3M tokens in the same order, each at its own interior best lr), read from
-    the two model cards; ``comparison`` (the committed ``compare.json`` of ``lm.compare --preset reference``, when
+    the two model cards; ``comparison`` (the committed ``compare.json`` of ``studies.compare --preset reference``, when
     at hand) adds the wall-clock-matched dense row.  The text gives no number ("Benchmark results at scale" is
     a heading without results); its "space-efficient by math" implies the GRT is at least as good as a dense
     model of equal size, and that is what the verdict tests.  Not a float64 measurement: both numbers come from

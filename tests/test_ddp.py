@@ -23,7 +23,8 @@ import torch.multiprocessing as mp
 
 from lm.checkpoint import load_checkpoint
 from lm.dense import DenseConfig
-from lm.train import TrainConfig, monitor_hooks, read_log, train
+from lm.train import TrainConfig, read_log, train
+from studies.train import monitor_hooks
 from rmsgauge import tolerance
 from rmsgauge.corpus import bundled_corpus_files
 

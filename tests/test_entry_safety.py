@@ -389,9 +389,9 @@ def test_euler_record_names_the_tensor_it_differentiated():
 
 
 def test_compare_param_match_claim_fails_on_a_planted_bug(tmp_path, monkeypatch, capsys):
-    """lm.compare states 'matched widths give matched parameter counts' as a claim and exits 1, before training,
+    """studies.compare states 'matched widths give matched parameter counts' as a claim and exits 1, before training,
     when a bug breaks it (here: the closed-form count off by one layer)."""
-    import lm.compare as cmp
+    import studies.compare as cmp
 
     gcfg = cmp.grt_config(True)
     n = cmp.n_params(cmp.build_model("grt", gcfg))
@@ -412,7 +412,7 @@ def test_compare_param_match_claim_fails_on_a_planted_bug(tmp_path, monkeypatch,
 # parsers converted to the helper (module, builder); each subcommand is checked too
 CONVERTED = {
     "lm.train": ("lm.train", "build_parser"), "lm.sample": ("lm.sample", "build_parser"),
-    "lm.compare": ("lm.compare", "build_parser"), "lm.evaluate": ("lm.evaluate", "build_parser"),
+    "studies.compare": ("studies.compare", "build_parser"), "lm.evaluate": ("lm.evaluate", "build_parser"),
     "lm.hf": ("lm.hf_convert", "build_parser"), "lm.reference": ("lm.reference", "build_parser"),
     "gauge": ("gauge.__main__", "build_parser"), "dynamics": ("dynamics.__main__", "build_parser"),
     "proofs": ("proofs.__main__", "build_parser"), "figures": ("figures.__main__", "build_parser"),

@@ -1,7 +1,11 @@
-"""The house's import graph (issue 12): module-level imports point down the package layers and form no circle.
+"""The house's import graph: every import at every depth (module level and inside functions) points down the
+package layers, and no two modules import each other through any chain.
 
-Layers: ``rmsgauge`` < ``grt_model`` < ``lm`` < ``gauge``, ``dynamics``, ``proofs`` < ``figures``.  Imports inside a
-function (a CLI entry attaching a higher package's hook) are not module-level and are allowed by design.
+Layers, bottom to top: ``rmsgauge`` < ``grt_model`` < ``lm`` < ``gauge``, ``proofs`` < ``dynamics`` (its Trainer
+callback uses the census) < ``studies`` (what needs a trained model or a training run) < ``figures``, ``tools``.
+Not edges: imports under ``if TYPE_CHECKING:`` (annotations) and under ``if __name__ == "__main__":`` (a module
+run as a script is not imported by anyone).  Inside a package, a submodule importing its own package's
+``__init__`` is Python's parent import, not an edge.
 """
 
 from __future__ import annotations
@@ -10,37 +14,82 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER = {"rmsgauge": 0, "grt_model": 1, "lm": 2, "gauge": 3, "dynamics": 3, "proofs": 3, "figures": 4}
+LAYER = {"rmsgauge": 0, "grt_model": 1, "lm": 2, "gauge": 3, "proofs": 3, "dynamics": 4, "studies": 5,
+         "figures": 6, "tools": 6}
 
 
-def _module_graph() -> dict[str, set[str]]:
+def _modules() -> dict[str, Path]:
     mods = {}
     for pkg in LAYER:
         for p in (ROOT / pkg).glob("*.py"):
             mods[pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"] = p
+    return mods
+
+
+def _skipped_block(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` or ``if __name__ == "__main__":`` (their ``else`` branches still count)."""
+    if not isinstance(node, ast.If):
+        return False
+    t = node.test
+    if (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute)
+                                                                   and t.attr == "TYPE_CHECKING"):
+        return True
+    return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__" for c in t.comparators))
+
+
+def _imported_names(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        return [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+    return []
+
+
+def _resolve(name: str, mods: dict[str, Path]) -> str | None:
+    """The longest known module a dotted name starts with (``lm.dense.DenseConfig`` -> ``lm.dense``)."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        cand = ".".join(parts[:k])
+        if cand in mods:
+            return cand
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
     edges: dict[str, set[str]] = {m: set() for m in mods}
-    for m, p in mods.items():
-        for node in ast.parse(p.read_text()).body:  # module level only
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-            else:
+
+    def walk(m: str, node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _skipped_block(child):
+                for sub in child.orelse:
+                    walk(m, sub)
                 continue
-            # a submodule importing its own package's __init__ is Python's parent import, not an edge
-            edges[m] |= {n for n in names if n in mods and n != m and not m.startswith(n + ".")}
+            for name in _imported_names(child):
+                target = _resolve(name, mods)
+                if target is not None and target != m and not m.startswith(target + "."):
+                    edges[m].add(target)
+            walk(m, child)
+
+    for m, p in mods.items():
+        walk(m, ast.parse(p.read_text()))
     return edges
 
 
-def test_module_imports_point_down_the_layers():
-    edges = _module_graph()
+def _pkg(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_import_points_down_the_layers():
+    edges = import_graph()
     bad = sorted((a, b) for a, bs in edges.items() for b in bs
-                 if a.split(".")[0] != b.split(".")[0] and LAYER[b.split(".")[0]] >= LAYER[a.split(".")[0]])
-    assert not bad, f"module-level imports that point up or sideways: {bad}"
+                 if _pkg(a) != _pkg(b) and LAYER[_pkg(b)] >= LAYER[_pkg(a)])
+    assert not bad, f"imports that point up or sideways (at any depth): {bad}"
 
 
 def test_no_import_circle():
-    edges = _module_graph()
+    edges = import_graph()
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -61,7 +110,11 @@ def test_no_import_circle():
     assert not cycles, f"import circles: {cycles}"
 
 
-def test_the_graph_is_read():  # the two tests above would pass vacuously on an empty graph
-    edges = _module_graph()
-    assert len(edges) > 60 and ("lm.dense" in edges["lm.train"] or "lm.checkpoint" in edges["lm.train"])
+def test_the_graph_reads_function_level_imports():  # the tests above would pass vacuously on an empty graph
+    edges = import_graph()
+    assert len(edges) > 100 and "lm.dense" in edges["lm.checkpoint"]
     assert "grt_model.cascade_ops" in edges["grt_model.fused"]
+    # a function-level import counts: studies.job imports lm.loop inside _train
+    assert "lm.loop" in edges["studies.job"]
+    # the monitor is attached above dynamics and gauge
+    assert {"dynamics.train_hook", "gauge.census"} <= edges["studies.train"]

@@ -109,7 +109,7 @@ def test_lr_times_wd_is_checked_before_any_work(tmp_path, small_corpus, capsys):
     assert exc.value.code == 2
     assert "train.lr * train.wd must be in [0, 1)" in _one_error_line(capsys.readouterr().err)
     assert not out.exists()
-    from lm.compare import main as compare_main
+    from studies.compare import main as compare_main
 
     with pytest.raises(SystemExit) as exc:
         compare_main(["--quick", "--lrs", "3e-3,10", "--wall-d-model", "0", "--out-dir", str(out)])
@@ -165,10 +165,7 @@ def test_nonfinite_training_loss_keeps_last_good_checkpoint(tmp_path, small_corp
 
 
 def test_nonfinite_cli_exit_status_is_1(tmp_path, small_corpus, capsys, monkeypatch):
-    import lm.train as lt
-
-    monkeypatch.setattr(lt, "monitor_hooks", lambda cfg: [_PoisonAt(1)])  # the hooks main() attaches
-    rc = main(_argv(tmp_path / "q", small_corpus, "--max-steps", "4"))
+    rc = main(_argv(tmp_path / "q", small_corpus, "--max-steps", "4"), hooks_for=lambda cfg: [_PoisonAt(1)])
     assert rc == 1
     line = _one_error_line(capsys.readouterr().err)
     assert "non-finite" in line and "--debug" in line
@@ -249,7 +246,7 @@ def test_interrupted_summary_names_the_step_of_its_val_loss(tmp_path, small_corp
 
 
 def test_gauge_summary_after_resume_covers_the_whole_run(tmp_path, small_corpus):
-    from lm.train import monitor_hooks
+    from studies.train import monitor_hooks
 
     mcfg = DenseConfig(**TINY)
     cfg_full, cfg_part = (_cfg(tmp_path / n, small_corpus, max_steps=8) for n in ("full", "part"))

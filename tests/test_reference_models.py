@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm.checkpoint import config_from_dict, model_from_checkpoint
+from lm.checkpoint import config_from_dict, config_to_dict, model_from_checkpoint
 from lm.dense import DenseConfig
 from lm.errors import CheckpointError
 from lm.recipes import RECIPE_NAMES, get_recipe
@@ -96,9 +96,8 @@ def test_ship_refuses_unfinished_runs_and_empty_commands(tmp_path, tiny_run):
 
 
 def test_recipes_are_the_reference_preset_finals():
-    """Each recipe is the final phase of ``python -m lm.compare --preset reference`` for its model."""
-    from lm.compare import dense_family, grt_config, n_params, param_matched_width
-    from lm.compare_preset import PRESETS
+    """Each recipe is the final phase of ``python -m studies.compare --preset reference`` for its model."""
+    from lm.sizing import PRESETS, dense_family, grt_config, n_params, param_matched_width
 
     preset = PRESETS["reference"]
     grt, dense = get_recipe("reference-grt"), get_recipe("reference-dense")
@@ -133,7 +132,9 @@ def test_shipped_model_loads_verified_and_matches_its_recipe(name):
     assert (reference_dir() / f"{name}.pt").stat().st_size <= MAX_FILE_BYTES
     assert card["tokens_seen"] >= 3_000_000
     recipe = get_recipe(f"reference-{name}")
-    assert card["model_config"] == recipe.model_config and card["model_kind"] == recipe.model
+    # fields added to the configs since shipping take their defaults (the card's config rebuilt equals the recipe's)
+    shipped_cfg = config_to_dict(config_from_dict(card["model_kind"], card["model_config"]))
+    assert shipped_cfg == recipe.model_config and card["model_kind"] == recipe.model
     ran = {k: v for k, v in card["train_config"].items() if k != "out_dir"}
     assert ran == {k: v for k, v in recipe.train_config.items() if k != "out_dir"}
     x = torch.arange(16).unsqueeze(0)

@@ -27,7 +27,8 @@ from lm.checkpoint import (
 from lm.dense import DenseConfig, DenseTransformer
 from lm.sample import sample_text
 from lm.summary import expected_gauges, summary_claims
-from lm.train import TrainConfig, main, monitor_hooks, read_log, train
+from lm.train import TrainConfig, main, read_log, train
+from studies.train import monitor_hooks
 from rmsgauge import assert_close, tolerance
 from rmsgauge.corpus import bundled_corpus_files
 
@@ -167,12 +168,14 @@ def test_cli_trains_resumes_and_rejects_changed_trajectory(tmp_path, small_corpu
                                          "warmup_steps": 1, "threads": 1, "data": str(small_corpus)}}))
     out = tmp_path / "cli"
     js = tmp_path / "summary.json"
-    assert main(["--config", str(cfg), "--set", "lr=2e-3", "--out-dir", str(out), "--stop-after", "2",
+    from studies.train import main as monitored  # python -m studies.train: lm.train + the equilibrium monitor
+
+    assert monitored(["--config", str(cfg), "--set", "lr=2e-3", "--out-dir", str(out), "--stop-after", "2",
                  "--quiet"]) == 0
     with pytest.raises(SystemExit):
-        main(["--out-dir", str(out), "--resume", "--lr", "1e-3", "--quiet"])
+        monitored(["--out-dir", str(out), "--resume", "--lr", "1e-3", "--quiet"])
     assert "train.lr is 0.001 but the checkpoint was trained with 0.002" in capsys.readouterr().err
-    assert main(["--out-dir", str(out), "--resume", "--quiet", "--json", str(js)]) == 0
+    assert monitored(["--out-dir", str(out), "--resume", "--quiet", "--json", str(js)]) == 0
     doc = json.loads(js.read_text())
     assert doc["summary"]["steps"] == 4 and doc["summary"]["train_config"]["lr"] == 2e-3
     ids = [c["id"] for c in doc["claims"]]
@@ -369,7 +372,7 @@ def test_summary_claims_from_a_run(tmp_path, small_corpus):
     assert json.loads((tmp_path / "q" / "summary.json").read_text())["steps"] == 4
 
 
-@pytest.mark.parametrize("module", ["lm.train", "lm.sample", "lm.compare"])
+@pytest.mark.parametrize("module", ["lm.train", "lm.sample", "studies.compare"])
 def test_help_works(module, capsys):
     import importlib
 
@@ -381,7 +384,7 @@ def test_help_works(module, capsys):
 
 
 def test_dense_params_closed_form_matches_the_model():
-    from lm.compare import dense_family, dense_params, grt_config, n_params, param_matched_width
+    from lm.sizing import dense_family, dense_params, grt_config, n_params, param_matched_width
 
     g = grt_config(quick=True)
     for d in (8, 44, 96):
@@ -396,7 +399,7 @@ def test_dense_params_closed_form_matches_the_model():
 
 def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
     """The whole compare pipeline at toy size, in-process: table, JSON with claim, deterministic figures."""
-    from lm.compare import main as compare_main
+    from studies.compare import main as compare_main
 
     out = tmp_path / "cmp"
     argv = ["--quick", "--jobs", "0", "--wall-d-model", "48", "--budget-tokens", "512", "--lrs", "3e-3,1e-2",
@@ -420,7 +423,7 @@ def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
     assert doc["claims"][1]["id"] == "lm.matched_widths_match_params" and doc["claims"][1]["holds"]
     svg, png = (out / "loss_curves.svg").read_bytes(), (out / "loss_curves.png").read_bytes()
     assert b"<dc:date>" not in svg and b"Software" not in png
-    from lm.compare import Run, plot_curves
+    from studies.compare import Run, plot_curves
 
     runs = {f"{r['model']} ({r['match']})": [Run(r["run"], r["model"], r["match"], r["model_config"], r["lr"], out,
                                                   summary=json.loads((out / "runs" / r["run"] / "summary.json")
@@ -435,7 +438,7 @@ def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
 
 
 def test_compare_rejects_bad_flags(tmp_path, capsys):
-    from lm.compare import main as compare_main
+    from studies.compare import main as compare_main
 
     for argv, msg in ((["--budget-tokens", "0"], "--budget-tokens must be in [1,"),
                       (["--lrs", "0,1e-3"], "--lrs entry must be in (0, 10]"),

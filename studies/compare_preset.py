@@ -1,5 +1,5 @@
 r"""Named comparison presets: an lr sweep that widens itself until each model's best value is interior,
-then one long final run per model at its best lr (``python -m lm.compare --preset reference``).
+then one long final run per model at its best lr (``python -m studies.compare --preset reference``).
 
 Phases (every run is ``python -m lm.train`` in its own folder, so an interrupted preset resumes:
 a finished run is reused, a checkpointed one continues bit-exactly with ``--resume``):
@@ -22,43 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
-LR_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)  # half-decades
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    sweep_tokens: int
-    final_tokens: int
-    start_lrs: dict[str, tuple[float, ...]] = field(default_factory=dict)  # per model tag, values of LR_LADDER
-    sweep_evals: int = 4
-    final_evals: int = 30  # evaluations of each final run: the learning curves
-    sweep_eval_batches: int = 8
-    final_eval_batches: int = 16  # 16 x 16 x 64 = 16,384 held-out bytes per evaluation
-    ckpt_steps: int = 100  # a final run interrupted by a session's end loses at most this many steps
-    max_widen: int = 3  # ladder steps added per model at most, beyond the start grid
-    quick: bool = False  # the tiny models of --quick (tests)
-    grt: dict = field(default_factory=dict)  # GRTConfig overrides of compare's GRT (grt_config)
-
-
-PRESETS = {
-    "reference": Preset(
-        "reference", sweep_tokens=250_000, final_tokens=3_000_000,
-        # 4 heads (head roles are a claim of the text) at d 128; 2 blocks keep a 3M-token final near 30 min
-        grt={"d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512, "block_size": 64},
-        # start grids from the 80k-token sweep (GRT best 3e-2, dense 3e-3 / 1e-3): centred, one step each side
-        start_lrs={"grt": (1e-2, 3e-2, 1e-1), "dense_params": (1e-3, 3e-3, 1e-2),
-                   "dense_wallclock": (3e-4, 1e-3, 3e-3)}),
-    "smoke": Preset(
-        "smoke", sweep_tokens=2_048, final_tokens=4_096,
-        start_lrs={"grt": (3e-3, 1e-2, 3e-2), "dense_params": (3e-3, 1e-2, 3e-2),
-                   "dense_wallclock": (3e-3, 1e-2, 3e-2)},
-        sweep_evals=1, final_evals=4, sweep_eval_batches=1, final_eval_batches=2, ckpt_steps=2, max_widen=1,
-        quick=True),
-}
+from lm.sizing import LR_LADDER, PRESETS, Preset, phase_train_config  # noqa: F401  (the preset's shapes)
 
 
 def widen(lrs: list[float], best: float, tried: set[float]) -> float | None:
@@ -78,18 +44,6 @@ def is_interior(lr: float, lrs: list[float]) -> bool:
     return len(grid) >= 3 and grid[0] < lr < grid[-1]
 
 
-def phase_train_config(args: argparse.Namespace, block_size: int, out_dir: Path, lr: float, tokens: int,
-                       evals: int, eval_batches: int, ckpt_steps: int) -> dict:
-    from lm.trainconfig import TrainConfig
-
-    steps = max(1, math.ceil(tokens / (args.batch_size * block_size)))
-    return TrainConfig(
-        lr=lr, batch_size=args.batch_size, max_tokens=tokens, warmup_steps=min(50, max(1, steps // 10)),
-        eval_interval=max(1, steps // evals), eval_batches=eval_batches, log_interval=max(1, steps // 100),
-        gauge_interval=max(1, steps // 50), ckpt_interval=ckpt_steps, seed=args.seed, device=args.device, threads=1,
-        data=args.data or "", out_dir=str(out_dir)).to_dict()
-
-
 def finished_summary(run) -> dict | None:
     """The run's summary if it already completed with exactly this configuration; a folder holding a
     *different* finished run is refused rather than overwritten."""
@@ -107,7 +61,7 @@ def finished_summary(run) -> dict | None:
 
 def run_preset(args: argparse.Namespace, gcfg, preset: Preset, specs: list[tuple[str, str, dict]], say) -> dict:
     """Sweep (widening to an interior best), then the finals. Returns ``{tag: {"sweep": [Run], "final": Run}}``."""
-    from lm.compare import Run, _best, run_all
+    from studies.compare_runs import Run, best_run, run_all
 
     out = Path(args.out)
     result: dict[str, dict] = {}
@@ -157,7 +111,7 @@ def run_preset(args: argparse.Namespace, gcfg, preset: Preset, specs: list[tuple
         if round_ == preset.max_widen:
             break
         for tag, info in result.items():
-            best = _best(info["sweep"]).lr
+            best = best_run(info["sweep"]).lr
             nxt = widen(grids[tag], best, {r.lr for r in info["sweep"]})
             if nxt is not None:
                 say(f"  {tag}: best lr {best:g} is at the edge of {sorted(grids[tag])}; adding {nxt:g}")
@@ -166,7 +120,7 @@ def run_preset(args: argparse.Namespace, gcfg, preset: Preset, specs: list[tuple
 
     finals = []
     for tag, info in result.items():
-        info["best_lr"] = _best(info["sweep"]).lr
+        info["best_lr"] = best_run(info["sweep"]).lr
         info["lr_grid"] = sorted(grids[tag])
         info["interior"] = is_interior(info["best_lr"], info["lr_grid"])
         info["final"] = make(tag, info["best_lr"], "final")

@@ -1,4 +1,4 @@
-r"""GRT against a dense QK-norm transformer on the same bytes: ``python -m lm.compare``.
+r"""GRT against a dense QK-norm transformer on the same bytes: ``python -m studies.compare``.
 
 Three models, each trained on the same token budget, the same data order (batches are a function of
 ``(seed, step)``), the same schedule and the same learning-rate sweep:
@@ -24,7 +24,7 @@ fixed (AdamW betas (0.9, 0.95), weight decay 0.1 on matrices, warmup then cosine
 batch 16 windows).  The table reports each model at its best final validation bits per byte; the
 JSON keeps every sweep point.
 
-Each run is ``python -m lm.train`` in its own process (one torch thread, ``--jobs`` at a time),
+Each run is ``python -m studies.train`` in its own process (one torch thread, ``--jobs`` at a time),
 so the comparison exercises exactly the pipeline a user runs.  Outputs in ``--out-dir``: ``compare.json``,
 ``table.txt``, ``loss_curves.svg`` / ``.png`` (deterministic bytes: fixed SVG hash salt, no dates,
 PNG metadata stripped; written atomically), and ``runs/<name>/`` per run (log, checkpoint, summary).
@@ -34,25 +34,30 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import math
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lm.checkpoint import build_model, config_to_dict
-from lm.compare_preset import PRESETS, Preset, run_preset
-from lm.dense import DenseConfig
-from lm.preflight import run_files, set_aside
 from lm.runlog import machine_description
+from lm.sizing import (
+    DEFAULT_BATCH_SIZE,
+    PRESETS,
+    Preset,
+    dense_family,
+    dense_params,
+    grt_config,
+    n_params,
+    param_matched_width,
+    wall_matched_width,
+)
 from lm.trainconfig import RUN_FILES, TrainConfig
 from rmsgauge import (
     Claim,
@@ -66,264 +71,14 @@ from rmsgauge import (
     write_claims_json,
 )
 from rmsgauge.cli import check_outputs_against_inputs, make_parser, run_main
+from studies.compare_preset import run_preset
+from studies.compare_runs import Run, best_run, run_all, train_config_for
 
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2, 3e-2)  # half-decades: the GRT and the dense models peak at different lrs
 DEFAULT_BUDGET_TOKENS = 80_000  # default command: 615 s measured on 2 cores shared with other jobs (load 2-6)
 QUICK_BUDGET_TOKENS = 4_096
-DEFAULT_BATCH_SIZE = 16  # windows per step (--quick: 8)
 SVG_HASH_SALT = "rmsgauge-compare"  # fixed: SVG element ids stop depending on a random salt
 LN2 = math.log(2.0)
-
-
-def grt_config(quick: bool = False, **overrides: Any):
-    """The compare's GRT: the source's stage counts at a width the CPU budget can train."""
-    from grt_model.config import GRTConfig
-
-    if quick:
-        base = {"d_model": 32, "n_heads": 2, "n_blocks": 1, "d_ff": 64, "block_size": 32}
-    else:
-        base = {"d_model": 64, "n_heads": 2, "n_blocks": 2, "d_ff": 256, "block_size": 64}
-    return GRTConfig.small(**{**base, **overrides})
-
-
-def n_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
-
-def dense_params(d_model: int, n_heads: int, n_layers: int, d_ff: int, vocab: int = 256, qk_norm: bool = True,
-                 tied: bool = True) -> int:
-    r"""Closed-form parameter count of :class:`DenseTransformer`:
-    :math:`Vd\,(\times 2 \text{ untied}) + L\,(4d^2 + 2 d\,d_{ff} + 2d + 2 d_h [\text{QK-norm}]) + d`."""
-    per_layer = 4 * d_model * d_model + 2 * d_model * d_ff + 2 * d_model + (2 * (d_model // n_heads) if qk_norm else 0)
-    return vocab * d_model * (1 if tied else 2) + n_layers * per_layer + d_model
-
-
-def dense_family(grt_cfg, d_model: int) -> DenseConfig:
-    """The dense baseline at width ``d_model`` with the GRT's depth, heads, context and vocabulary."""
-    return DenseConfig(vocab_size=grt_cfg.vocab_size, block_size=grt_cfg.block_size, d_model=d_model,
-                       n_heads=grt_cfg.n_heads, n_layers=grt_cfg.n_blocks, d_ff=4 * d_model, qk_norm=True,
-                       rope=grt_cfg.rope, tie_embeddings=grt_cfg.tie_head)
-
-
-def _widths(n_heads: int, hi: int = 2048) -> list[int]:
-    step = 2 * n_heads  # head dim must be even (rotary pairs)
-    return list(range(step, hi + 1, step))
-
-
-def param_matched_width(grt_cfg, target: int) -> int:
-    """The dense width whose parameter count is nearest ``target`` (ties: the smaller width)."""
-    return min(_widths(grt_cfg.n_heads), key=lambda d: (abs(dense_params(
-        d, grt_cfg.n_heads, grt_cfg.n_blocks, 4 * d, grt_cfg.vocab_size, True, grt_cfg.tie_head) - target), d))
-
-
-def measure_tok_s(kind: str, cfg, batch_size: int, steps: int = 3, threads: int = 1) -> float:
-    """Training throughput (fwd + bwd + AdamW) of a fresh model on random bytes, after one warm-up step."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        torch.manual_seed(0)
-        model = build_model(kind, cfg)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        x = torch.randint(0, 256, (batch_size, cfg.block_size), generator=torch.Generator().manual_seed(0))
-        for i in range(steps + 1):
-            if i == 1:
-                t0 = time.perf_counter()
-            _, loss = model(x, x)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        return steps * batch_size * cfg.block_size / (time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(prev)
-
-
-def wall_matched_width(grt_cfg, start_width: int, batch_size: int, progress=None) -> tuple[int, list[dict]]:
-    """Widen the dense model by factors of sqrt(2) until it trains slower than the GRT, then interpolate
-    log(speed ratio) against log(width) between the last two points and round to an allowed width.
-
-    Each dense timing is taken right after a GRT timing and compared as a *ratio*, so a machine whose
-    load drifts (shared cores) biases both alike.
-    """
-    widths = _widths(grt_cfg.n_heads)
-    probes: list[dict] = []
-    d = start_width
-    while True:
-        grt_rate = measure_tok_s("grt", grt_cfg, batch_size)
-        rate = measure_tok_s("dense", dense_family(grt_cfg, d), batch_size)
-        probes.append({"d_model": d, "dense_tok_per_s": rate, "grt_tok_per_s": grt_rate, "ratio": rate / grt_rate})
-        if progress:
-            progress(f"calibrating wall-clock match: dense d_model={d}: {rate:.0f} tok/s vs GRT {grt_rate:.0f} "
-                     f"(ratio {rate / grt_rate:.2f})")
-        if rate <= grt_rate or d >= widths[-1]:
-            break
-        d = min(widths, key=lambda w: abs(w - d * math.sqrt(2)) if w > d else math.inf)
-    if len(probes) == 1:
-        return probes[0]["d_model"], probes
-    (d0, r0), (d1, r1) = [(p["d_model"], p["ratio"]) for p in probes[-2:]]
-    if r1 >= 1.0:  # never got slower (largest width reached)
-        return d1, probes
-    slope = (math.log(r1) - math.log(r0)) / (math.log(d1) - math.log(d0))
-    d_star = math.exp(math.log(d0) - math.log(r0) / slope) if slope < 0 else d1  # where the ratio crosses 1
-    return min(widths, key=lambda w: (abs(w - d_star), w)), probes
-
-
-@dataclass
-class Run:
-    name: str  # run folder name
-    model: str  # "grt" | "dense"
-    match: str  # "-" | "params" | "wall-clock"
-    model_config: dict
-    lr: float
-    out_dir: Path
-    proc: subprocess.Popen | None = None
-    started: float = 0.0
-    summary: dict = field(default_factory=dict)
-    returncode: int | None = None
-    train_config: dict | None = None  # set: this run's own TrainConfig dict (the reference preset's phases)
-
-
-def _train_config(args: argparse.Namespace, block_size: int, out_dir: Path, lr: float) -> dict:
-    steps = max(1, math.ceil(args.budget_tokens / (args.batch_size * block_size)))
-    return TrainConfig(
-        lr=lr, batch_size=args.batch_size, max_tokens=args.budget_tokens, warmup_steps=min(50, max(1, steps // 10)),
-        eval_interval=max(1, steps // args.evals), eval_batches=args.eval_batches, log_interval=max(1, steps // 50),
-        gauge_interval=max(1, steps // 50), ckpt_interval=0, seed=args.seed, device=args.device, threads=1,
-        data=args.data or "", out_dir=str(out_dir)).to_dict()
-
-
-def _resume_or_set_aside(run: Run, say=None) -> bool:
-    """True when ``run`` has a checkpoint to continue; otherwise a partial run left in its folder (a log without
-    a checkpoint: killed before its first one) is moved aside, never overwritten."""
-    if (run.out_dir / "ckpt.pt").exists() and not (run.out_dir / "summary.json").exists():
-        return True
-    if run.out_dir.exists() and run_files(run.out_dir):
-        moved = set_aside(run.out_dir)
-        if say is not None:
-            say(f"  {run.name}: an unfinished run without a checkpoint was moved to {moved}")
-    return False
-
-
-def _launch(run: Run, tcfg: dict, env: dict) -> None:
-    resume = _resume_or_set_aside(run)
-    run.out_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path = run.out_dir / "config.json"
-    if not resume:
-        atomic_write_json(cfg_path, {"model": run.model, "model_config": run.model_config, "train": tcfg})
-    log = (run.out_dir / "stderr.txt").open("a" if resume else "w")
-    start = ["--resume"] if resume else ["--config", str(cfg_path)]
-    run.proc = subprocess.Popen(
-        [sys.executable, "-m", "lm.train", *start, "--out-dir", str(run.out_dir),
-         "--quiet", "--json", str(run.out_dir / "result.json")],
-        stdout=subprocess.DEVNULL, stderr=log, env=env)
-    run.started = time.perf_counter()
-
-
-def _last_step(run: Run) -> int:
-    path = run.out_dir / "log.jsonl"
-    if not path.exists():
-        return 0
-    lines = path.read_text().splitlines()
-    for ln in reversed(lines):
-        try:
-            rec = json.loads(ln)
-        except json.JSONDecodeError:  # a line being written right now
-            continue
-        if rec.get("event") == "train":
-            return int(rec["step"])
-    return 0
-
-
-def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
-    """``--jobs 0``: the runs one after another in this process (no interpreter start-up per run)."""
-    from lm.checkpoint import config_from_dict
-    from lm.loop import train
-    from lm.train import monitor_hooks
-
-    prev = torch.get_num_threads()
-    try:
-        for run in runs:
-            tcfg = TrainConfig(**(run.train_config or _train_config(args, int(run.model_config["block_size"]),
-                                                                    run.out_dir, run.lr)))
-            resume = _resume_or_set_aside(run, say)
-            # the hooks python -m lm.train attaches (the subprocess runs get them from its main): same records
-            run.summary = train(run.model, config_from_dict(run.model, run.model_config), tcfg, resume=resume,
-                                progress=False, hooks=monitor_hooks(tcfg))
-            run.returncode = 0
-            say(f"  done {run.name}: val {run.summary['final_val_bpb']:.4f} bits/byte, "
-                f"{run.summary['tokens_per_s']:.0f} tok/s, {run.summary['wall_time_s']:.0f}s")
-    finally:
-        torch.set_num_threads(prev)
-
-
-def run_all(runs: list[Run], args: argparse.Namespace, say) -> None:
-    """Run every training job, ``args.jobs`` at a time, with a progress line on stderr."""
-    if args.jobs == 0:
-        run_inprocess(runs, args, say)
-        return
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1"}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)  # each run is its own one-process job
-    pending, active, done = list(runs), [], []
-    last_print = 0.0
-    try:
-        _loop(pending, active, done, runs, args, env, say, last_print)
-    finally:  # an error or Ctrl-C here: stop the children too (they checkpoint on SIGTERM)
-        for run in active:
-            if run.proc is not None and run.proc.poll() is None:
-                run.proc.terminate()
-        for run in active:
-            if run.proc is not None:
-                try:
-                    run.proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
-                    run.proc.kill()
-
-
-def _loop(pending: list[Run], active: list[Run], done: list[Run], runs: list[Run], args: argparse.Namespace,
-          env: dict, say, last_print: float) -> None:
-    while pending or active:
-        while pending and len(active) < args.jobs:
-            run = pending.pop(0)
-            block = int(run.model_config["block_size"])
-            _launch(run, run.train_config or _train_config(args, block, run.out_dir, run.lr), env)
-            active.append(run)
-        time.sleep(0.5)
-        for run in list(active):
-            rc = run.proc.poll()
-            if rc is None:
-                continue
-            run.returncode = rc
-            active.remove(run)
-            done.append(run)
-            summ = run.out_dir / "summary.json"
-            if rc != 0 or not summ.exists():
-                tail = [ln for ln in (run.out_dir / "stderr.txt").read_text().splitlines() if ln.strip()]
-                raise RuntimeError(f"run {run.name} failed (exit {rc}): {tail[-1] if tail else 'no message'} "
-                                   f"(its log: {run.out_dir / 'stderr.txt'})")
-            run.summary = json.loads(summ.read_text())
-            say(f"  done {run.name}: val {run.summary['final_val_bpb']:.4f} bits/byte, "
-                f"{run.summary['tokens_per_s']:.0f} tok/s, {run.summary['wall_time_s']:.0f}s")
-        now = time.perf_counter()
-        if active and now - last_print > args.progress_every:
-            last_print = now
-            parts = [f"{r.name} {_last_step(r)}/{_total_steps(r, args)}" for r in active]
-            say(f"[{len(done)}/{len(runs)} done] " + ", ".join(parts))
-
-
-def _total_steps(run: Run, args: argparse.Namespace) -> int:
-    tokens = run.train_config["max_tokens"] if run.train_config else args.budget_tokens
-    batch = run.train_config["batch_size"] if run.train_config else args.batch_size
-    return math.ceil(tokens / (batch * int(run.model_config["block_size"])))
-
-
-def _best(runs: list[Run]) -> Run:
-    def key(r: Run) -> float:
-        v = r.summary.get("final_val_bpb")
-        return v if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
-
-    return min(runs, key=key)
 
 
 def _full_split_bpb(run: Run) -> float | None:
@@ -440,7 +195,7 @@ def plot_curves(rows: list[dict], all_runs: dict[str, list[Run]], out_dir: Path,
 
 def build_parser() -> argparse.ArgumentParser:
     p = make_parser(
-        "python -m lm.compare",
+        "python -m studies.compare",
         "Train a small GRT and dense QK-norm transformers matched in parameters and in wall-clock, same token budget "
         "and the same lr sweep each; print and write the table and a loss-curve figure. The parameter match is a "
         "claim (lm.matched_widths_match_params), checked before any training: exit 1 if it fails.",
@@ -553,7 +308,7 @@ def _check(args: argparse.Namespace):
 
     corpus = ByteCorpus.load(args.data or None)
     for lr in args.lrs:  # every sweep point's config is valid (e.g. lr * wd < 1) before any run starts
-        TrainConfig(**_train_config(args, gcfg.block_size, Path(args.out), lr))
+        TrainConfig(**train_config_for(args, gcfg.block_size, Path(args.out), lr))
     check_output_dir("--out-dir", args.out)
     check_output_file("--json", args.json)
     out = Path(args.out)
@@ -627,7 +382,7 @@ def _compare(args: argparse.Namespace, gcfg, preset: Preset | None = None) -> in
         + (f"{args.jobs} at a time" if args.jobs else "one after another in this process"))
     run_all(order, args, say)
 
-    rows = [_row(_best(rs), rs) for rs in runs.values()]
+    rows = [_row(best_run(rs), rs) for rs in runs.values()]
     for r in rows:
         r["lr_at_edge"] = at_edge(r, list(args.lrs))
     meta = {"corpus": args.data or "bundled Shakespeare", "dtype": "float32", "device": args.device,
