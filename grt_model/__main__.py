@@ -24,10 +24,10 @@ from rmsgauge import (
     check_output_file,
     claims_table,
     parse_dtype,
-    parse_shared_args,
     seed_everything,
     write_claims_json,
 )
+from rmsgauge.cli import make_parser, run_main
 
 # GRTConfig fields with a flag of their own; n_blocks is spelled --n-layers like every rmsgauge CLI, and the
 # context length block_size is --set block_size=N (--seq-len is the forward pass's tokens per sequence)
@@ -65,8 +65,7 @@ def _parse_set(items: list[str]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m grt_model", description=__doc__, usage="%(prog)s [options]",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = make_parser("python -m grt_model", __doc__, usage="%(prog)s [options]")
     ap.add_argument("--preset", default="reference", choices=("reference", "small"),
                     help="base config: the text's reference (vocab 50,000, d 256, 12 blocks) or the byte-level small")
     for name, flag in CONFIG_FLAGS.items():
@@ -94,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     if "--trained" in argv:  # the trained-model claims load lm's shipped models: they live above lm
         ap.error("--trained moved: the trained-model claims are python -m studies.trained [--checkpoint PATH]")
-    args = parse_shared_args(ap, argv)
+    return run_main(ap, argv, lambda args, _: _main(ap, args))
+
+
+def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from grt_model.config import GRTConfig
 
     # ---- validate every flag before any work --------------------------------------------------------

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsgauge import atomic_write_json, atomic_write_text
-from rmsgauge.cli import run_guarded
+from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
 from studies.grid import GRIDS, GROUPS, RunSpec, grid
 
 DEFAULT_RUNS_DIR = "runs/grt-experiments"
@@ -235,19 +235,17 @@ class Driver:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m studies.experiments", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{run,status,summary}")
+    ap = make_parser("python -m studies.experiments", __doc__)
+    sub = add_subcommands(ap)
     for name, text in (("run", "train every run not yet recorded (resumes unfinished ones)"),
                        ("status", "which runs are recorded, unfinished or waiting"),
                        ("summary", "tables and verdicts from the records")):
-        p = sub.add_parser(name, help=text, description=text)
+        p = add_subcommand(sub, name, text)
         p.add_argument("--grid", default="full", choices=GRIDS, help="full: the issue's grid; tiny: a seconds-long "
                        "grid of the same shape (tests)")
         p.add_argument("--results", default=DEFAULT_RESULTS, help=f"records, logs, tables (default {DEFAULT_RESULTS})")
         p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
                        help=f"run folders with checkpoints (default {DEFAULT_RUNS_DIR}; not committed)")
-        p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
         if name == "run":
             p.add_argument("--groups", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
             p.add_argument("--only", action="append", default=[], metavar="NAME", help="only these runs")
@@ -301,33 +299,30 @@ def status(args: argparse.Namespace, specs: list[RunSpec]) -> int:
     return 0
 
 
+def _work(args: argparse.Namespace, specs: list[RunSpec]) -> int:
+    if args.command == "status":
+        return status(args, specs)
+    if args.command == "summary":
+        from studies.experiments_report import summary
+
+        return summary(Path(args.results), specs, json_path=args.json, verbose=args.verbose)
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    Path(args.results).mkdir(parents=True, exist_ok=True)
+    lock = (Path(args.runs_dir) / ".driver.lock").open("a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(f"another python -m studies.experiments run is using {args.runs_dir} (its lock "
+                         f"{args.runs_dir}/.driver.lock is held); wait for it or stop it first") from None
+    args.commit = git_commit()
+    driver = Driver(args, specs)
+    signal.signal(signal.SIGINT, driver.stop)
+    signal.signal(signal.SIGTERM, driver.stop)
+    return driver.run()
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-
-    def go() -> int:
-        specs = _check(args)
-        if args.command == "status":
-            return status(args, specs)
-        if args.command == "summary":
-            from studies.experiments_report import summary
-
-            return summary(Path(args.results), specs, json_path=args.json, verbose=args.verbose)
-        Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-        Path(args.results).mkdir(parents=True, exist_ok=True)
-        lock = (Path(args.runs_dir) / ".driver.lock").open("a")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"another python -m studies.experiments run is using {args.runs_dir} (its lock "
-                             f"{args.runs_dir}/.driver.lock is held); wait for it or stop it first") from None
-        args.commit = git_commit()
-        driver = Driver(args, specs)
-        signal.signal(signal.SIGINT, driver.stop)
-        signal.signal(signal.SIGTERM, driver.stop)
-        return driver.run()
-
-    return run_guarded("python -m studies.experiments", go, debug=args.debug)
+    return run_main(build_parser(), argv, _work, check=_check)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,11 @@ import torch
 from torch import nn
 
 from rmsgauge import check_output_file, claims_table, seed_everything, write_claims_json
-from rmsgauge.cli import run_guarded
+from rmsgauge.cli import make_parser, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m studies.trained", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = make_parser("python -m studies.trained", __doc__)
     ap.add_argument("--checkpoint", metavar="PATH", help="a GRT checkpoint (ckpt.pt of a run); default: the "
                     "shipped reference GRT")
     ap.add_argument("--dense-checkpoint", metavar="PATH", help="a dense checkpoint measured beside it; default: the "
@@ -38,7 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads, in [1, 256] (default 1)")
     ap.add_argument("--json", metavar="PATH", help="write the claim records here")
     ap.add_argument("--verbose", action="store_true", help="each claim's source, law and details")
-    ap.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
     return ap
 
 
@@ -81,11 +79,8 @@ def init_copy(model: nn.Module, kind: str, card: dict[str, Any] | None) -> nn.Mo
     return build_model(kind, model.config)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rmsgauge.corpus import ByteCorpus
-    from studies.measure import full_split_bpb
-    from studies.trained_claims import run_trained_claims, trained_vs_dense_claim
-
+def check(args: argparse.Namespace) -> Path | None:
+    """Before any work: the output against the inputs, the ranges."""
     inputs = [Path(p).resolve() for p in (args.checkpoint, args.dense_checkpoint) if p]
     out = check_output_file("--json", args.json)
     if out is not None and out.resolve() in inputs:
@@ -94,6 +89,17 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
     if not 1 <= args.threads <= 256:
         raise ValueError(f"--threads must be in [1, 256], got {args.threads}")
+    for flag, path in (("--checkpoint", args.checkpoint), ("--dense-checkpoint", args.dense_checkpoint)):
+        if path is not None and not Path(path).is_file():
+            raise FileNotFoundError(f"{flag} {path}: no such file")
+    return out
+
+
+def run(args: argparse.Namespace, out: Path | None) -> int:
+    from rmsgauge.corpus import ByteCorpus
+    from studies.measure import full_split_bpb
+    from studies.trained_claims import run_trained_claims, trained_vs_dense_claim
+
     torch.set_num_threads(args.threads)
     grt, grt_card = load(args.checkpoint, "grt")
     dense_path = args.dense_checkpoint
@@ -121,9 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    return run_guarded("python -m studies.trained", lambda: run(args), debug=args.debug)
+    return run_main(build_parser(), argv, run, check=check)
 
 
 if __name__ == "__main__":
