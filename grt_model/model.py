@@ -84,6 +84,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grt_model.attention import current_override
 from grt_model.butterfly import to_pairs
 from grt_model.cascade import RotationCascade
 from grt_model.config import GRTConfig
@@ -282,6 +283,7 @@ class GRTAttention(nn.Module):
         super().__init__()
         self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
         self.rope, self.rope_base = cfg.rope, cfg.rope_base
+        self.layer_index = 0  # its block's index (set by GRT): what an attention override keys a cache by
         kw = {"coupling_init_std": cfg.coupling_init_std, "feature_norm": cfg.coupling_norm, "dtype": dtype,
               "device": device}
         # one call for Q, K, V of every head: cascade head j*H + h = projection j (q, k, v) of head h
@@ -306,6 +308,10 @@ class GRTAttention(nn.Module):
             acts = qkv.acts.unflatten(-2, (3, H))  # (S+1, B, T, 3, H, dh)
             tr.put(**{name: CascadeTrace(name, acts[..., j, :, :], qkv.strides) for j, name in enumerate("qkv")})
         q, k, v = y.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, dh)
+        override = current_override() if tr is None else None
+        if override is not None:  # e.g. lm.hf: cached keys at absolute positions (grt_model.attention)
+            a = override(self, q, k, v).transpose(1, 2).reshape(B, T, D)  # (B, T, H*dh)
+            return self.o(a)
         if self.rope:
             ang = rope_angles(T, dh, self.rope_base, dtype=z.dtype, device=z.device)  # (T, dh/2)
             q, k = apply_rope(q, ang), apply_rope(k, ang)
@@ -457,6 +463,8 @@ class GRT(nn.Module):
         kw = {"dtype": dtype, "device": device}
         self.embed = PhaseEmbedding(config.vocab_size, config.pairs, config.embed_radius_init, **kw)
         self.blocks = nn.ModuleList(GRTBlock(config, **kw) for _ in range(config.n_blocks))
+        for i, blk in enumerate(self.blocks):
+            blk.attn.layer_index = i
         self.norm_f = PearlNorm(config.d_model, config.norm_eps, gain_init=config.resolved_final_gain_init, **kw)
         if config.tie_head:
             self.head = None

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grt_model.attention import current_override
 from grt_model.embedding import PhaseEmbedding
 from grt_model.rope import apply_rope, rope_angles
 from lm.rmsnorm import RMSNorm
@@ -83,6 +84,8 @@ class DenseAttention(nn.Module):
         self.k_proj = nn.Linear(d, d, bias=False)
         self.v_proj = nn.Linear(d, d, bias=False)
         self.o_proj = nn.Linear(d, d, bias=False)
+        self.rope, self.rope_base = cfg.rope, 10000.0  # rope_angles' default base
+        self.layer_index = 0  # its block's index (set by DenseTransformer): what an attention override keys by
         if cfg.qk_norm:
             self.q_norm = RMSNorm(hd, eps=cfg.qk_norm_eps)
             self.k_norm = RMSNorm(hd, eps=cfg.qk_norm_eps)
@@ -97,8 +100,11 @@ class DenseAttention(nn.Module):
         v = self.v_proj(x).view(B, T, H, hd).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        override = current_override()
+        if override is not None:  # e.g. lm.hf: cached keys at absolute positions (grt_model.attention)
+            return self.o_proj(override(self, q, k, v).transpose(1, 2).reshape(B, T, D))
         if self.cfg.rope:
-            ang = rope_angles(T, hd, dtype=x.dtype, device=x.device)  # (T, hd/2)
+            ang = rope_angles(T, hd, self.rope_base, dtype=x.dtype, device=x.device)  # (T, hd/2)
             q, k = apply_rope(q, ang), apply_rope(k, ang)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, D))
@@ -143,6 +149,8 @@ class DenseTransformer(nn.Module):
         else:
             self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(DenseBlock(cfg) for _ in range(cfg.n_layers))
+        for i, blk in enumerate(self.blocks):
+            blk.attn.layer_index = i
         self.norm_f = _pre_norm(cfg)
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)

@@ -32,8 +32,9 @@ installed project (no model code is copied into the directory).
 
 **Logits.**  Without a cache and without padding, ``forward`` calls the project module itself:
 the logits are the project's, bit for bit.  With a KV cache or a padding mask it runs
-:func:`_forward_incremental`, the same layers re-composed around a cached attention (tested equal
-to float tolerance).
+:func:`_forward_incremental`: the project module's own forward with only its attention step handed to a
+cached one (:func:`grt_model.attention.attention_override`), so a change to a block changes the Hugging Face
+model too (tested: a patched block changes both paths; cached = uncached to float tolerance).
 
 **KV cache: valid inside one context window, impossible across a slide.**  Both models are
 per-token everywhere except attention: the dense block's projections, norms and MLP, and the
@@ -66,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grt_model.attention import attention_override
 from grt_model.rope import apply_rope, rope_angles
 from lm.checkpoint import (
     MODEL_KINDS,
@@ -200,48 +202,23 @@ def _rope_at(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Ten
     return apply_rope(x, table[positions].unsqueeze(1))  # angles (B, 1, T, P) broadcast over heads
 
 
-def _forward_incremental(kind: str, model: nn.Module, idx: torch.Tensor, positions: torch.Tensor,
-                         allowed: torch.Tensor, cache: WindowKVCache | None) -> torch.Tensor:
-    """The project model's forward re-composed around a cached, masked attention; ``[B, T, V]`` logits.
+def _forward_incremental(model: nn.Module, idx: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
+                         cache: WindowKVCache | None) -> torch.Tensor:
+    """The project model's own forward with its attention step handed to a cached, masked one
+    (:func:`grt_model.attention.attention_override`); ``[B, T, V]`` logits.  Keys and values come from ``cache``
+    plus the new tokens, positions are absolute, visibility is ``allowed``; every other layer (norms, gates,
+    mixer, FFN, the residual order) is the model's own code."""
 
-    Every per-token layer is the project's own submodule; only attention is rewritten (keys and
-    values come from ``cache`` plus the new tokens, visibility from ``allowed``).
-    """
-    cfg = model.config
-    B, T = idx.shape
-    H = cfg.n_heads
-    if kind == "dense":
-        hd, base = cfg.head_dim, 10000.0  # lm.dense uses rope_angles' default base
-        x = model.tok_emb(idx)  # (B, T, D)
-        for i, blk in enumerate(model.blocks):
-            a, h = blk.attn, blk.norm1(x)
-            q, k, v = (p(h).view(B, T, H, hd).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))  # (B, H, T, hd)
-            if a.q_norm is not None:
-                q, k = a.q_norm(q), a.k_norm(k)
-            if cfg.rope:
-                q, k = _rope_at(q, positions, base), _rope_at(k, positions, base)
-            if cache is not None:
-                k, v = cache.update(k, v, i)
-            y = _attend(q, k, v, allowed).transpose(1, 2).reshape(B, T, cfg.d_model)
-            x = x + a.o_proj(y)
-            x = x + blk.mlp(blk.norm2(x))
-        x = model.norm_f(x)
-        return x @ model.tok_emb.weight.T if model.head is None else model.head(x)
-    dh = cfg.d_head
-    x = model.embed(idx)  # (B, T, D)
-    for i, blk in enumerate(model.blocks):
-        a = blk.attn
-        y = a.qkv(blk.norm_attn(x))  # (B, T, 3*H*dh): cascade head j*H + h is projection j of head h
-        q, k, v = y.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, dh)
-        if a.rope:
-            q, k = _rope_at(q, positions, a.rope_base), _rope_at(k, positions, a.rope_base)
+    def attend(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if module.rope:
+            q, k = _rope_at(q, positions, module.rope_base), _rope_at(k, positions, module.rope_base)
         if cache is not None:
-            k, v = cache.update(k, v, i)
-        o = a.o(_attend(q, k, v, allowed).transpose(1, 2).reshape(B, T, cfg.d_model))
-        x = x + blk.gates()[0] * o
-        x = x + blk.sublayer("mixer", x)
-        x = x + blk.sublayer("ffn", x)
-    return model.norm_f(x) @ model.output_weight().T
+            k, v = cache.update(k, v, module.layer_index)
+        return _attend(q, k, v, allowed)
+
+    with attention_override(attend):
+        logits, _ = model(idx)
+    return logits
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -304,7 +281,7 @@ class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
             allowed = (k_idx[None, :] <= q_idx[:, None])[None] & mask.bool()[:, None, :]  # (B, T, past+T)
             # a padding query sees no real key; letting it see itself keeps its (unused) row finite
             allowed = allowed | (k_idx[None, :] == q_idx[:, None])[None]
-            logits = _forward_incremental(self.kind, self.model, input_ids, position_ids, allowed[:, None], cache)
+            logits = _forward_incremental(self.model, input_ids, position_ids, allowed[:, None], cache)
         loss = None
         if labels is not None:
             # HF convention: labels are the inputs; position t predicts label t+1; -100 is ignored

@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from grt_model import GRT, GRTConfig
 from lm.checkpoint import load_checkpoint, model_from_checkpoint
 from lm.dense import DenseConfig, DenseTransformer
-from lm.hf import NEWLINE_ID, DenseForCausalLM, GRTForCausalLM
+from lm.hf import NEWLINE_ID, DenseForCausalLM, GRTForCausalLM, wrap
 from lm.hf_convert import main, save_pretrained_dir, to_checkpoint
 from lm.sample import generate as project_generate
 from lm.train import TrainConfig, train
@@ -303,3 +303,35 @@ def test_help_works_without_transformers(tmp_path):
                         str(tmp_path / "x.pt")], capture_output=True, text=True, env=env, timeout=300)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(lines) == 1 and 'pip install -e ".[hf]"' in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("kind", ["grt", "dense"])
+def test_hf_model_runs_the_projects_own_blocks(kind, monkeypatch):
+    """The Hugging Face classes wrap the project's modules: patch the project's block (here its MLP / mixer
+    residual branch) and both the plain and the cached Hugging Face forward change with it, to the patched
+    project model's logits."""
+    seed_everything(0)
+    model = TINY[kind]()
+    model = GRT(model) if kind == "grt" else DenseTransformer(model)
+    hf = wrap(model).eval()
+    ids = torch.randint(0, 256, (2, 12))
+    if kind == "grt":
+        from grt_model.model import GRTBlock
+
+        real = GRTBlock.sublayer
+        monkeypatch.setattr(GRTBlock, "sublayer",
+                            lambda self, name, x: 3.0 * real(self, name, x) if name == "mixer" else real(self, name, x))
+    else:
+        from lm.dense import DenseMLP
+
+        real = DenseMLP.forward
+        monkeypatch.setattr(DenseMLP, "forward", lambda self, x: 3.0 * real(self, x))
+    with torch.no_grad():
+        want = model(ids)[0]
+        plain = hf(ids).logits
+        cached = hf(ids, use_cache=True).logits
+    assert torch.equal(plain, want)
+    assert_close(cached, want, dtype=torch.float32, size=ids.shape[1] * model.config.d_model)
+    monkeypatch.undo()
+    with torch.no_grad():
+        assert not torch.allclose(hf(ids, use_cache=True).logits, want)  # the patch was what made them equal
