@@ -258,12 +258,6 @@ def _check_resume(ckpt: dict, tdict: dict, mcfg: Any) -> None:
         raise ValueError(f"model config keys {diff} differ from the checkpoint's; --resume keeps the model")
 
 
-def _recipe_names() -> str:
-    from lm.recipes import RECIPE_NAMES
-
-    return ", ".join(RECIPE_NAMES)
-
-
 DESCRIPTION = ("Train the GRT or the dense QK-norm baseline on bytes (bundled Shakespeare by default). Resumable bit "
                "for bit; data-parallel under torchrun. A folder that already holds a run is never overwritten (see "
                "--resume, --force), and the training process locks it (OUT/run.lock). Subcommand: 'python -m "

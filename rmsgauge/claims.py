@@ -27,7 +27,7 @@ from rmsgauge.atomic import atomic_write_json, json_safe
 SOURCE_STATUSES = ("exact", "approximate", "wrong", "unstated", "not_a_source_claim")
 NO_DTYPE = "n/a"  # a claim about structure (counts, wiring) that runs in no floating precision
 WIDTH = 100  # columns of every printed table and wrapped line
-_DTYPE_ALIASES = {"f32": "float32", "f64": "float64", "double": "float64", "float": "float32", "half": "float16"}
+DTYPE_ALIASES = {"f32": "float32", "f64": "float64", "double": "float64", "float": "float32", "half": "float16"}
 
 
 def dtype_name(dtype: Any) -> str:
@@ -44,7 +44,7 @@ def dtype_name(dtype: Any) -> str:
     if "," in name:
         return ", ".join(dtype_name(part) for part in name.split(","))
     name = name.replace("torch.", "")
-    return _DTYPE_ALIASES.get(name, name)
+    return DTYPE_ALIASES.get(name, name)
 
 
 def _check_id(id: str) -> None:

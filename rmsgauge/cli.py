@@ -55,7 +55,9 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
 
 def parse_dtype(value: str) -> str:
     """argparse ``type=``: accept float32/float64 (and the short f32/f64)."""
-    v = {"f32": "float32", "f64": "float64", "double": "float64", "float": "float32"}.get(value, value)
+    from rmsgauge.claims import DTYPE_ALIASES  # the one table of spellings
+
+    v = DTYPE_ALIASES.get(value, value)
     if v not in DTYPES:
         raise argparse.ArgumentTypeError(f"unknown dtype {value!r}; allowed: {', '.join(DTYPES)}")
     return v

@@ -43,3 +43,13 @@ def _torch_state():
     seed_everything(0)
     yield
     torch.set_num_threads(prev)
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """40 KB of the bundled corpus, as bytes: a 10% validation split of 16-byte windows, fast to load."""
+    from rmsgauge.corpus import bundled_corpus_files
+
+    path = tmp_path_factory.mktemp("corpus") / "small.txt"
+    path.write_bytes(bundled_corpus_files()[0].read_bytes()[:40_000])
+    return path

@@ -24,13 +24,6 @@ from rmsgauge.corpus import ByteCorpus, bundled_corpus_files, load_bytes
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
 
 
-@pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "small.txt"
-    path.write_bytes(bundled_corpus_files()[0].read_bytes()[:20_000])
-    return path
-
-
 def _argv(out: Path, data: Path, *extra: str) -> list[str]:
     return ["--model", "dense", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "16",
             "--set", "d_ff=32", "--batch-size", "4", "--eval-interval", "2", "--set", "eval_batches=1",

@@ -28,21 +28,11 @@ from lm.dense import DenseConfig, DenseTransformer
 from lm.sample import sample_text
 from lm.summary import expected_gauges, summary_claims
 from lm.train import TrainConfig, main, read_log, train
-from studies.train import monitor_hooks
 from rmsgauge import assert_close, tolerance
-from rmsgauge.corpus import bundled_corpus_files
+from studies.train import monitor_hooks
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
 TIMING_KEYS = {"tok_per_s", "elapsed_s", "train_time_s"}  # wall-clock fields: the only ones that differ between runs
-
-
-@pytest.fixture(scope="module")
-def small_corpus(tmp_path_factory) -> Path:
-    """40 KB of the bundled corpus: big enough for a 10% validation split of 16-byte windows, fast to load."""
-    text = bundled_corpus_files()[0].read_text(encoding="utf-8")[:40_000]
-    path = tmp_path_factory.mktemp("corpus") / "small.txt"
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @pytest.fixture
