@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -96,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     return run_main(ap, argv, lambda args, _: _main(ap, args))
 
 
-def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, str]:
+    """Every flag before any work: ``(config, device)``; a bad one is one line (exit 2)."""
     from grt_model.config import GRTConfig
 
-    # ---- validate every flag before any work --------------------------------------------------------
     overrides = {n: getattr(args, n) for n in CONFIG_FLAGS if getattr(args, n) is not None}
     if args.no_rope:
         overrides["rope"] = False
@@ -111,14 +112,11 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         check_output_file("--json", args.json)
     except (ValueError, TypeError) as e:
         ap.error(str(e))
-    if not 0 <= args.seed < 2**32:
-        ap.error(f"--seed must be in [0, 2**32), got {args.seed}")
-    if not 1 <= args.batch_size <= 4096:
-        ap.error(f"--batch-size must be in [1, 4096], got {args.batch_size}")
-    if not 1 <= args.seq_len <= cfg.block_size:
-        ap.error(f"--seq-len must be in [1, block_size={cfg.block_size}], got {args.seq_len}")
-    if not 1 <= args.threads <= 256:
-        ap.error(f"--threads must be in [1, 256], got {args.threads}")
+    for flag, v, lo, hi in (("--seed", args.seed, 0, 2**32 - 1), ("--batch-size", args.batch_size, 1, 4096),
+                            ("--seq-len", args.seq_len, 1, f"block_size={cfg.block_size}"),
+                            ("--threads", args.threads, 1, 256)):
+        if not lo <= v <= (cfg.block_size if flag == "--seq-len" else hi):
+            ap.error(f"{flag} must be in [{lo}, {hi}], got {v}")
     dev = args.device
     if dev == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -126,14 +124,13 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         ap.error(f"--device {args.device}: CUDA is not available on this machine")
     if not (dev == "cpu" or dev.startswith("cuda")):
         ap.error(f"--device must be auto, cpu, cuda or cuda:N, got {args.device!r}")
-    dtype = getattr(torch, args.dtype)
+    return cfg, dev
 
-    # ---- work ---------------------------------------------------------------------------------------
+
+def _print_structure(args: argparse.Namespace, cfg: Any) -> dict[str, Any]:
+    """The config, the stage counts and the GRT-vs-dense parameter table (closed form)."""
     from grt_model.accounting import embedding_ratio, format_table, param_table
 
-
-    torch.set_num_threads(args.threads)
-    seed_everything(args.seed)
     print(f"GRT config ({args.preset} preset):")
     for k, v in cfg.to_dict().items():
         print(f"  {k} = {v}")
@@ -146,35 +143,47 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     print(format_table(rows))
     print(f"embedding ratio GRT/dense = (P+1)/d = {ratio.numerator}/{ratio.denominator} = {float(ratio):.8f} "
           "(the text: 'about half')")
-    forward = None
-    if not args.no_forward:
-        from grt_model.model import GRT
-        from rmsgauge.corpus import ByteCorpus
+    return {"stage_counts": sc, "param_table": [r.to_json() for r in rows],
+            "embedding_ratio": {"exact": f"{ratio.numerator}/{ratio.denominator}", "value": float(ratio)}}
 
-        t0 = time.perf_counter()
-        model = GRT(cfg, dtype=dtype, device=dev)
-        t_build = time.perf_counter() - t0
-        corpus = ByteCorpus.load()
-        g = torch.Generator().manual_seed(args.seed)
-        x, y = corpus.batch("val", args.batch_size, args.seq_len, generator=g, device=dev)
-        print(f"\nforward+backward on the bundled corpus ({args.dtype}, {dev}, batch {args.batch_size} x "
-              f"{args.seq_len} byte tokens, ids < 256 of vocab {cfg.vocab_size}) ...", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            _, loss = model(x, y)
-        t_fwd = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        _, loss_g = model(x, y)
-        loss_g.backward()
-        t_fb = time.perf_counter() - t0
-        grads_finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
-        forward = {"dtype": args.dtype, "device": dev, "batch_size": args.batch_size, "seq_len": args.seq_len,
-                   "loss": float(loss), "ln_vocab": float(torch.log(torch.tensor(float(cfg.vocab_size)))),
-                   "seconds_build": t_build, "seconds_forward": t_fwd, "seconds_forward_backward": t_fb,
-                   "grads_finite": grads_finite, "n_params": model.num_parameters()}
-        print(f"forward ({args.dtype}): loss {forward['loss']:.4f} (ln V = {forward['ln_vocab']:.4f}), "
-              f"{model.num_parameters():,} parameters, build {t_build:.2f} s, forward {t_fwd:.3f} s, "
-              f"forward+backward {t_fb:.3f} s, gradients finite: {grads_finite}")
+
+def _forward(args: argparse.Namespace, cfg: Any, dev: str) -> dict[str, Any]:
+    """One forward and one forward+backward on a batch of the bundled corpus, timed."""
+    from grt_model.model import GRT
+    from rmsgauge.corpus import ByteCorpus
+
+    t0 = time.perf_counter()
+    model = GRT(cfg, dtype=getattr(torch, args.dtype), device=dev)
+    t_build = time.perf_counter() - t0
+    g = torch.Generator().manual_seed(args.seed)
+    x, y = ByteCorpus.load().batch("val", args.batch_size, args.seq_len, generator=g, device=dev)
+    print(f"\nforward+backward on the bundled corpus ({args.dtype}, {dev}, batch {args.batch_size} x "
+          f"{args.seq_len} byte tokens, ids < 256 of vocab {cfg.vocab_size}) ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        _, loss = model(x, y)
+    t_fwd = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _, loss_g = model(x, y)
+    loss_g.backward()
+    t_fb = time.perf_counter() - t0
+    grads_finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+    forward = {"dtype": args.dtype, "device": dev, "batch_size": args.batch_size, "seq_len": args.seq_len,
+               "loss": float(loss), "ln_vocab": float(torch.log(torch.tensor(float(cfg.vocab_size)))),
+               "seconds_build": t_build, "seconds_forward": t_fwd, "seconds_forward_backward": t_fb,
+               "grads_finite": grads_finite, "n_params": model.num_parameters()}
+    print(f"forward ({args.dtype}): loss {forward['loss']:.4f} (ln V = {forward['ln_vocab']:.4f}), "
+          f"{model.num_parameters():,} parameters, build {t_build:.2f} s, forward {t_fwd:.3f} s, "
+          f"forward+backward {t_fb:.3f} s, gradients finite: {grads_finite}")
+    return forward
+
+
+def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    cfg, dev = _check(ap, args)
+    torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    structure = _print_structure(args, cfg)
+    forward = None if args.no_forward else _forward(args, cfg, dev)
     claims = []
     if args.claims:
         from grt_model.claims import run_all
@@ -183,9 +192,7 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         claims = run_all(args.seed, progress=lambda cid: print(f"  measuring {cid} ...", file=sys.stderr, flush=True))
     if args.json:
         write_claims_json(args.json, claims, tool="grt_model", preset=args.preset, config=cfg.to_dict(),
-                          stage_counts=sc, param_table=[r.to_json() for r in rows],
-                          embedding_ratio={"exact": f"{ratio.numerator}/{ratio.denominator}", "value": float(ratio)},
-                          forward=forward)
+                          forward=forward, **structure)
         print(f"wrote {args.json}", file=sys.stderr)
     if claims:
         print(claims_table(claims, verbose=args.verbose))
