@@ -9,6 +9,9 @@ Recomputations (one stage by hand, the mixer's Jacobian) run in float64 on a cop
 
 The 3-D pair traces are legible as static images: highlighted pairs over faint context, with 2-D projections
 (radius against stage, the (x0, x1) plane) beside the 3-D view; the rotatable versions go to ``index.html``.
+
+Over 500 lines on purpose: one self-contained function per figure of the text's list (no shared state
+between them).
 """
 
 from __future__ import annotations

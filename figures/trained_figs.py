@@ -8,6 +8,9 @@ coordinates (x0, x1); the stage index is the third axis; "pair p" at a stage is
 slot p of that stage's butterfly pairing (``CascadeTrace.pairs``).
 
 The pair-trace figures also carry a drag-to-rotate 3-D view (``figures.interactive``).
+
+Over 500 lines on purpose: one self-contained function per figure of the text's list (no shared state
+between them); splitting would separate figures a reader compares.
 """
 
 from __future__ import annotations

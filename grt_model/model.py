@@ -69,6 +69,9 @@ Vectorized throughout: heads are stacked in the cascade calls, tokens in the bat
 dims; the only Python loops run over blocks and (inside the cascade) stages.
 Nothing hard-codes a device or dtype; ``GRT(cfg, dtype=torch.float64)`` builds in
 float64 directly (exact unit scales), ``.to(device, dtype)`` converts.
+
+Over 500 lines on purpose: the block, its three sublayers and the tracer that records them are one
+concept read together, and a third of the module is this docstring's derivations.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ Each run is ``python -m studies.train`` in its own process (one torch thread, ``
 so the comparison exercises exactly the pipeline a user runs.  Outputs in ``--out-dir``: ``compare.json``,
 ``table.txt``, ``loss_curves.svg`` / ``.png`` (deterministic bytes: fixed SVG hash salt, no dates,
 PNG metadata stripped; written atomically), and ``runs/<name>/`` per run (log, checkpoint, summary).
+
+Over 500 lines on purpose: the comparison's command line, its checks before work and its table and curves;
+the runs themselves are :mod:`studies.compare_runs`, the preset's phases :mod:`studies.compare_preset`.
 """
 
 from __future__ import annotations
