@@ -1,40 +1,46 @@
 r"""The gauge census of any PyTorch model: which parameter tensors (and which row/column blocks) are scale gauges.
 
 A parameter tensor :math:`W` (or a block :math:`W_I` of its rows or columns) is a *scale gauge* of the loss
-when :math:`L(c\,W_I) = L(W)` for every :math:`c > 0`.  The census decides this numerically, for any
-``torch.nn.Module`` and either a closure ``loss_fn(model) -> scalar`` or an example batch, on a float64 deep
-copy (the user's model is never touched):
+when :math:`L(c\,W_I) = L(W)` for every :math:`c > 0` (van Laarhoven 2017; Hoffer et al. 2018; Li & Arora 2019;
+Wan et al. 2021).  The census decides this numerically, for any ``torch.nn.Module`` and either a closure
+``loss_fn(model) -> scalar`` or an example batch, on a float64 copy (the user's model is never touched):
 
-1. **Whole tensors.**  Every tensor is scaled by each :math:`c` in ``scales`` (default
-   :data:`DEFAULT_SCALES`: both sides of 1, *no powers of two*, which are exact in floating point and would
-   prove nothing) and :math:`\max_c |L(cW) - L(W)|` is compared with the float64 round-off bound of the loss
-   from :func:`rmsgauge.tolerance` (``size`` = the largest activation of the forward pass, ``depth`` = the
-   number of module calls in it: the accumulated terms and sequential steps of the computation).
-2. **The finest partition.**  Euler's theorem for the degree-0 homogeneous :math:`c \mapsto L(cW_I)` gives
-   :math:`\langle \nabla_{W_I} L, W_I\rangle = 0` for a gauge block, so one float64 backward screens every
-   aligned contiguous block of every divisor size along rows (axis 0) and columns (axis 1) at once (block sums
-   of :math:`g \odot W`).  From the finest size up, blocks that pass the screen and are not inside a block
-   already found are confirmed by the finite law at every :math:`c` and by a non-radial move that must change
-   the loss (a block the batch does not read at all is ``unused``, not a gauge).  Per-head gauges of a
-   per-head QK-norm come out as ``head_dim``-row blocks, with grouped-query attention's fewer key heads found
-   the same way; a norm over the whole projection (OLMo 2) leaves only the whole tensor.
-3. **Why.**  Forward hooks on every normalization-like module (class name containing ``Norm``, or
-   ``nn.LayerNorm``/``nn.RMSNorm``/``nn.GroupNorm``) record which module output each norm reads (same
-   storage: views and reshapes of a projection's output count); a gauge read by a norm is reported with it.
-4. **eps.**  Real models use :math:`\epsilon > 0`, so their gauges are approximate.  The census finds the exact
-   gauges with every norm's ``eps`` (``eps``, ``variance_epsilon``, ``epsilon``) set to 0 on the copy, and then,
-   at the model's own eps, measures the loss deviation and the reading norm's output deviation next to the
-   exact eps law of :mod:`gauge.laws`
-   (:math:`\operatorname{RMSNorm}_\epsilon(cz) = r(c)\operatorname{RMSNorm}_\epsilon(z)`,
-   :math:`r(c) = c\sqrt{m+\epsilon}/\sqrt{c^2m+\epsilon}`; LayerNorm: the same with :math:`m` the variance),
-   with the break scales :math:`(c_{lo}, c_{hi})` outside which the deviation exceeds float64 round-off.
+1. **The mode the user trains in.**  The copy keeps each module's own ``.training`` flag (``mode="train"`` or
+   ``"eval"`` overrides it): BatchNorm in training mode normalizes each channel over the batch, so each conv filter
+   (or linear row) feeding it is its own gauge and the bias before it is unused; in eval mode it applies running
+   statistics, an affine map, and makes no gauge.  Dropout is off on the copy (a mask commutes with every positive
+   scaling, so it changes no gauge) and every evaluation re-seeds the RNG (:mod:`gauge.census_engine`).
+2. **Screen, then real scalings** (:mod:`gauge.census_search`).  One float64 backward screens every tensor and
+   every aligned row/column block of every divisor size by Euler's theorem
+   (:math:`\langle\nabla_{W_I}L, W_I\rangle = 0` for a gauge block); only what passes is scaled by each :math:`c`
+   in ``scales`` (default :data:`DEFAULT_SCALES`: both sides of 1, *no powers of two*, which are exact in floating
+   point and would prove nothing) and compared with the float64 round-off bound of the loss from
+   :func:`rmsgauge.tolerance` (``size`` = the largest activation of the forward pass, ``depth`` = the number of
+   module calls in it).  The candidate blocks of all tensors are scaled together, each by its own :math:`c`
+   (gauge scalings compose), and a set that fails is bisected: a model whose gauges pass costs ``len(scales)``
+   forwards for the whole search (Qwen3-0.6B: 56 gauge tensors in about 4 minutes and 9.2 GB on 2 busy cores,
+   ``python -m gauge.census_bench``).  Per-head gauges of a per-head QK-norm come out as ``head_dim``-row blocks
+   (grouped-query attention's fewer key heads the same way); a norm over a whole projection (OLMo 2) leaves the
+   whole tensor; BatchNorm/InstanceNorm in training mode one row (filter) per block; GroupNorm one block per group;
+   weight normalization one block per slice of ``v``; a weight whose bias also feeds a centring norm is a gauge
+   only jointly with its bias (``status == "joint gauge"``, ``joint`` names the bias).
+3. **Why.**  Forward hooks on every normalization module record which module output each norm reads (same
+   storage: views and reshapes of a projection's output count); the reason names the norm, its mode and the size
+   of each set it normalizes over (:mod:`gauge.census_norms`); weight-normalized tensors name the parametrization.
+4. **eps.**  The exact gauges are found with every norm's ``eps`` (``eps``, ``variance_epsilon``, ``epsilon``) set
+   to 0 on the copy.  Norms that refuse 0 (torch's BatchNorm in training) get the smallest normal float64
+   :math:`2^{-1022}`, which the variance absorbs bit for bit (:math:`\mathrm{fl}(v + 2^{-1022}) = v` for every
+   :math:`v \ge 2^{-968}`, checked on the batch), so their arithmetic is exactly eps = 0's.  At the model's own
+   eps the census measures the reading norm's output deviation next to the exact eps law of :mod:`gauge.laws`,
+   with the break scales outside which it exceeds round-off, and the loss deviation (first order in the measured
+   output change where that is below 1% of the output, measured otherwise; :mod:`gauge.census_eps`).
 
 Float64 throughout: the copy runs under a torch-function mode that keeps every floating computation in float64,
-because many models (Hugging Face's RMSNorms, eager attention's softmax) upcast to float32 *explicitly*, which
-inside a float64 copy would be a downcast and bury a gauge under float32 round-off.
+because many models (Hugging Face's RMSNorms, eager attention's softmax) upcast to float32 *explicitly*.
 
-Candidate scalings of one tensor are evaluated in one ``torch.func.vmap`` of ``functional_call`` where the
-model allows it (checked once against the plain loop), otherwise in a loop over candidates.
+Every model the census cannot analyse (no parameters, a loss that fails, is not finite or is random, a model that
+cannot be copied) raises :class:`CensusError`, one line saying why.  ``progress`` receives progress lines (block or
+tensor k of N, elapsed, ETA).
 
 Background: Kosson, Messmer & Jaggi, *Rotational Equilibrium* (arXiv:2305.17212) call such tensors
 scale-invariant groups; Wan et al., *Spherical Motion Dynamics* (arXiv:2006.08419) their weights on the sphere.
@@ -42,178 +48,37 @@ scale-invariant groups; Wan et al., *Spherical Motion Dynamics* (arXiv:2006.0841
 
 from __future__ import annotations
 
-import copy
 import math
-import re
-import warnings
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
-from gauge.laws import break_scales, eps_ratio_minus_one
-from rmsgauge import check_range, json_safe, tolerance
+from gauge.census_capture import Capture, Progress, capture, randomize_zero_tensors
+from gauge.census_engine import CensusError, Engine, Float64Everywhere, batch_loss_fn, finite_or_raise, loss_from_output
+from gauge.census_eps import Probe, eps_losses, eps_report
+from gauge.census_norms import describe, is_norm_module, norm_info, norm_kind, weight_norm_reasons
+from gauge.census_records import Block, CensusResult, EpsReport, TensorCensus, describe_blocks, format_census
+from gauge.census_search import (
+    Member,
+    Target,
+    confirm,
+    finest_blocks,
+    gradient_screen,
+    joint_target,
+    nonradial_change,
+    plan,
+    whole_candidate,
+)
+from rmsgauge import check_range, tolerance
 
 DEFAULT_SCALES = (0.37, 0.81, 1.7, 6.3)  # both sides of 1, none a power of two (2^k scaling is exact: proves nothing)
-EPS_ATTRS = ("eps", "variance_epsilon", "epsilon")  # where torch and Hugging Face norms keep their epsilon
-DIRECTION_SIZE = 0.5  # non-radial test move relative to ||W_I||: large enough that any block the loss reads shows
-VMAP_CHUNK = 64  # candidate tensors per vmapped call: bounds memory at 64 model copies' activations
-_LOW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+MODES = ("train", "eval")
 
-
-# ------------------------------------------------------------------------------------------------ records
-@dataclass
-class Block:
-    """One gauge (or unused) block: ``axis`` None is the whole tensor; else indices ``[start, stop)`` on ``axis``."""
-
-    axis: int | None
-    start: int
-    stop: int
-    loss_change: float  # max_c |L(c W_I) - L(W)| at eps = 0
-    direction_change: float  # |L(W + delta_I) - L(W)| for a non-radial move inside the block
-
-
-@dataclass
-class EpsReport:
-    """The gauge at the model's own eps: measured deviations beside the exact eps law."""
-
-    eps: float | None  # the reading norm's own eps (None where no norm reads the tensor directly)
-    loss_change: float  # max_c |L(c W) - L(W)| at the model's eps
-    output_change: float | None  # max_c max |Norm(x(cW)) - Norm(xW)| measured at the reading norm
-    output_law: float | None  # the same from gauge.laws: max over the rows it reads of |r(c) - 1| |y|
-    law_agreement: float | None  # |measured - law| / law (None where no law applies)
-    break_scales: tuple[float, float] | None  # (c_lo, c_hi): deviation above float64 round-off outside
-
-
-@dataclass
-class TensorCensus:
-    name: str
-    shape: tuple[int, ...]
-    status: str  # "gauge", "partial gauge", "not a gauge", "unused"
-    loss_change: float  # whole tensor: max_c |L(cW) - L(W)| at eps = 0
-    radial: float  # |<g, W>| / (||g|| ||W||) at eps = 0 (Euler: 0 for a gauge)
-    blocks: list[Block] = field(default_factory=list)  # the finest gauge partition found
-    partition: str = ""  # human summary of blocks, e.g. "rows: 4 blocks of 16"
-    reason: str = ""  # the normalization that reads this tensor's output, where visible
-    eps: EpsReport | None = None
-
-
-@dataclass
-class CensusResult:
-    tensors: list[TensorCensus]
-    loss: float  # L(W) at eps = 0
-    loss_own_eps: float  # L(W) at the model's eps
-    tolerance: float  # the float64 bound on |L(cW) - L(W)| every verdict used
-    tolerance_terms: dict[str, int]  # size and depth fed to rmsgauge.tolerance
-    scales: tuple[float, ...]
-    eps_zeroed: dict[str, float | None]  # norm module path -> its own eps (None: torch's default)
-    randomized: list[str]  # all-zero tensors moved to a random point first (scaling zero proves nothing)
-    vectorized: bool  # whether candidate scalings ran under torch.func.vmap
-    model: str = ""
-
-    @property
-    def gauges(self) -> list[str]:
-        """Tensors that are whole-tensor gauges at eps = 0."""
-        return [t.name for t in self.tensors if t.status == "gauge"]
-
-    def blocks_of(self, name: str) -> list[tuple[int | None, int, int]]:
-        """``(axis, start, stop)`` of every gauge block of one tensor."""
-        t = next((t for t in self.tensors if t.name == name), None)
-        if t is None:
-            raise KeyError(f"no parameter named {name!r} in this census")
-        return [(b.axis, b.start, b.stop) for b in t.blocks]
-
-    def to_json(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
-
-
-# ------------------------------------------------------------------------------------------------ float64 mode
-class _Float64Everywhere(TorchFunctionMode):
-    """Keep every floating computation in float64: ``.float()``, ``.to(torch.float32)`` and ``dtype=float32``
-    arguments become float64 (a model's explicit upcast to float32 is a downcast inside a float64 copy)."""
-
-    _CASTS = (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if func in self._CASTS:
-            return args[0].double()
-        if kwargs.get("dtype") in _LOW_FLOATS:
-            kwargs["dtype"] = torch.float64
-        args = tuple(torch.float64 if (isinstance(a, torch.dtype) and a in _LOW_FLOATS) else a for a in args)
-        return func(*args, **kwargs)
-
-
-class _LossModule(nn.Module):
-    """Wraps ``loss_fn(model)`` as a module so ``torch.func.functional_call`` can swap one parameter."""
-
-    def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor]) -> None:
-        super().__init__()
-        self.model = model
-        self._loss_fn = loss_fn
-
-    def forward(self) -> torch.Tensor:
-        return self._loss_fn(self.model)
-
-
-# ------------------------------------------------------------------------------------------------ helpers
-def loss_from_output(out: Any) -> torch.Tensor:
-    """The scalar loss in a model's output: a scalar tensor, ``out.loss`` (Hugging Face), or the scalar of a tuple."""
-    if isinstance(out, torch.Tensor) and out.numel() == 1:
-        return out.reshape(())
-    loss = getattr(out, "loss", None)
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-        return loss.reshape(())
-    if isinstance(out, (tuple, list)):
-        for o in out:
-            if isinstance(o, torch.Tensor) and o.numel() == 1 and o.is_floating_point():
-                return o.reshape(())
-    raise ValueError("the model's output holds no scalar loss; pass loss_fn(model) -> scalar tensor instead of batch")
-
-
-def batch_loss_fn(batch: Any) -> Callable[[nn.Module], torch.Tensor]:
-    """A loss closure for ``model(**batch)`` (dict), ``model(*batch)`` (tuple/list) or ``model(batch)``."""
-
-    def to64(x: Any) -> Any:
-        return x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-
-    if isinstance(batch, dict):
-        b = {k: to64(v) for k, v in batch.items()}
-        return lambda m: loss_from_output(m(**b))
-    if isinstance(batch, (tuple, list)):
-        t = [to64(v) for v in batch]
-        return lambda m: loss_from_output(m(*t))
-    x = to64(batch)
-    return lambda m: loss_from_output(m(x))
-
-
-def is_norm_module(m: nn.Module) -> bool:
-    """Normalization-like: torch's norms or any class whose name contains ``Norm`` (RMSNorm, PearlNorm, ...)."""
-    return isinstance(m, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)) or "Norm" in type(m).__name__
-
-
-def norm_kind(m: nn.Module) -> str:
-    """``rms`` (divides by the root mean square), ``layer`` (centres first) or ``other`` (no eps law here)."""
-    name = type(m).__name__
-    if isinstance(m, nn.RMSNorm) or "RMS" in name:
-        return "rms"
-    if isinstance(m, nn.LayerNorm) or "LayerNorm" in name:
-        return "layer"
-    return "other"
-
-
-def _eps_attr(m: nn.Module) -> str | None:
-    for a in EPS_ATTRS:
-        if hasattr(m, a) and (isinstance(getattr(m, a), float) or (a == "eps" and isinstance(m, nn.RMSNorm))):
-            return a
-    return None
-
-
-def _divisors(n: int) -> list[int]:
-    return [b for b in range(1, n) if n % b == 0]
+__all__ = ["DEFAULT_SCALES", "Block", "CensusError", "CensusResult", "EpsReport", "TensorCensus", "batch_loss_fn",
+           "census", "format_census", "is_norm_module", "loss_from_output", "norm_kind"]
 
 
 def _check_scales(scales: Sequence[float]) -> tuple[float, ...]:
@@ -229,369 +94,217 @@ def _check_scales(scales: Sequence[float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _eps_value(eps: float | None) -> float:
-    """A norm's eps; None is torch's default for ``nn.RMSNorm`` (``finfo(dtype).eps``, here float64's)."""
-    return float(torch.finfo(torch.float64).eps) if eps is None else float(eps)
-
-
-def _layer_of(name: str) -> str:
-    m = re.match(r"^(.*?\.\d+)\.", name)
-    return m.group(1) if m else "(top)"
-
-
-# ------------------------------------------------------------------------------------------------ the engine
-class _Engine:
-    """The float64 copy, its loss, and batched evaluation of candidate values of one tensor."""
-
-    def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor], seed: int) -> None:
-        self.model = copy.deepcopy(model).to(device="cpu", dtype=torch.float64).train(False)
-        for p in self.model.parameters():
-            p.requires_grad_(True)
-        self.wrap = _LossModule(self.model, loss_fn)
-        self.gen = torch.Generator().manual_seed(seed)  # own generator: the census never moves the global RNG
-        self.params = dict(self.model.named_parameters())
-        self.vmap_ok: bool | None = None
-        self.norms = {n: m for n, m in self.model.named_modules() if is_norm_module(m)}
-        self.own_eps = {n: getattr(m, a) for n, m in self.norms.items() if (a := _eps_attr(m)) is not None}
-
-    def set_eps(self, zero: bool) -> None:
-        for n, e in self.own_eps.items():
-            m = self.norms[n]
-            setattr(m, _eps_attr(m), 0.0 if zero else e)
-
-    def loss(self, grad: bool = False) -> torch.Tensor:
-        with torch.set_grad_enabled(grad):
-            out = self.wrap()
-        if not (isinstance(out, torch.Tensor) and out.numel() == 1):
-            raise ValueError("loss_fn must return a scalar tensor")
-        return out.reshape(())
-
-    def _call(self, name: str, w: torch.Tensor) -> torch.Tensor:
-        return torch.func.functional_call(self.wrap, {"model." + name: w}, ()).reshape(())
-
-    def losses(self, name: str, values: torch.Tensor, tol: float) -> torch.Tensor:
-        """``(K,)`` losses with parameter ``name`` replaced by each of ``values`` ``(K, *shape)``."""
-        with torch.no_grad():
-            if self.vmap_ok is not False:
-                try:
-                    with warnings.catch_warnings():
-                        # ops without a batching rule (SDPA on CPU) run per candidate inside vmap: slower, same values
-                        warnings.filterwarnings("ignore", message=".*performance drop.*", category=UserWarning)
-                        parts = [torch.func.vmap(lambda w: self._call(name, w))(v) for v in values.split(VMAP_CHUNK)]
-                    out = torch.cat(parts)
-                    if self.vmap_ok is None:  # trust vmap only once it agrees with the plain call
-                        ref = self._call(name, values[0])
-                        self.vmap_ok = bool(abs(float(out[0] - ref)) <= tol)
-                    if self.vmap_ok:
-                        return out
-                except Exception:  # any model vmap cannot batch (data-dependent control flow, .item(), ...)
-                    self.vmap_ok = False
-            return torch.stack([self._call(name, v) for v in values])  # loop over candidates, never tokens
-
-
-def _capture(engine: _Engine) -> tuple[dict[str, Any], dict[str, list[str]], int, int]:
-    """One forward with hooks: the largest activation, the module-call count, and which norm reads which module.
-
-    Returns ``(norm_io, readers, size, depth)``: ``norm_io[norm] = (z, y)``; ``readers[module] = [norms]``.
-    """
-    outs: dict[str, list[torch.Tensor]] = {}
-    norm_io: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    stats = {"size": 1, "depth": 0}
-    names = {id(m): n for n, m in engine.model.named_modules()}
-
-    def hook(mod: nn.Module, inp: tuple, out: Any) -> None:
-        n = names[id(mod)]
-        ts = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor)]
-        outs.setdefault(n, []).extend(ts)  # kept alive: no storage is reused within this forward
-        stats["depth"] += 1
-        stats["size"] = max([stats["size"], *(int(t.numel()) for t in ts)])
-        if n in engine.norms and inp and isinstance(inp[0], torch.Tensor) and ts:
-            norm_io[n] = (inp[0].detach(), ts[0].detach())
-
-    handles = [m.register_forward_hook(hook) for m in engine.model.modules()]
-    try:
-        with torch.no_grad():
-            engine.loss()
-    finally:
-        for h in handles:
-            h.remove()
-    readers: dict[str, list[str]] = {}
-    for mod, ts in outs.items():
-        ptrs = {t.untyped_storage().data_ptr() for t in ts}
-        for nrm, (z, _) in norm_io.items():
-            if nrm != mod and z.untyped_storage().data_ptr() in ptrs:
-                readers.setdefault(mod, []).append(nrm)
-    return norm_io, readers, stats["size"], stats["depth"]
-
-
-def _norm_io_at(engine: _Engine, norm: str, name: str, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The norm's input and output with parameter ``name`` replaced by ``w`` (one forward, one hook)."""
-    got: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def hook(mod: nn.Module, inp: tuple, out: Any) -> None:  # returns None: a hook's return replaces the output
-        got.setdefault("zy", (inp[0].detach(), (out[0] if isinstance(out, tuple) else out).detach()))
-
-    h = engine.norms[norm].register_forward_hook(hook)
-    try:
-        with torch.no_grad():
-            engine._call(name, w)
-    finally:
-        h.remove()
-    return got["zy"]
-
-
-def _nonradial(w: torch.Tensor, mask: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """A move inside ``mask`` orthogonal to ``W_I``, of size DIRECTION_SIZE * ||W_I||."""
-    wi = w * mask
-    r = torch.randn(w.shape, generator=gen, dtype=w.dtype) * mask
-    wn2 = float((wi * wi).sum())
-    r = r - wi * (float((r * wi).sum()) / wn2)
-    return r * (DIRECTION_SIZE * math.sqrt(wn2) / float(r.norm()))
-
-
 def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None = None, *, batch: Any = None,
            scales: Sequence[float] = DEFAULT_SCALES, partition: bool = True, own_eps: bool = True,
-           seed: int = 0) -> CensusResult:
+           seed: int = 0, mode: str | None = None, progress: Callable[[str], None] | None = None,
+           inplace: bool = False, measure_eps_loss: bool = False) -> CensusResult:
     r"""The gauge census of ``model`` (see the module docstring).
 
     ``loss_fn(model) -> scalar tensor`` is called with the float64 copy (cast floating inputs with
     ``.to(torch.float64)``); or pass ``batch`` (``model(**batch)`` / ``model(*batch)`` / ``model(batch)`` whose
-    output is a scalar, has ``.loss``, or is a tuple holding the scalar loss).  ``partition=False`` skips the
-    block search; ``own_eps=False`` skips the eps-deviation report.  ``model`` and the global RNG are untouched.
+    output is a scalar, has ``.loss``, or is a tuple holding the scalar loss).  ``mode``: ``None`` keeps each
+    module's ``.training`` flag, ``"train"``/``"eval"`` sets every module's.  ``partition=False`` skips the block
+    search; ``own_eps=False`` the eps-deviation report; ``measure_eps_loss=True`` measures the loss change at the
+    model's eps for every gauge tensor (one forward each) instead of taking it to first order in the measured
+    output change of the norm that reads it (exact to the square of that change, one backward for all).
+    ``inplace=True`` converts ``model`` itself instead of a copy (a caller that hands the model over); otherwise
+    ``model`` and the global RNG are untouched.  ``progress`` receives progress lines (tensor k of N, ETA).
     """
     if (loss_fn is None) == (batch is None):
         raise ValueError("census needs exactly one of loss_fn (a closure) or batch (an example batch)")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode must be None (the model's own .training flags), 'train' or 'eval'; got {mode!r}")
     scales = _check_scales(scales)
     fn = loss_fn if loss_fn is not None else batch_loss_fn(batch)
     prev_default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
+    t0 = time.perf_counter()
     try:
-        with _Float64Everywhere():
-            return _census(model, fn, scales, partition, own_eps, seed)
+        with Float64Everywhere():
+            res = _census(model, fn, scales, partition, own_eps and ("measure" if measure_eps_loss else "first"),
+                          seed, mode, Progress(progress), inplace)
     finally:
         torch.set_default_dtype(prev_default)
+    res.seconds = time.perf_counter() - t0
+    return res
 
 
-def _census(model: nn.Module, fn: Callable, scales: tuple[float, ...], partition: bool, own_eps: bool,
-            seed: int) -> CensusResult:
-    eng = _Engine(model, fn, seed)
+def _census(model: nn.Module, fn: Callable, scales: tuple[float, ...], partition: bool, own_eps: str | bool,
+            seed: int, mode: str | None, prog: Progress, inplace: bool) -> CensusResult:
+    prog.phase("float64 copy")
+    eng = Engine(model, fn, seed=seed, mode=mode, inplace=inplace)
     eng.set_eps(zero=True)
-    # an all-zero tensor (biases at init) is moved to a random point first: scaling zero is the identity
-    nonzero = [p.detach().reshape(-1) for p in eng.params.values() if bool(p.detach().ne(0).any())]
-    rms = float(torch.cat(nonzero).pow(2).mean().sqrt()) if nonzero else 1.0
-    randomized = []
-    with torch.no_grad():
-        for n, p in eng.params.items():
-            if not bool(p.ne(0).any()):
-                p.copy_(torch.randn(p.shape, generator=eng.gen, dtype=p.dtype) * rms)
-                randomized.append(n)
-    norm_io0, readers, size, depth = _capture(eng)
-    base_t = eng.loss(grad=True)
-    grads = torch.autograd.grad(base_t, list(eng.params.values()), allow_unused=True)
-    base = float(base_t.detach())
-    if not math.isfinite(base):
-        raise ValueError(f"loss is {base} on the float64 copy with every norm's eps = 0; census needs a finite loss")
-    tol = tolerance("float64", size=size, depth=max(depth, 1), scale=abs(base))
+    randomized = randomize_zero_tensors(eng)
+    prog.phase("capture (one forward) and screen (one backward)")
+    cap = capture(eng)
+    base, targets = gradient_screen(eng)
+    finite_or_raise(base, "with every norm's eps = 0")
+    tol = tolerance("float64", size=cap.size, depth=max(cap.depth, 1), scale=abs(base))
     bound = tol.bound(abs(base))
-    owner = {}  # parameter -> the module that holds it (its output is what a norm would read)
-    for mname, m in eng.model.named_modules():
-        for pn, _ in m.named_parameters(recurse=False):
-            owner.setdefault(f"{mname}.{pn}" if mname else pn, mname)
+    if abs(cap.loss - base) > bound:
+        raise CensusError(f"the loss is random: two evaluations at the same weights differ by "
+                          f"{abs(cap.loss - base):.3g} (tolerance {bound:.3g}) although the census re-seeds torch's "
+                          f"RNG and turns dropout off; seed the model's own generator in loss_fn, or use mode='eval'")
     cs = torch.tensor(scales, dtype=torch.float64)
-    rows: list[TensorCensus] = []
-    for name, p in eng.params.items():
-        g = grads[list(eng.params).index(name)]
-        w = p.detach()
-        g = torch.zeros_like(w) if g is None else g.detach()
-        wn, gn = float(w.norm()), float(g.norm())
-        radial = abs(float((g * w).sum())) / (wn * gn) if wn > 0 and gn > 0 else 0.0
-        shape_c = (-1,) + (1,) * w.dim()
-        whole = (eng.losses(name, w.unsqueeze(0) * cs.reshape(shape_c), bound) - base).abs()
-        dl = float(whole.max())
-        status = "not a gauge"
-        blocks: list[Block] = []
-        if dl <= bound:
-            move = _nonradial(w, torch.ones_like(w), eng.gen)
-            dir_change = abs(float(eng.losses(name, (w + move).unsqueeze(0), bound)[0]) - base)
-            status = "gauge" if dir_change > bound and gn > 0 else "unused"
-            if status == "gauge":
-                blocks.append(Block(None, 0, w.shape[0] if w.dim() else 1, dl, dir_change))
-        if partition and status != "unused" and w.dim() >= 1:
-            sub = _finest_blocks(eng, name, w, g, base, bound, tol.rtol, cs)
-            if sub:
-                blocks = sub
-                status = "gauge" if status == "gauge" else "partial gauge"
-        rows.append(TensorCensus(name=name, shape=tuple(w.shape), status=status, loss_change=dl, radial=radial,
-                                 blocks=blocks, partition=_describe(blocks, w.shape)))
-    _attach_reasons(eng, rows, owner, readers, norm_io0)
+    rows = _search(eng, list(targets.values()), base, bound, tol.rtol, cs, partition, prog)
+    by = {r.name: r for r in rows}
+    _joint(eng, by, targets, base, bound, tol.rtol, cs, partition, prog)
+    _attach_reasons(eng, rows, cap)
     loss_own = base
     if own_eps:
-        eng.set_eps(zero=False)
-        loss_own = float(eng.loss())
-        norm_io, _, _, _ = _capture(eng)
-        for r in rows:
-            if r.blocks:
-                r.eps = _eps_report(eng, r, owner, readers, norm_io, loss_own, bound, cs)
+        loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure")
+    prog.done()
     return CensusResult(tensors=rows, loss=base, loss_own_eps=loss_own, tolerance=bound,
-                        tolerance_terms={"size": size, "depth": depth}, scales=scales,
+                        tolerance_terms={"size": cap.size, "depth": cap.depth}, scales=scales,
                         eps_zeroed=dict(eng.own_eps), randomized=randomized, vectorized=bool(eng.vmap_ok),
-                        model=type(model).__name__)
+                        model=_model_name(model), mode=eng.mode, notes=_notes(eng, cap))
 
 
-def _block_mask(shape: torch.Size, axis: int, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
-    idx = torch.zeros(shape[axis], dtype=dtype)
-    idx[start:stop] = 1.0
-    view = [1] * len(shape)
-    view[axis] = shape[axis]
-    return idx.reshape(view).expand(shape)
+def _model_name(model: nn.Module) -> str:
+    inner = model._modules.get("_orig_mod") if type(model).__name__ == "OptimizedModule" else None
+    return f"{type(inner).__name__} (torch.compile'd)" if isinstance(inner, nn.Module) else type(model).__name__
 
 
-def _finest_blocks(eng: _Engine, name: str, w: torch.Tensor, g: torch.Tensor, base: float, bound: float,
-                   rtol: float, cs: torch.Tensor) -> list[Block]:
-    """Gauge blocks along axis 0 and 1, from the finest aligned size up (Euler screen, then the finite law)."""
-    found: list[Block] = []
-    for axis in range(min(w.dim(), 2)):
-        n = int(w.shape[axis])
-        gw = (g * w).movedim(axis, 0).reshape(n, -1)  # (n, rest): per-index radial terms
-        g2 = (g * g).movedim(axis, 0).reshape(n, -1).sum(1)  # (n,)
-        w2 = (w * w).movedim(axis, 0).reshape(n, -1).sum(1)
-        covered = torch.zeros(n, dtype=torch.bool)
-        for b in _divisors(n):
-            k = n // b
-            rad = gw.sum(1).reshape(k, b).sum(1).abs()  # (k,) <g_I, W_I> of every aligned block of size b
-            scale = (g2.reshape(k, b).sum(1) * w2.reshape(k, b).sum(1)).sqrt()
-            # a block with zero gradient is not read by the batch; an all-zero block scales to itself (proves nothing)
-            cand = (rad <= rtol * scale) & (scale > 0) & ~covered.reshape(k, b).any(1)
-            idx = cand.nonzero().flatten().tolist()
-            if not idx:
-                continue
-            masks = torch.stack([_block_mask(w.shape, axis, i * b, (i + 1) * b, w.dtype) for i in idx])  # (J, *shape)
-            factors = 1.0 + masks.unsqueeze(1) * (cs.reshape((1, -1) + (1,) * w.dim()) - 1.0)  # (J, C, *shape)
-            vals = (w * factors).reshape((-1, *w.shape))
-            dl = (eng.losses(name, vals, bound) - base).abs().reshape(len(idx), -1).amax(1)  # (J,)
-            ok = [j for j in range(len(idx)) if float(dl[j]) <= bound]
-            if not ok:
-                continue
-            moves = torch.stack([w + _nonradial(w, masks[j], eng.gen) for j in ok])
-            dd = (eng.losses(name, moves, bound) - base).abs()
-            for jj, j in enumerate(ok):
-                if float(dd[jj]) > bound:  # the batch reads this block: a gauge, not an unused block
-                    i = idx[j]
-                    found.append(Block(axis, i * b, (i + 1) * b, float(dl[j]), float(dd[jj])))
-                    covered[i * b:(i + 1) * b] = True
-    return found
+def _covers(blocks: list[Block], shape: tuple[int, ...]) -> bool:
+    return any(sum(b.stop - b.start for b in blocks if b.axis == a) == shape[a] for a in {b.axis for b in blocks})
 
 
-def _describe(blocks: list[Block], shape: Sequence[int]) -> str:
-    if not blocks:
-        return ""
-    if blocks[0].axis is None:
-        return "whole tensor"
-    parts = []
-    for axis, word in ((0, "rows"), (1, "columns")):
-        bs = [b for b in blocks if b.axis == axis]
-        if not bs:
+def _search(eng: Engine, tgts: list[Target], base: float, bound: float, rtol: float, cs: torch.Tensor,
+            partition: bool, prog: Progress) -> list[TensorCensus]:
+    """Verdicts of ``tgts``: the finest gauge blocks the screen leaves (all targets' blocks confirmed together, in
+    rounds), then the whole tensors not covered by blocks that pass the screen, then "unused" by a real move."""
+    plans = {t.names: plan(t, rtol, bound) if partition else {} for t in tgts}
+    wholes = [t for t in tgts if whole_candidate(t, rtol, bound)]
+    n_blocks = sum(len(idx) for p in plans.values() for q in p.values() for _, idx in q[:1])
+    prog.phase(f"{len(tgts)} tensors screened: {n_blocks} candidate blocks in "
+               f"{sum(1 for p in plans.values() if p)} tensors and up to {len(wholes)} whole tensors need real "
+               f"scalings")
+    prog.start("real scalings: block", n_blocks + len(wholes))
+    found = finest_blocks(eng, [t for t in tgts if plans[t.names]], plans, cs, base, bound, prog.tick)
+    rows = {t.names: TensorCensus(name=t.names[0], shape=t.shape, status="not a gauge", loss_change=None,
+                                  radial=t.radial, blocks=found.get(t.names, [])) for t in tgts}
+    for t in tgts:
+        r = rows[t.names]
+        if r.blocks and _covers(r.blocks, t.shape):  # a union of gauge blocks is a gauge (scale them in turn)
+            r.status, r.loss_change = "gauge", max(b.loss_change for b in r.blocks)
+    todo = [Member(t, None, 0, 1) for t in wholes if rows[t.names].status != "gauge"]
+    passed = {m.tgt.names: dl for m, dl in confirm(eng, todo, cs, base, bound, prog.tick)} if todo else {}
+    for m in todo:
+        t, r = m.tgt, rows[m.tgt.names]
+        r.loss_change = passed.get(t.names, r.loss_change)
+        if t.names not in passed:
             continue
-        sizes = sorted({b.stop - b.start for b in bs})
-        cover = sum(b.stop - b.start for b in bs)
-        of = "" if cover == shape[axis] else f" (covering {cover} of {shape[axis]})"
-        parts.append(f"{word}: {len(bs)} block{'s' if len(bs) > 1 else ''} of "
-                     f"{'/'.join(str(s) for s in sizes)}{of}")
-    return "; ".join(parts)
+        measured = t.perp <= bound  # the gradient cannot show the batch reads it: a real move must
+        move = nonradial_change(eng, t, base, bound) if measured else t.perp
+        if move <= bound:
+            r.status, r.blocks = "unused", []
+        else:
+            r.status = "gauge"
+            r.blocks = r.blocks or [Block(None, 0, t.shape[0] if t.shape else 1, passed[t.names], move, measured)]
+    prog.tick(prog.total - prog.k)  # blocks found inside larger ones and whole tensors covered: nothing left to do
+    for t in tgts:
+        r = rows[t.names]
+        if r.status == "not a gauge" and r.blocks:
+            r.status = "partial gauge"
+        r.partition = describe_blocks(r.blocks, t.shape)
+    return [rows[t.names] for t in tgts]
 
 
-def _attach_reasons(eng: _Engine, rows: list[TensorCensus], owner: dict[str, str], readers: dict[str, list[str]],
-                    norm_io: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+def _joint(eng: Engine, by: dict[str, TensorCensus], targets: dict[str, Target], base: float, bound: float,
+           rtol: float, cs: torch.Tensor, partition: bool, prog: Progress) -> None:
+    """Weight and bias of one module, scaled together, where neither alone is a gauge (a centring norm reads both)."""
+    pairs = []
+    for mname, m in eng.model.named_modules():
+        pre = f"{mname}." if mname else ""
+        wn, bn = f"{pre}weight", f"{pre}bias"
+        if wn not in by or bn not in by or "weight" not in m._parameters or "bias" not in m._parameters:
+            continue
+        w, b = targets[wn], targets[bn]
+        if by[wn].status == by[bn].status == "not a gauge" and len(b.shape) == 1 and w.shape and \
+                b.shape[0] == w.shape[0]:
+            jt = joint_target(w, b)
+            if (partition and plan(jt, rtol, bound)) or whole_candidate(jt, rtol, bound):
+                pairs.append(jt)
+    if not pairs:
+        return
+    prog.phase(f"joint weight-and-bias scalings of {len(pairs)} module(s)")
+    for got in _search(eng, pairs, base, bound, rtol, cs, partition, Progress(None)):
+        if not got.blocks or got.status == "unused":
+            continue
+        wn, bn = next(t.names for t in pairs if t.names[0] == got.name)
+        for own, other in ((wn, bn), (bn, wn)):
+            by[own].status, by[own].joint = "joint gauge", f"with {other}: {got.partition}"
+            by[own].loss_change = got.loss_change
+        by[wn].joint_blocks = got.blocks
+
+
+def _own_eps(eng: Engine, rows: list[TensorCensus], cap: Capture, bound: float, cs: torch.Tensor,
+             prog: Progress, measure: bool) -> float:
+    """The eps report of every tensor with gauge blocks (its first block), at the model's own eps: one forward and
+    one backward to the norms' outputs, then per tensor a few small calls (see :mod:`gauge.census_eps`)."""
+    eng.set_eps(zero=False)
+    gauged = [r for r in rows if r.blocks]
+    owners = {r.name: cap.owner.get(r.name, "") for r in gauged}
+    readers = {r.name: cap.first_reader(r.name) for r in gauged}
+    prog.phase(f"eps report at the model's own eps: {len(gauged)} tensors")
+    own = capture(eng, check=False, keep=frozenset(owners.values()),
+                  grads=frozenset(rd[0] for rd in readers.values() if rd))
+    loss_own = finite_or_raise(own.loss, "at the model's own eps")
+    mods = dict(eng.model.named_modules())
+    items = []
+    prog.start("eps report: tensor", len(gauged))
+    for r in gauged:
+        rd, mname = readers[r.name], owners[r.name]
+        pr = Probe(r.name, r.name[len(mname) + 1:] if mname else r.name, mods[mname], own.calls.get(mname),
+                   mods[rd[0]] if rd else None, rd[1] if rd else None, own.norm_io.get(rd[0]) if rd else None,
+                   own.grads.get(rd[0]) if rd else None)
+        r.eps, vals = eps_report(eng, pr, r.blocks[0], eng.own_eps_of(rd[0]) if rd else None, cs, measure)
+        if vals:
+            items.append((r, vals))
+        else:
+            prog.tick(1, r.name)
+    measured = eps_losses(eng, [(r.name, vals) for r, vals in items], loss_own, bound, prog.tick)
+    for (r, _), dl in zip(items, measured):
+        r.eps.loss_change = dl
+    return loss_own
+
+
+def _attach_reasons(eng: Engine, rows: list[TensorCensus], cap: Capture) -> None:
+    wn = weight_norm_reasons(eng.model)
+    mods = dict(eng.model.named_modules())
     for r in rows:
-        if not r.blocks:
+        if r.name in wn:
+            r.reason = wn[r.name]
             continue
-        norms = readers.get(owner.get(r.name, ""), [])
-        if not norms:
-            r.reason = "not visible (no normalization reads this module's output directly)"
-            continue
+        norms = cap.readers.get(cap.owner.get(r.name, ""), [])
         descr = []
         for nrm in norms:
-            m = eng.norms[nrm]
-            over = int(norm_io[nrm][0].shape[-1])
+            m = mods[nrm]
             e = eng.own_eps.get(nrm)
-            descr.append(f"{nrm} ({type(m).__name__} over {over}, eps={'torch default' if e is None else f'{e:g}'})")
-        r.reason = "output read by " + ", ".join(descr)
+            descr.append(describe(norm_info(m), m, cap.norm_io[nrm][0].shape, nrm,
+                                  "torch default" if e is None else f"{e:g}"))
+        if descr:
+            r.reason = "output read by " + ", ".join(descr)
+        elif r.blocks:
+            r.reason = "not visible (no normalization reads this module's output directly)"
+        if r.status == "joint gauge" and r.name.endswith("weight"):
+            r.reason = f"alone not a gauge: its bias feeds the same norm, so only scaling both keeps each normalized " \
+                       f"set's shape; {r.reason}"
 
 
-def _eps_report(eng: _Engine, r: TensorCensus, owner: dict[str, str], readers: dict[str, list[str]],
-                norm_io: dict[str, tuple[torch.Tensor, torch.Tensor]], loss_own: float, bound: float,
-                cs: torch.Tensor) -> EpsReport:
-    """At the model's own eps: loss and norm-output deviations of the first gauge block, beside the eps law."""
-    w = eng.params[r.name].detach()
-    b = r.blocks[0]
-    mask = torch.ones_like(w) if b.axis is None else _block_mask(w.shape, b.axis, b.start, b.stop, w.dtype)
-    vals = w * (1.0 + mask.unsqueeze(0) * (cs.reshape((-1,) + (1,) * w.dim()) - 1.0))  # (C, *shape)
-    dl = float((eng.losses(r.name, vals, bound) - loss_own).abs().max())
-    norms = readers.get(owner.get(r.name, ""), [])
-    nrm = norms[0] if norms else None
-    eps = eng.own_eps.get(nrm) if nrm else None
-    if nrm is None or norm_kind(eng.norms[nrm]) == "other":
-        return EpsReport(eps=None if nrm is None else _eps_value(eps), loss_change=dl, output_change=None,
-                         output_law=None, law_agreement=None, break_scales=None)
-    m = eng.norms[nrm]
-    e = _eps_value(eps)
-    z0, y0 = norm_io[nrm]
-    layer = norm_kind(m) == "layer"
-    bias = getattr(m, "bias", None)
-    meas, law = 0.0, 0.0
-    for j in range(len(cs)):  # loop over the few scales: the hook cannot run under vmap
-        zc, yc = _norm_io_at(eng, nrm, r.name, vals[j])
-        hit = (zc != z0).any(-1)  # rows of the norm's input this block feeds
-        z = z0[hit]
-        y = y0[hit]
-        if layer:  # LayerNorm(cz) = r(c) LayerNorm(z) on the centred part, m = the variance
-            z = z - z.mean(-1, keepdim=True)
-            y = y - bias.detach() if bias is not None else y
-        meas = max(meas, float((yc[hit] - y0[hit]).abs().max()) if bool(hit.any()) else 0.0)
-        mrow = z.pow(2).mean(-1, keepdim=True)
-        law = max(law, float((eps_ratio_minus_one(cs[j], mrow, e).abs() * y.abs()).max()) if bool(hit.any())
-                  else 0.0)
-    out_tol = tolerance("float64", size=int(z0.shape[-1]), scale=float(y0.abs().max())).bound(
-        float(y0.abs().max()))
-    zr = z0 - z0.mean(-1, keepdim=True) if layer else z0
-    yr = (y0 - bias.detach()) if (layer and bias is not None) else y0
-    bs = break_scales(zr.reshape(-1, zr.shape[-1]), yr.reshape(-1, yr.shape[-1]), e, out_tol)
-    agree = abs(meas - law) / law if law > 0 else (0.0 if meas <= out_tol else math.inf)
-    return EpsReport(eps=e, loss_change=dl, output_change=meas, output_law=law,
-                     law_agreement=agree, break_scales=bs)
+def _notes(eng: Engine, cap: Capture) -> list[str]:
+    notes = []
+    mods = dict(eng.model.named_modules())
+    refused = [n for n in eng.own_eps if norm_info(mods[n]).family == "batch" and norm_info(mods[n]).batch_stats]
+    if refused:
+        notes.append(f"BatchNorm in training mode refuses eps = 0 ({', '.join(refused[:3])}"
+                     f"{', ...' if len(refused) > 3 else ''}): run at eps = 2^-1022, which every batch variance here "
+                     f"(>= 2^-968) absorbs bit for bit: exactly eps = 0's arithmetic")
+    if eng.compiled:
+        notes.append("torch.compile'd: the original module runs eagerly on the copy (the same function); names keep "
+                     "'_orig_mod.'")
+    if cap.dropouts:
+        notes.append(f"dropout off on the copy ({cap.dropouts} module(s)): a mask commutes with scaling, so it changes "
+                     f"no gauge; the norms keep the model's mode")
+    return notes
 
-
-# ------------------------------------------------------------------------------------------------ output
-def census_table(res: CensusResult, *, all_tensors: bool = False) -> str:
-    """Human table by layer: every gauge (or partial gauge) tensor; ``all_tensors`` lists the rest too."""
-    lines = [f"gauge census of {res.model} (float64; scales c = {', '.join(f'{c:g}' for c in res.scales)}; "
-             f"|dL| tolerance {res.tolerance:.2e} from rmsgauge.tolerance(size={res.tolerance_terms['size']}, "
-             f"depth={res.tolerance_terms['depth']}); exact gauges at eps = 0)"]
-    if res.randomized:
-        lines.append(f"  all-zero tensors moved to a random point first: {', '.join(res.randomized)}")
-    hdr = f"  {'tensor':<44} {'shape':<14} {'verdict':<13} {'partition':<30} {'max|dL| eps=0':>13} " \
-          f"{'own eps':>8} {'max|dL| own':>11} {'out dev / eps law':>19}"
-    lines += [hdr, "  " + "-" * (len(hdr) - 2)]
-    layer = None
-    shown = [t for t in res.tensors if all_tensors or t.blocks]
-    for t in shown:
-        lay = _layer_of(t.name)
-        if lay != layer:
-            lines.append(f"  [{lay}]")
-            layer = lay
-        e = t.eps
-        own = "-" if e is None or e.eps is None else f"{e.eps:.1e}"
-        dl_own = "-" if e is None else f"{e.loss_change:.2e}"
-        law = "-" if e is None or e.output_law is None else f"{e.output_change:.2e}/{e.output_law:.2e}"
-        lines.append(f"  {t.name:<44} {'x'.join(map(str, t.shape)):<14} {t.status:<13} {t.partition[:30]:<30} "
-                     f"{t.loss_change:>13.2e} {own:>8} {dl_own:>11} {law:>19}")
-        if t.reason and t.blocks:
-            lines.append(f"      why: {t.reason}")
-    if not shown:
-        lines.append("  (no gauge tensors or blocks)")
-    n_g = sum(t.status == "gauge" for t in res.tensors)
-    n_p = sum(t.status == "partial gauge" for t in res.tensors)
-    n_u = sum(t.status == "unused" for t in res.tensors)
-    lines.append(f"  {len(res.tensors)} tensors: {n_g} gauge, {n_p} partial gauge, {n_u} unused by the batch, "
-                 f"{len(res.tensors) - n_g - n_p - n_u} not a gauge; vmap {'on' if res.vectorized else 'off'}")
-    return "\n".join(lines)

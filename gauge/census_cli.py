@@ -3,14 +3,21 @@
   python -m gauge census --model pkg.module:factory [--json PATH] [--all]
   python -m gauge census --hf LlamaForCausalLM [--set num_key_value_heads=2] [--json PATH]
   python -m gauge census --hf path/to/config_folder [--weights path/to/model.safetensors]
+  python -m gauge census --model gauge.census_examples:conv_bn       # conv -> BatchNorm2d, training mode
 
 ``--model``: ``factory()`` returns ``(model, batch)`` or ``(model, loss_fn)`` where ``loss_fn(model)`` returns a
 scalar loss (called with the float64 copy), or a model with an ``example_batch()`` method.  ``--hf`` builds a
 Hugging Face causal LM (needs the ``hf`` extra: ``pip install -e ".[hf]"``) from a local ``config.json`` folder or
 from a class name with a tiny default config; weights are random unless ``--weights`` names a local file.
-Nothing is ever downloaded (``HF_HUB_OFFLINE=1`` is set before transformers is imported).
+Nothing is ever downloaded (``HF_HUB_OFFLINE=1`` is set before transformers is imported); a ``--hf`` model is
+handed to the census, which converts it to float64 in place (no second copy: a 0.6B model fits in 12 GB).
 
-Exit status 0 when the census ran (whatever it found), 2 on a usage error.
+``--mode train|eval`` runs the copy in that mode (default: the model's own ``.training`` flags; BatchNorm in
+training mode normalizes over the batch and makes each filter feeding it a gauge).  Progress (tensor k of N,
+elapsed, ETA) goes to stderr (``--quiet``: none).
+
+Exit status 0 when the census ran (whatever it found), 2 on a usage error, 1 when the model cannot be analysed or
+fails (one line saying why, never a traceback).
 """
 
 from __future__ import annotations
@@ -18,22 +25,28 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from gauge.census import DEFAULT_SCALES, census, census_table
+from gauge.census import DEFAULT_SCALES, census, format_census
+from gauge.census_engine import CensusError
 from rmsgauge import atomic_write_json, check_output_file, parse_float_list, seed_everything
+from rmsgauge.cli import EXIT_FAILURE, EXIT_USAGE, one_line
 
 # tiny sizes for a class name: a few layers, several heads with fewer key/value heads (GQA), small vocabulary
 HF_TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 128,
            "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128}
 HF_BATCH = (2, 16)  # (sequences, tokens) of the random example batch
+SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")  # token ids a config may hold beyond a tiny vocabulary
+PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
                          f"(default {','.join(map(str, DEFAULT_SCALES))})")
     ap.add_argument("--no-partition", action="store_true", help="skip the row/column block search")
     ap.add_argument("--no-eps", action="store_true", help="skip the report at the model's own eps")
+    ap.add_argument("--eps-loss-measured", action="store_true",
+                    help="measure the loss change at the model's eps per gauge tensor (one forward each) instead of "
+                         "taking it to first order in the norm's measured output change")
     ap.add_argument("--all", action="store_true", help="list every tensor, not only the gauges")
+    ap.add_argument("--mode", choices=("train", "eval"), default=None,
+                    help="run the model in training or eval mode (default: the model's own .training flags)")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     ap.add_argument("--seed", type=int, default=0, help="seed for random weights and the example batch (default 0)")
     ap.add_argument("--json", metavar="PATH", help="write the census records to PATH (atomically)")
     return ap
@@ -66,7 +85,10 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any, Any]:
         fn = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"--model {spec!r}: cannot import ({e})") from None
-    out = fn()
+    try:
+        out = fn()
+    except Exception as e:  # the user's factory: its failure is one line, not a traceback
+        raise CensusError(f"--model {spec!r}: the factory failed ({type(e).__name__}: {one_line(e)[:200]})") from e
     if isinstance(out, torch.nn.Module):
         if not hasattr(out, "example_batch"):
             raise ValueError(f"--model {spec!r} returned a bare model without example_batch(); return (model, batch)")
@@ -91,53 +113,81 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
 
 
 def build_hf(spec: str, weights: str | None, overrides: dict[str, Any], seed: int) -> tuple[torch.nn.Module, dict]:
-    """A Hugging Face causal LM from a local config (folder, file or class name), random init unless ``weights``."""
+    """A Hugging Face causal LM from a local config (folder, file or class name), random init unless ``weights``
+    (the census converts it to float64 in place, tensor by tensor: no float32 + float64 double copy)."""
     os.environ["HF_HUB_OFFLINE"] = "1"  # before the import: transformers must never reach the network
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
         import transformers
     except ImportError:
         raise ValueError("--hf needs the optional transformers package: pip install -e '.[hf]'") from None
-    p = Path(spec)
-    if p.exists():
-        folder = p if p.is_dir() else p.parent
-        if not (folder / "config.json").is_file() or (p.is_file() and p.name != "config.json"):
-            raise ValueError(f"--hf {spec!r}: expected a folder holding config.json (or that file)")
-        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    else:
-        cls = getattr(transformers, spec, None)
-        if cls is None or not hasattr(cls, "config_class"):
-            raise ValueError(f"--hf {spec!r} is neither a local config path nor a transformers model class name")
-        cfg_cls = cls.config_class
-        known = cfg_cls().to_dict()
-        config = cfg_cls(**{k: v for k, v in HF_TINY.items() if k in known})
+    config, tiny = _hf_config(transformers, spec)
     for k, v in overrides.items():
         if not hasattr(config, k):
             raise ValueError(f"--set {k}: not a field of {type(config).__name__}")
         setattr(config, k, v)
-    seed_everything(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    if weights:
-        w = Path(weights)
-        if not w.is_file():
-            raise ValueError(f"--weights {weights!r}: no such file")
-        if w.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(w))
-        else:
-            state = torch.load(str(w), map_location="cpu", weights_only=True)
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or [m for m in missing if "lm_head" not in m]:
-            raise ValueError(f"--weights {weights!r} does not fit the config: {len(missing)} missing, "
-                             f"{len(unexpected)} unexpected keys")
     vocab = int(getattr(config, "vocab_size", HF_TINY["vocab_size"]))
+    _fit_special_ids(config, vocab, tiny)
+    seed_everything(seed)
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(config)  # float32 init: float64 normal_ is 5x slower
+    except Exception as e:
+        raise CensusError(f"--hf {spec!r}: building {type(config).__name__}'s model failed ({type(e).__name__}: "
+                          f"{one_line(e)[:200]})") from e
+    if weights:
+        _load_weights(model, weights)
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, HF_BATCH, generator=gen)
     pad = getattr(config, "pad_token_id", None)
     if isinstance(pad, int) and 0 <= pad < vocab:  # a padding row may be zero: 0/0 in a norm at eps = 0
         ids = torch.where(ids == pad, (ids + 1) % vocab, ids)
     return model, {"input_ids": ids, "labels": ids}
+
+
+def _hf_config(transformers: Any, spec: str) -> tuple[Any, bool]:
+    """``(config, tiny)``: from a local folder/file, or a class name's config at the :data:`HF_TINY` sizes."""
+    p = Path(spec)
+    if p.exists():
+        folder = p if p.is_dir() else p.parent
+        if not (folder / "config.json").is_file() or (p.is_file() and p.name != "config.json"):
+            raise ValueError(f"--hf {spec!r}: expected a folder holding config.json (or that file)")
+        return transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True), False
+    cls = getattr(transformers, spec, None)
+    if cls is None or not hasattr(cls, "config_class"):
+        raise ValueError(f"--hf {spec!r} is neither a local config path nor a transformers model class name")
+    cfg_cls = cls.config_class
+    known = cfg_cls().to_dict()
+    return cfg_cls(**{k: v for k, v in HF_TINY.items() if k in known}), True
+
+
+def _fit_special_ids(config: Any, vocab: int, tiny: bool) -> None:
+    """Special token ids outside ``[0, vocab)``: dropped for a tiny default config (Phi-3's pad id 32000 in a
+    128-token vocabulary; the census batch never uses them); a usage error for the user's own config."""
+    for k in SPECIAL_IDS:
+        v = getattr(config, k, None)
+        bad = [i for i in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(i, int) and not 0 <= i < vocab]
+        if not bad:
+            continue
+        if not tiny and k == "pad_token_id":
+            raise ValueError(f"--hf: {k} = {bad[0]} lies outside the vocabulary [0, {vocab}); fix config.json or "
+                             f"--set {k}=null")
+        setattr(config, k, None)
+
+
+def _load_weights(model: torch.nn.Module, weights: str) -> None:
+    w = Path(weights)
+    if not w.is_file():
+        raise ValueError(f"--weights {weights!r}: no such file")
+    if w.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(w))
+    else:
+        state = torch.load(str(w), map_location="cpu", weights_only=True)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [m for m in missing if "lm_head" not in m]:
+        raise ValueError(f"--weights {weights!r} does not fit the config: {len(missing)} missing, "
+                         f"{len(unexpected)} unexpected keys")
 
 
 # the project's own models as --model factories (lazy imports: this entry module may reach up, a library may not)
@@ -174,8 +224,30 @@ def _project(kind: str, **kw: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor,
     return model, (x, torch.roll(x, -1, dims=1))
 
 
+def progress_printer(stream: Any = None) -> Any:
+    """Progress lines for ``census(progress=...)``: rewritten in place on a terminal, else one line every
+    :data:`PROGRESS_EVERY` seconds (phase lines always)."""
+    stream = stream or sys.stderr
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    last = {"t": -math.inf, "open": False}  # the first tensor line always shows
+
+    def report(line: str) -> None:
+        now = time.monotonic()
+        tensor = "| ETA" in line  # a counting line: rewritten in place, or shown every PROGRESS_EVERY seconds
+        if tty:
+            stream.write(("\r" if last["open"] else "") + line + ("\x1b[K" if tensor else "\x1b[K\n"))
+            last["open"] = tensor
+        elif not tensor or now - last["t"] >= PROGRESS_EVERY:
+            stream.write(line + "\n")
+            last["t"] = now if tensor else last["t"]
+        stream.flush()
+
+    return report
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    source = args.model or args.hf
     try:
         if args.json:
             check_output_file("--json", args.json)
@@ -187,13 +259,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             model, batch = build_hf(args.hf, args.weights, _parse_set(args.set), args.seed)
             loss_fn = None
         res = census(model, loss_fn, batch=batch if loss_fn is None else None, scales=args.scales,
-                     partition=not args.no_partition, own_eps=not args.no_eps, seed=args.seed)
+                     partition=not args.no_partition, own_eps=not args.no_eps, seed=args.seed, mode=args.mode,
+                     progress=None if args.quiet else progress_printer(), inplace=bool(args.hf),
+                     measure_eps_loss=args.eps_loss_measured)
+    except CensusError as e:
+        print(f"error: cannot analyse {source}: {one_line(e)}", file=sys.stderr)
+        return EXIT_FAILURE
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(census_table(res, all_tensors=args.all))
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # the model's own code failed: one line, never a traceback
+        print(f"error: cannot analyse {source}: the model failed ({type(e).__name__}: {one_line(e)[:300]})",
+              file=sys.stderr)
+        return EXIT_FAILURE
+    print(format_census(res, all_tensors=args.all))
     if args.json:
-        atomic_write_json(args.json, {"source": args.model or args.hf, **res.to_json()})
+        atomic_write_json(args.json, {"source": source, **res.to_json()})
         print(f"wrote {args.json}")
     return 0
 

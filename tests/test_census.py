@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from gauge.census import census, census_table
+from gauge.census import census, format_census
 from rmsgauge import tolerance
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never a download, even by accident
@@ -24,7 +24,7 @@ def _expect(res, expected: dict[str, list[tuple[int | None, int, int]]]) -> None
     got = {t.name: sorted((b.axis if b.axis is not None else -1, b.start, b.stop) for b in t.blocks)
            for t in res.tensors if t.blocks}
     want = {n: sorted((a if a is not None else -1, s, e) for a, s, e in v) for n, v in expected.items()}
-    assert got == want, census_table(res, all_tensors=True)
+    assert got == want, format_census(res, all_tensors=True)
     for t in res.tensors:  # every verdict used the one tolerance, and the gauges sit far below it
         assert all(b.loss_change <= res.tolerance < b.direction_change for b in t.blocks)
 
@@ -144,7 +144,7 @@ def test_census_hf_olmo2_full_width_qk_norm_and_post_norms():
                   "mlp.down_proj"):
             exp[f"model.layers.{i}.{w}.weight"] = whole
     got = {t.name: [(None, 0, 0)] for t in res.tensors if t.blocks and t.blocks[0].axis is None}
-    assert got == exp, census_table(res, all_tensors=True)
+    assert got == exp, format_census(res, all_tensors=True)
     assert all(len(t.blocks) == 1 for t in res.tensors if t.blocks)  # no finer blocks anywhere
     # the whole-tensor gauge of q_proj is exact at eps = 0 and approximate at the model's eps = 1e-5
     q = next(t for t in res.tensors if t.name == "model.layers.0.self_attn.q_proj.weight")
@@ -170,7 +170,7 @@ def test_census_hf_gemma3_sandwich_norms():
             got[t.name] = [(None, 0, 0)]
         elif t.blocks:
             got[t.name] = [(b.axis, b.start, b.stop) for b in t.blocks]
-    assert got == exp, census_table(res, all_tensors=True)
+    assert got == exp, format_census(res, all_tensors=True)
 
 
 def test_census_hf_gpt2_layernorm():

@@ -1,0 +1,317 @@
+r"""The census's float64 copy of a model and the batched evaluation of its loss at candidate weights.
+
+- :class:`Float64Everywhere`: a torch-function mode that keeps every floating computation in float64 (a model's
+  explicit upcast to float32 is a downcast inside a float64 copy and would bury a gauge under float32 round-off),
+  turns dropout off, and lets BatchNorm in training mode run at eps = 0 exactly (see :data:`TINY_EPS`).
+- :func:`float64_copy`: the copy, one tensor at a time (no float32 + float64 double copy of a large model), with
+  legacy ``torch.nn.utils.weight_norm`` modules and ``torch.compile``'d modules handled.
+- :class:`Engine`: the copy in the mode the user trains it, its loss (re-seeded before every evaluation: a random
+  op draws the same values at every candidate), and ``losses``: many candidate values of one or two parameters in
+  one ``torch.func.vmap`` of ``functional_call`` where the model allows it, chunked to a memory budget.
+
+**Dropout.**  A dropout mask multiplies entries by 0 or :math:`1/(1-p)`, which commutes with every positive
+scaling, so the gauges with dropout on (any fixed mask) are the gauges with it off; the census turns it off on the
+copy so that two evaluations compare the same function, while the norms keep the mode the user trains in
+(BatchNorm's batch statistics in training mode; van Laarhoven 2017, Hoffer et al. 2018).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import gc
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from gauge.census_norms import eps_attr, is_norm_module
+
+_LOW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+# torch refuses eps = 0 in BatchNorm's training mode; the smallest normal float64 2^-1022 stands in for 0.  The kernel
+# adds eps once, to the batch variance: fl(var + 2^-1022) == var bit for bit whenever 2^-1022 is below half an ulp of
+# var, i.e. for every var >= 2^-968 (about 4e-292), so the arithmetic is that of eps = 0 exactly (checked per batch).
+TINY_EPS = float(torch.finfo(torch.float64).tiny)
+EXACT_VAR_MIN = 2.0 ** -968
+CANDIDATE_BYTES = 1 << 30  # memory for one vmapped chunk of candidates (their values and their forwards' activations)
+VMAP_CHUNK = 64  # candidates per vmapped call at most, however small the model
+ACTIVATION_COPIES = 4  # per candidate: the largest activation (logits) and its softmax/loss temporaries live at once
+_DROPOUTS = {F.dropout, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, F.dropout2d, F.dropout3d,
+             torch.dropout, torch.alpha_dropout, torch.feature_dropout, torch.feature_alpha_dropout,
+             torch.dropout_, torch.alpha_dropout_, torch.feature_dropout_, torch.feature_alpha_dropout_}
+_SDPA_DROPOUT_POS = 4  # scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, ...)
+_BN_ARGS = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+
+
+class CensusError(ValueError):
+    """The census cannot analyse this model (one line saying why: no parameters, a failing or random loss, ...)."""
+
+
+# ------------------------------------------------------------------------------------------------ float64 mode
+class Float64Everywhere(TorchFunctionMode):
+    """Float64 for every floating computation; dropout off; BatchNorm without running-stat updates in training
+    and with eps <= 0 replaced by :data:`TINY_EPS` (exactly eps = 0's arithmetic, see above)."""
+
+    _CASTS = (torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in self._CASTS:
+            return args[0].double()
+        if func in _DROPOUTS:
+            return args[0] if args else kwargs["input"]
+        if func is F.scaled_dot_product_attention:
+            if len(args) > _SDPA_DROPOUT_POS:
+                args = (*args[:_SDPA_DROPOUT_POS], 0.0, *args[_SDPA_DROPOUT_POS + 1:])
+            kwargs.pop("dropout_p", None)
+        if func is F.batch_norm:
+            args, kwargs = _batch_norm_args(args, kwargs)
+        if kwargs.get("dtype") in _LOW_FLOATS:
+            kwargs["dtype"] = torch.float64
+        args = tuple(torch.float64 if (isinstance(a, torch.dtype) and a in _LOW_FLOATS) else a for a in args)
+        return func(*args, **kwargs)
+
+
+def _batch_norm_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """F.batch_norm's arguments by name; training: no running statistics (they never change this output, and an
+    in-place update cannot run under vmap); eps <= 0 -> TINY_EPS."""
+    named = dict(zip(_BN_ARGS, args))
+    named.update(kwargs)
+    if named.get("training", False):
+        named["running_mean"] = named["running_var"] = None
+    if named.get("eps", 1e-5) <= 0.0:
+        named["eps"] = TINY_EPS
+    return (), named
+
+
+class LossModule(nn.Module):
+    """Wraps ``loss_fn(model)`` as a module so ``torch.func.functional_call`` can swap parameters."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor]) -> None:
+        super().__init__()
+        self.model = model
+        self._loss_fn = loss_fn
+
+    def forward(self) -> torch.Tensor:
+        return self._loss_fn(self.model)
+
+
+class Eager(nn.Module):
+    """A ``torch.compile``'d module's original module, run eagerly under the same name (``_orig_mod``): the compiled
+    graph computes the same function, and names match the user's ``named_parameters()``."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self._orig_mod = inner
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._orig_mod(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # attributes a loss closure reads (config, heads) come from the inner
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def loss_from_output(out: Any) -> torch.Tensor:
+    """The scalar loss in a model's output: a scalar tensor, ``out.loss`` (Hugging Face), or the scalar of a tuple."""
+    if isinstance(out, torch.Tensor) and out.numel() == 1:
+        return out.reshape(())
+    loss = getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss.reshape(())
+    if isinstance(out, (tuple, list)):
+        for o in out:
+            if isinstance(o, torch.Tensor) and o.numel() == 1 and o.is_floating_point():
+                return o.reshape(())
+    raise CensusError("the model's output holds no scalar loss; pass loss_fn(model) -> scalar tensor instead of "
+                      "batch")
+
+
+def batch_loss_fn(batch: Any) -> Callable[[nn.Module], torch.Tensor]:
+    """A loss closure for ``model(**batch)`` (dict), ``model(*batch)`` (tuple/list) or ``model(batch)``."""
+
+    def to64(x: Any) -> Any:
+        return x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+    if isinstance(batch, dict):
+        b = {k: to64(v) for k, v in batch.items()}
+        return lambda m: loss_from_output(m(**b))
+    if isinstance(batch, (tuple, list)):
+        t = [to64(v) for v in batch]
+        return lambda m: loss_from_output(m(*t))
+    x = to64(batch)
+    return lambda m: loss_from_output(m(x))
+
+
+def is_compiled(m: nn.Module) -> bool:
+    return type(m).__name__ == "OptimizedModule" and isinstance(m._modules.get("_orig_mod"), nn.Module)
+
+
+def _to64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(device="cpu", dtype=torch.float64 if t.is_floating_point() else t.dtype, copy=True)
+
+
+def float64_copy(model: nn.Module, inplace: bool = False) -> nn.Module:
+    """A float64 CPU copy of ``model`` built one tensor at a time (peak: the model plus its float64 copy).
+
+    ``inplace``: convert ``model`` itself (a caller that hands the model over, such as the command line).  Tensor
+    attributes computed from parameters (a legacy ``weight_norm`` module's ``weight``) are detached: the module's
+    hook recomputes them at every forward.  ``torch.compile``'d modules become :class:`Eager` wrappers.
+    """
+    if inplace:
+        out = model.to(device="cpu", dtype=torch.float64)  # tensor by tensor: each old one freed as it goes
+    else:
+        memo: dict[int, Any] = {}
+        for p in model.parameters():
+            memo.setdefault(id(p), nn.Parameter(_to64(p), requires_grad=p.is_floating_point()))
+        for b in model.buffers():
+            memo.setdefault(id(b), _to64(b))
+        for m in model.modules():
+            for v in vars(m).values():
+                if isinstance(v, torch.Tensor) and v.grad_fn is not None:
+                    memo.setdefault(id(v), _to64(v))
+        try:
+            out = copy.deepcopy(model, memo)
+        except Exception as e:
+            raise CensusError(f"cannot copy the model ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                              f"the census never changes the user's model, so it needs copy.deepcopy to work") from e
+    if is_compiled(out):
+        out = Eager(out._orig_mod)
+    for parent in list(out.modules()):
+        for k, child in list(parent._modules.items()):
+            if child is not None and is_compiled(child):
+                parent._modules[k] = Eager(child._orig_mod)
+    return out
+
+
+def release_memory() -> None:
+    """Hand freed memory back to the operating system: Python's garbage, then glibc's heap (``malloc_trim``: many
+    freed float32 tensors of a converted model otherwise stay in the process's resident set)."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+# ------------------------------------------------------------------------------------------------ the engine
+class Engine:
+    """The float64 copy, its loss, and batched evaluation of candidate values of one or two parameters."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor], *, seed: int,
+                 mode: str | None, inplace: bool) -> None:
+        n_params = sum(1 for _ in model.parameters())
+        if n_params == 0:
+            n_buf = sum(1 for _ in model.buffers())
+            raise CensusError(f"{type(model).__name__} has no parameters ({n_buf} buffer{'s' * (n_buf != 1)}): "
+                              f"nothing to scale, so no gauge to find")
+        self.compiled = is_compiled(model) or any(is_compiled(m) for m in model.modules())
+        self.model = float64_copy(model, inplace=inplace)
+        release_memory()
+        if mode is not None:
+            self.model.train(mode == "train")
+        self.wrap = LossModule(self.model, loss_fn)
+        self.seed = seed
+        self.gen = torch.Generator().manual_seed(seed)  # own generator: the census never moves the global RNG
+        self.params = {n: p for n, p in self.model.named_parameters() if p.is_floating_point()}
+        if not self.params:
+            raise CensusError(f"{type(model).__name__} has no floating-point parameters: nothing to scale")
+        for p in self.params.values():
+            p.requires_grad_(True)
+        self.norms = {n: m for n, m in self.model.named_modules() if is_norm_module(m)}
+        self.own_eps = {n: getattr(m, a) for n, m in self.norms.items() if (a := eps_attr(m)) is not None}
+        self.vmap_ok: bool | None = None
+        self.act_bytes = 0  # the largest activation of one forward (set by the capture): sizes the vmap chunks
+
+    def set_eps(self, zero: bool) -> None:
+        """Every norm's eps to 0 (the exact gauges) or back to its own value."""
+        for n, e in self.own_eps.items():
+            m = self.norms[n]
+            setattr(m, eps_attr(m), 0.0 if zero else e)
+
+    def own_eps_of(self, norm: str) -> float | None:
+        return self.own_eps.get(norm)
+
+    @property
+    def mode(self) -> str:
+        flags = {m.training for m in self.model.modules()}
+        return "mixed" if len(flags) > 1 else ("train" if flags.pop() else "eval")
+
+    def _run(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` with the global RNG re-seeded (restored after): every evaluation draws the same random values."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return fn()
+
+    def loss(self, grad: bool = False) -> torch.Tensor:
+        try:
+            with torch.set_grad_enabled(grad):
+                out = self._run(self.wrap)
+        except CensusError:
+            raise
+        except Exception as e:
+            raise CensusError(f"the loss failed on the float64 copy ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]})") from e
+        if not (isinstance(out, torch.Tensor) and out.numel() == 1):
+            raise CensusError("loss_fn must return a scalar tensor")
+        return out.reshape(())
+
+    def call(self, swaps: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss with the named parameters replaced (``functional_call``: the copy is not modified)."""
+        return self._run(lambda: torch.func.functional_call(
+            self.wrap, {"model." + k: v for k, v in swaps.items()}, ()).reshape(()))
+
+    def chunk_for(self, names: Sequence[str]) -> int:
+        per = sum(self.params[n].numel() for n in names) * 8 + ACTIVATION_COPIES * self.act_bytes
+        return max(1, min(VMAP_CHUNK, CANDIDATE_BYTES // max(per, 1)))
+
+    def losses(self, names: Sequence[str], make: Callable[[int, int], Sequence[torch.Tensor]], count: int,
+               tol: float) -> torch.Tensor:
+        """``(count,)`` losses; ``make(lo, hi)`` returns, per name, candidate values ``(hi - lo, *shape)``.
+
+        Built and evaluated chunk by chunk (memory: :data:`CANDIDATE_BYTES`), freed as it goes."""
+        chunk = self.chunk_for(names)
+        out = []
+        for lo in range(0, count, chunk):
+            vals = make(lo, min(count, lo + chunk))
+            out.append(self._batch(tuple(names), vals, tol))
+            del vals
+        return torch.cat(out)
+
+    def _batch(self, names: tuple[str, ...], vals: Sequence[torch.Tensor], tol: float) -> torch.Tensor:
+        with torch.no_grad():
+            if len(vals[0]) == 1:  # one candidate per chunk (a large model): a plain call, nothing to batch
+                return self.call({n: v[0] for n, v in zip(names, vals)}).reshape(1)
+            if self.vmap_ok is not False:
+                try:
+                    with warnings.catch_warnings():
+                        # ops without a batching rule (SDPA on CPU) run per candidate inside vmap: slower, same values
+                        warnings.filterwarnings("ignore", message=".*performance drop.*", category=UserWarning)
+                        out = torch.func.vmap(lambda *ws: self.call(dict(zip(names, ws))), randomness="same")(*vals)
+                    if self.vmap_ok is None:  # trust vmap only once it agrees with the plain call
+                        ref = self.call({n: v[0] for n, v in zip(names, vals)})
+                        self.vmap_ok = bool(abs(float(out[0] - ref)) <= tol)
+                    if self.vmap_ok:
+                        return out
+                except Exception:  # any model vmap cannot batch (data-dependent control flow, .item(), ...)
+                    self.vmap_ok = False
+            try:
+                return torch.stack([self.call({n: v[j] for n, v in zip(names, vals)}) for j in range(len(vals[0]))])
+            except Exception as e:  # the model runs at its own weights but not at a scaled candidate: say so
+                raise CensusError(f"the loss failed at scaled values of {', '.join(names[:3])}"
+                                  f"{', ...' if len(names) > 3 else ''} ({type(e).__name__}: "
+                                  f"{' '.join(str(e).split())[:200]})") from e
+
+
+def finite_or_raise(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise CensusError(f"the loss is {value} on the float64 copy {what}; the census needs a finite loss (a "
+                          f"padding row or a constant channel divides 0 by 0 at eps = 0: change the batch)")
+    return value
