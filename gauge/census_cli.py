@@ -38,7 +38,7 @@ import torch
 from gauge.census import DEFAULT_SCALES, census, format_census
 from gauge.census_engine import CensusError
 from rmsgauge import atomic_write_json, check_output_file, parse_float_list, seed_everything
-from rmsgauge.cli import EXIT_FAILURE, EXIT_USAGE, one_line
+from rmsgauge.cli import EXIT_FAILURE, EXIT_USAGE, check_outputs_against_inputs, make_parser, one_line
 
 # tiny sizes for a class name: a few layers, several heads with fewer key/value heads (GQA), small vocabulary
 HF_TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -50,8 +50,7 @@ PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is not a ter
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m gauge census", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = make_parser("python -m gauge census", __doc__)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", metavar="PKG.MODULE:FACTORY", help="a callable returning (model, batch|loss_fn)")
     src.add_argument("--hf", metavar="PATH_OR_CLASS",
@@ -251,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.json:
             check_output_file("--json", args.json)
+            hf_path = args.hf if args.hf and Path(args.hf).exists() else None
+            check_outputs_against_inputs({"--weights": args.weights, "--hf": hf_path}, {"--json": args.json})
         if args.weights and not args.hf:
             raise ValueError("--weights needs --hf")
         if args.model:
@@ -262,13 +263,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                      partition=not args.no_partition, own_eps=not args.no_eps, seed=args.seed, mode=args.mode,
                      progress=None if args.quiet else progress_printer(), inplace=bool(args.hf),
                      measure_eps_loss=args.eps_loss_measured)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("python -m gauge census: interrupted", file=sys.stderr)
+        return 130
     except CensusError as e:
+        if args.debug:
+            raise
         print(f"error: cannot analyse {source}: {one_line(e)}", file=sys.stderr)
         return EXIT_FAILURE
     except ValueError as e:
+        if args.debug:
+            raise
         print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # the model's own code failed: one line, never a traceback
+        if args.debug:
+            raise
         print(f"error: cannot analyse {source}: the model failed ({type(e).__name__}: {one_line(e)[:300]})",
               file=sys.stderr)
         return EXIT_FAILURE
