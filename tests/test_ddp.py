@@ -24,9 +24,9 @@ import torch.multiprocessing as mp
 from lm.checkpoint import load_checkpoint
 from lm.dense import DenseConfig
 from lm.train import TrainConfig, read_log, train
-from studies.train import monitor_hooks
 from rmsgauge import tolerance
 from rmsgauge.corpus import bundled_corpus_files
+from studies.train import monitor_hooks
 
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
 K_STEPS = 3
