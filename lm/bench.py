@@ -320,8 +320,8 @@ def bench_model(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     """The trainer's step (forward, loss, backward, grad-norm clip, AdamW) per token, GRT vs dense matched in
     parameters, at compare's small preset and at the reference widths."""
     from grt_model.model import GRT
-    from lm.sizing import n_params
     from lm.dense import DenseTransformer
+    from lm.sizing import n_params
 
     dt = cfg.torch_dtype()
     rows = []
