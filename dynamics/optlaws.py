@@ -214,6 +214,10 @@ def steps_to_equilibrium(law: Law, st: GroupStats, band: float) -> tuple[float, 
         return sf.adamw_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
     if st.fresh and law.kind == "lion":
         return sf.lion_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
+    if law.kind == "muon" and law.momentum > 0.0:
+        # the build-up of Muon's momentum has no closed form (the q^(2t) approach said 72 steps where a float64
+        # simulation took 116): no prediction rather than a wrong one; the measured norms are still logged
+        return None
     t = sf.steps_to_equilibrium(st.x0, x_star, law.d, band)
     return t, t
 
