@@ -249,6 +249,12 @@ def coupled_projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int 
     """Per block: the per-head Jacobians ``[n, heads, w, w]`` of the projections in :data:`COUPLED` (Q, K, V, O,
     mixer) at ``n`` held-out tokens -- the determinant-sign measurement alone, without the FFN's ``D x D``
     Jacobians that :func:`grt_jacobians` adds for signal propagation."""
+    return _projection_jacobians(model, ids, jac_tokens, cache, ("qkv", "o", "mixer"), ffn=False)
+
+
+def _projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | None,
+                          names: tuple[str, ...], ffn: bool) -> list[dict[str, torch.Tensor]]:
+    """Per block, the per-head Jacobians of the cascades ``names`` (and the FFN sublayer's when ``ffn``)."""
     rec = grt_record(model, ids, cache)
     m, tr = rec["model"], rec["trace"]
     out = []
@@ -256,10 +262,14 @@ def coupled_projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int 
         inp = projection_inputs(blk, bt)
         sel = jacobian_token_index(inp["qkv"][1].shape[0], jac_tokens)
         js: dict[str, torch.Tensor] = {}
-        for name in ("qkv", "o", "mixer"):
+        for name in names:
             c, x = inp[name]
-            J = cascade_head_jacobians(c, x[sel] if c.has_coupling else x[sel[:1]])  # (n, H, w, w)
+            # (n, H, w, w); a coupling-off cascade is linear: its one matrix serves every token
+            J = cascade_head_jacobians(c, x[sel] if c.has_coupling else x[sel[:1]])
             js.update(split_qkv(J, m.config.n_heads) if name == "qkv" else {name: J})
+        if ffn:
+            z = bt.ffn_in.reshape(-1, bt.ffn_in.shape[-1])[sel]  # (n, D)
+            js["ffn"] = ffn_jacobian(blk, z)  # (n, D, D)
         out.append(js)
     return out
 
@@ -289,21 +299,8 @@ def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | 
     whole FFN sublayer's ``[n, D, D]`` (cached: signal propagation and the det sign share them)."""
 
     def run() -> list[dict[str, torch.Tensor]]:
-        rec = grt_record(model, ids, cache)
-        m, tr = rec["model"], rec["trace"]
-        out = []
-        for blk, bt in zip(m.blocks, tr.blocks):
-            inp = projection_inputs(blk, bt)
-            sel = jacobian_token_index(inp["qkv"][1].shape[0], jac_tokens)
-            js: dict[str, torch.Tensor] = {}
-            for name, (c, x) in inp.items():
-                # (n, H, w, w); a coupling-off cascade is linear: its one matrix serves every token
-                J = cascade_head_jacobians(c, x[sel] if c.has_coupling else x[sel[:1]])
-                js.update(split_qkv(J, m.config.n_heads) if name == "qkv" else {name: J})
-            z = bt.ffn_in.reshape(-1, bt.ffn_in.shape[-1])[sel]  # (n, D)
-            js["ffn"] = ffn_jacobian(blk, z)  # (n, D, D)
-            out.append(js)
-        return out
+        names = ("qkv", "o", "mixer", "ffn_expand", "ffn_contract")
+        return _projection_jacobians(model, ids, jac_tokens, cache, names, ffn=True)
 
     return memo(cache, ("grt_jac", id(model), jac_tokens), run)
 
