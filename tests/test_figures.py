@@ -100,7 +100,7 @@ def test_figure_names_follow_the_claim_id_convention():
     """A figure's stem is the claim id it is evidence for where there is one; otherwise a ``fig_`` name."""
     for name, spec in load_all().items():
         pkg, _, rest = name.partition(".")
-        assert pkg in ("gauge", "dynamics", "grt") and rest.replace("_", "").isalnum(), name
+        assert pkg in ("gauge", "dynamics", "grt", "studies") and rest.replace("_", "").isalnum(), name
         assert name in spec.claims or rest.startswith("fig_"), name
         assert spec.source in ("gauge text", "GRT text")
 
