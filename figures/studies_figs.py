@@ -11,7 +11,7 @@ r"""Figures of the GRT experiment grid (:mod:`studies.experiments`), drawn from 
 
 Each reads ``results/grt-experiments/runs.json`` (and ``logs/`` for the trajectories): a view of committed
 results, never a rerun (not in the ``--quick`` set: a group with no record yet is "unavailable"; their determinism
-is tested on synthetic records, ``tests/test_studies_figs.py``).  A figure whose runs are not recorded yet says so in its caption.
+is tested on synthetic records, ``tests/test_studies_figs.py``).
 """
 
 from __future__ import annotations
