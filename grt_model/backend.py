@@ -65,8 +65,11 @@ class BackendSettings:
     ffn_tile_tokens: int = 128  # the fused FFN
     scratch_bytes: int = 3 << 19  # per-thread backward scratch (1.5 MB); past it: checkpointed segments
     backward: str = "auto"  # coupling-off backward: "auto" inverts stages (drift-checked, else stores); "store"
-    auto_min_tokens: int = 1024  # "auto" runs eager below this many tokens (small calls gain little, and never
-    # pay the kernels' one-time compile, ~1 min per dtype, cached on disk afterwards)
+    auto_min_tokens: int = 512  # "auto" runs eager below this many tokens: small calls (sampling, tiny tests) never
+    # pay the kernels' one-time compile (~1 min per dtype, cached on disk afterwards).  Measured (issue 21, shipped
+    # widths, fwd+bwd, 1 thread): fused beats eager from 64 tokens on (Q/K/V 4x, FFN 6x; the mixer at parity below
+    # 256); 512 keeps a two-process data-parallel shard of the trainer's 16 x 64 batch on the kernels (it was 1024:
+    # each torchrun rank ran its cascades eager, 6x slower)
     auto_min_stages: int = 1  # "auto" runs cascades of fewer stages eager
     angle_bytes_per_token: int = 6144  # coupled cascades: bytes per token of per-stage angle nudges the forward
     # may keep for the backward (the last stages first).  A kept stage skips its coupling GEMM in the backward's

@@ -19,7 +19,8 @@ process-wide default for ``"auto"`` is ``$GRT_CASCADE_BACKEND``), :class:`~grt_m
 and :class:`~grt_model.backend.KernelRuntime` (the shared one unless given): no module-level mutable state.
 Where the kernels cannot be imported (no numba) or compiled, the runtime logs one notice (logger
 ``grt_model.fused``, level WARNING) and runs eager from then on.  The kernels compile on first use (about a
-minute for both dtypes) and are cached next to the module (numba ``cache=True``).  Threads:
+minute for both dtypes) and are cached on disk by numba, keyed on a hash of *every* kernel source
+(:mod:`grt_model.kernels_jit`: an edit to any ``kernels_*.py`` recompiles every kernel).  Threads:
 ``torch.get_num_threads()`` chunks of tiles run on the runtime's worker threads (the kernels release the
 GIL); parameter gradients are summed in chunk order, so results are deterministic for a given thread count.
 

@@ -65,8 +65,8 @@ from grt_model.kernels_coupled import (
     _features,
 )
 from grt_model.kernels_gelu import _gelu, _gelu_apply, _gelu_bwd, _gelu_drift, _gelu_pdf
+from grt_model.kernels_jit import kernel
 from grt_model.kernels_math import (  # the scalar helpers are re-exported: tests check them against math
-    _JIT,
     cdf_pdf_fast32,
     cos_small32,
     erf_fast32,
@@ -93,7 +93,7 @@ from grt_model.kernels_rotate import (
 # ---------------------------------------------------------------------------------------------------
 
 
-@nb.njit(**_JIT)
+@kernel
 def rot_cascade_fwd(x, out, i0, i1, cf, tt, tile_lo, tile_hi):
     """Coupling-off ``out = C(x)`` over tiles ``[tile_lo, tile_hi)``; ``cf [H, S, P, 4]``; ``x [N, Hin*W]`` with
     ``Hin`` dividing ``H`` (cascade head ``h`` reads input head ``h % Hin``), ``out [N, H*W]``."""
@@ -112,7 +112,7 @@ def rot_cascade_fwd(x, out, i0, i1, cf, tt, tile_lo, tile_hi):
             _store(buf, n0, cnt, h * W, W, out)
 
 
-@nb.njit(**_JIT)
+@kernel
 def rot_cascade_bwd(x, gy, gx, i0, i1, cf, icf, tt, seg, drift_tol, try_inv, tile_lo, tile_hi, gm):
     """Backward of :func:`rot_cascade_fwd` over tiles ``[tile_lo, tile_hi)``: per tile and head, run the stages
     forward, then walk back *inverting* each stage (no stored activations); if the recovered input drifts from
@@ -160,7 +160,7 @@ def rot_cascade_bwd(x, gy, gx, i0, i1, cf, icf, tt, seg, drift_tol, try_inv, til
     return stored
 
 
-@nb.njit(**_JIT)
+@kernel
 def coupled_cascade_fwd(x, out, i0, i1, th, cs, sn, sc, wt, exact, tiny, tt, keep, rec, tile_lo, tile_hi):
     """Coupling-on ``out = C(x)``; parameters per head ``th, cs, sn [H, S, P]`` (angle, cos, sin),
     ``sc [H, S, P, 2]`` (scales), ``wt [H, S, P, 4P]`` (the coupling transposed).  The last ``keep`` stages
@@ -189,7 +189,7 @@ def coupled_cascade_fwd(x, out, i0, i1, th, cs, sn, sc, wt, exact, tiny, tt, kee
             _store(buf[S % 2], n0, cnt, h * W, W, out)
 
 
-@nb.njit(**_JIT)
+@kernel
 def coupled_cascade_bwd(x, rec, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, tiny, tt, seg, keep, tile_lo,
                         tile_hi, gth, gsc, gw):
     """Backward of :func:`coupled_cascade_fwd`: per tile and head, rebuild the stage inputs (a kept stage from
@@ -265,7 +265,7 @@ def coupled_cascade_bwd(x, rec, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, ti
 # ---------------------------------------------------------------------------------------------------
 
 
-@nb.njit(**_JIT)
+@kernel
 def ffn_fwd(z, out, ei0, ei1, ecf, eact, ci0, ci1, ccf, cact, exact, save, cdf_all, tt, tile_lo, tile_hi):
     """``out = Pi C2(RadialGELU(C1(Pi^T z)))``.  ``eact [S1, P]`` marks the expand pairs that can be nonzero
     (the zero padding stays zero through the first stages); ``cact [S2, P]`` the contract pairs that reach
@@ -292,7 +292,7 @@ def ffn_fwd(z, out, ei0, ei1, ecf, eact, ci0, ci1, ccf, cact, exact, save, cdf_a
         _store(buf, n0, cnt, 0, dout, out)
 
 
-@nb.njit(**_JIT)
+@kernel
 def ffn_bwd(z, cdf_all, gy, gz, ei0, ei1, ecf, eicf, eact, ci0, ci1, ccf, cicf, cact, exact, tt, seg, drift_tol,
             try_inv, tile_lo, tile_hi, egm, cgm):
     """Backward of :func:`ffn_fwd`: per tile, re-run the forward (the GELU from its saved ``Phi``), then

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-from grt_model.kernels_math import _JIT, cos_small32, sin_small32, tanh_fast32
+from grt_model.kernels_jit import kernel
+from grt_model.kernels_math import cos_small32, sin_small32, tanh_fast32
 
 
-@nb.njit(**_JIT)
+@kernel
 def _gather(src, i0s, i1s, X):
     """The stage's pairs, pair-major: ``X[0, p] = src[i0[p]]``, ``X[1, p] = src[i1[p]]`` (``X [2, P, tt]``).
     Every later loop of the stage then runs over distinct contiguous arrays: LLVM checks their overlap once
@@ -28,7 +28,7 @@ def _gather(src, i0s, i1s, X):
             X1[p, t] = src[r1, t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _features(X, tiny, F, M):
     """The Clifford features of the gathered pairs ``X [2, P, tt]`` into ``F [4P, tt]`` and
     ``M [3, tt]`` = (1/m, 1/sqrt(m), whether m is above its floor)."""
@@ -67,7 +67,7 @@ def _features(X, tiny, F, M):
         F[4 * P - 1, t] = (X0[P - 1, t] * X1[0, t] - X1[P - 1, t] * X0[0, t]) * m0[t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _nudge(wt, F, exact, Z, D):
     """``D = tanh(W^T F)`` (``wt [P, 4P]``, the coupling transposed): the tile's angle nudges ``[P, tt]``; the
     product is one BLAS call into the preallocated ``Z``."""
@@ -83,7 +83,7 @@ def _nudge(wt, F, exact, Z, D):
                 D[p, t] = tanh_fast32(Z[p, t])
 
 
-@nb.njit(**_JIT)
+@kernel
 def _trig(D, th, cs, sn, exact, T):
     """From the nudges ``D [P, tt]``: ``T [3, P, tt]`` = (cos, sin of the used angle theta + delta,
     1 - tanh^2).  The forward and the backward's rebuild both call this, so a rebuilt stage computes
@@ -114,7 +114,7 @@ def _trig(D, th, cs, sn, exact, T):
                 DD[p, t] = np.float32(1.0) - D[p, t] * D[p, t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _rotate_scatter(X, T, sc, i0s, i1s, Y, dst):
     """``dst[i0, i1] = D R(theta + delta) (x0, x1)`` per pair (``Y [2, P, tt]`` scratch)."""
     P = X.shape[1]
@@ -142,7 +142,7 @@ def _rotate_scatter(X, T, sc, i0s, i1s, Y, dst):
             dst[r1, t] = Y1[p, t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M, Y, Z, D):
     """Coupling-on stage ``src -> dst`` (different arrays): gather the pairs, features, the nudges
     ``D = tanh(W^T F)`` (kept by the caller when it stores them), the rotation.  Leaves the stage's records
@@ -154,7 +154,7 @@ def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M,
     _rotate_scatter(X, T, sc, i0s, i1s, Y, dst)
 
 
-@nb.njit(**_JIT)
+@kernel
 def _cstage_replay(src, dst, i0s, i1s, th, cs, sn, sc, exact, X, T, Y, D):
     """A coupled stage from its kept nudges ``D``: no features, no coupling GEMM (the backward's rebuild)."""
     _gather(src, i0s, i1s, X)
@@ -162,7 +162,7 @@ def _cstage_replay(src, dst, i0s, i1s, th, cs, sn, sc, exact, X, T, Y, D):
     _rotate_scatter(X, T, sc, i0s, i1s, Y, dst)
 
 
-@nb.njit(**_JIT)
+@kernel
 def _cstage_bwd(g, i0s, i1s, sc, w, X, F, T, M, Gb, GZ, accm, gf, dw, gth, gsc, gw):
     r"""Backward of :func:`_cstage_fwd` from its records, in place on ``g`` (pair-major as there; ``Gb [2, P, tt]``,
     ``GZ [P, tt]``, ``accm [tt]``, ``gf [4P, tt]``, ``dw [4P, P]`` scratch).

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-from grt_model.kernels_math import _JIT, cdf_pdf_exact, cdf_pdf_fast32
+from grt_model.kernels_jit import kernel
+from grt_model.kernels_math import cdf_pdf_exact, cdf_pdf_fast32
 
 
-@nb.njit(**_JIT)
+@kernel
 def _gelu(buf, ev, od, exact, rec):
     """RadialGELU in place on the adjacent pairs ``(ev[q], od[q]) = (2q, 2q+1)``: ``x <- Phi(r) x``; records
     ``rec[0] = Phi`` and ``rec[1] = phi(r)/r`` (0 at r = 0) for the backward.  The float32 path takes r and 1/r
@@ -44,7 +44,7 @@ def _gelu(buf, ev, od, exact, rec):
             buf[i1, t] = cdf * buf[i1, t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _gelu_pdf(h, ev, od, exact, rec):
     """``rec[1] = phi(r)/r`` (0 at r = 0) from the GELU input ``h``, exactly as :func:`_gelu` computes it (the
     backward recomputes it rather than keep it: half the FFN's saved memory)."""
@@ -69,7 +69,7 @@ def _gelu_pdf(h, ev, od, exact, rec):
                 rec[1, q, t] = pdf * ir
 
 
-@nb.njit(**_JIT)
+@kernel
 def _gelu_apply(buf, ev, od, rec):
     """``x <- Phi x`` in place from recorded ``Phi`` (the backward's recompute: no transcendental)."""
     tt = buf.shape[1]
@@ -82,7 +82,7 @@ def _gelu_apply(buf, ev, od, rec):
             buf[i1, t] = cdf * buf[i1, t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _gelu_drift(x, h, ev, od, rec):
     """``(||x - Phi h||, ||Phi h||)``: the contract inversion's drift against the recorded GELU output."""
     err = 0.0
@@ -97,7 +97,7 @@ def _gelu_drift(x, h, ev, od, rec):
     return math.sqrt(err), math.sqrt(mag)
 
 
-@nb.njit(**_JIT)
+@kernel
 def _gelu_bwd(g, xs, ev, od, rec, tmp):
     """``g <- Phi g + (phi/r) (g . x) x`` per pair (the Jacobian ``Phi I + phi x x^T / r`` is symmetric);
     ``tmp [tt]`` scratch (split loops: see :func:`_gelu`)."""

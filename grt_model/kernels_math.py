@@ -1,19 +1,13 @@
-r"""Numba settings and the straight-line scalar helpers (float32 polynomials for tanh, erf, exp, sin, cos;
+r"""The straight-line scalar helpers (float32 polynomials for tanh, erf, exp, sin, cos;
 the design and the error bounds are in :mod:`grt_model.fused_kernels`)."""
 
 from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-# contract: FMA fusion (IEEE-allowed, more accurate); reassoc: lets LLVM vectorize the per-tile parameter-gradient
-# sums (a float reduction is only vectorized when its order may change). No nnan/ninf: NaN and inf still propagate.
-_JIT = {"cache": True, "nogil": True, "fastmath": {"contract", "reassoc"}, "error_model": "numpy"}
-# scalar helpers are inlined at numba-IR level: a call left to LLVM's inliner carries numba's status-code
-# convention into the loop and blocks its vectorization
-_INLINE = {**_JIT, "inline": "always"}
+from grt_model.kernels_jit import inline_kernel
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -40,7 +34,7 @@ _COS32 = tuple(np.float32((-1.0) ** k / math.factorial(2 * k)) for k in range(7)
 # ---------------------------------------------------------------------------------------------------
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def exp_neg(u):
     """:math:`e^{-u}` for ``u`` in [0, 40] (callers clamp), float64: Taylor at u/64, then six squarings."""
     w = u * 0.015625  # the coefficients carry the alternating sign
@@ -55,7 +49,7 @@ def exp_neg(u):
     return p * p
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def tanh_rational(a):
     """``(numerator, denominator)`` of the tanh fit at ``0 <= a <= 9`` (float64)."""
     q = a * a
@@ -64,14 +58,14 @@ def tanh_rational(a):
     return num, den
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def tanh_fast32(z):
     """float32 tanh: the fitted rational in float64, its one division in float32."""
     num, den = tanh_rational(min(abs(np.float64(z)), _TANH_CLAMP))
     return math.copysign(np.float32(num) / np.float32(den), np.float32(z))
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def erf_rational(c):
     """``(numerator, denominator)`` of the erf fit at ``0 <= c <= 4`` (float64)."""
     q = c * c
@@ -81,7 +75,7 @@ def erf_rational(c):
     return num, den
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def erf_fast32(x):
     """float32 erf on ``x >= 0``: the fitted rational, its one division in float32; 1 beyond 4."""
     num, den = erf_rational(min(x, _ERF_CLAMP))
@@ -89,20 +83,20 @@ def erf_fast32(x):
     return np.float32(1.0) if x >= _ERF_CLAMP else e
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def sin_small32(d):
     q = d * d
     return d * (_SIN32[0] + q * (_SIN32[1] + q * (_SIN32[2] + q * (_SIN32[3] + q * (_SIN32[4] + q * _SIN32[5])))))
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def cos_small32(d):
     q = d * d
     return _COS32[0] + q * (_COS32[1] + q * (_COS32[2] + q * (_COS32[3] + q * (_COS32[4] + q * (
         _COS32[5] + q * _COS32[6])))))
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def cdf_pdf_fast32(r):
     """``(Phi(r), phi(r))`` in float32 for a float32 ``r >= 0``."""
     rd = np.float64(r)
@@ -110,7 +104,7 @@ def cdf_pdf_fast32(r):
     return cdf, np.float32(exp_neg(min(0.5 * rd * rd, 40.0)) * _INV_SQRT_2PI)
 
 
-@nb.njit(**_INLINE)
+@inline_kernel
 def cdf_pdf_exact(r):
     return 0.5 * (1.0 + math.erf(r * _INV_SQRT2)), math.exp(-0.5 * r * r) * _INV_SQRT_2PI
 

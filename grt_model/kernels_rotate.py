@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
 import numpy as np
 
-from grt_model.kernels_math import _JIT
+from grt_model.kernels_jit import kernel
 
 # ---------------------------------------------------------------------------------------------------
 # Tile moves: token-major rows <-> coordinate-major tile buf[i, t]
 # ---------------------------------------------------------------------------------------------------
 
 
-@nb.njit(**_JIT)
+@kernel
 def _load(x, n0, cnt, col0, ncols, buf):
     """``buf[:ncols, :cnt] = x[n0:n0+cnt, col0:col0+ncols].T``; tokens past ``cnt`` are zero (a partial tile)."""
     tt = buf.shape[1]
@@ -27,21 +26,21 @@ def _load(x, n0, cnt, col0, ncols, buf):
             buf[i, t] = 0.0
 
 
-@nb.njit(**_JIT)
+@kernel
 def _zero_rows(buf, lo, hi):
     for i in range(lo, hi):
         for t in range(buf.shape[1]):
             buf[i, t] = 0.0
 
 
-@nb.njit(**_JIT)
+@kernel
 def _store(buf, n0, cnt, col0, ncols, y):
     for t in range(cnt):
         for i in range(ncols):
             y[n0 + t, col0 + i] = buf[i, t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _store_add(buf, n0, cnt, col0, ncols, y):
     """``y[n0:n0+cnt, col0:col0+ncols] += buf[:ncols, :cnt].T`` (an input head shared by several cascade heads)."""
     for t in range(cnt):
@@ -54,14 +53,14 @@ def _store_add(buf, n0, cnt, col0, ncols, y):
 # ---------------------------------------------------------------------------------------------------
 
 
-@nb.njit(**_JIT)
+@kernel
 def _copy(src, dst):
     for i in range(src.shape[0]):
         for t in range(src.shape[1]):
             dst[i, t] = src[i, t]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _rot(buf, i0s, i1s, cf, act):
     """Coupling-off stage in place, with each pair's 2x2 map ``cf[p] = (a, b, c, d)`` (rows of
     :math:`D R(\\theta)`): ``x0 <- a x0 + b x1``, ``x1 <- c x0 + d x1``.  Pairs with ``act[p] == 0`` are
@@ -83,7 +82,7 @@ def _rot(buf, i0s, i1s, cf, act):
             buf[i1, t] = c * x0 + d * x1
 
 
-@nb.njit(**_JIT)
+@kernel
 def _rot_to(src, dst, i0s, i1s, cf, act):
     """:func:`_rot` out of place (the storing path keeps every stage input); skipped pairs are copied."""
     tt = src.shape[1]
@@ -106,7 +105,7 @@ def _rot_to(src, dst, i0s, i1s, cf, act):
             dst[i1, t] = c * x0 + d * x1
 
 
-@nb.njit(**_JIT)
+@kernel
 def _rot_bwd(g, xs, i0s, i1s, cf, act, gm):
     """Backward of a stage given its input ``xs``, in place on ``g`` (grad of the output -> of the input):
     ``g <- M^T g`` and ``gm[p] += sum_t g x^T`` (the 2x2 map's gradient, row-major; autograd on the four
@@ -142,7 +141,7 @@ def _rot_bwd(g, xs, i0s, i1s, cf, act, gm):
         gm[p, 3] += s11
 
 
-@nb.njit(**_JIT)
+@kernel
 def _rot_inv_bwd(x, g, i0s, i1s, cf, icf, act, gmt):
     """The inversion backward of a stage, in place on both buffers: ``x`` goes from the stage's output to its
     input by ``M^{-1} = R^T D^{-1}`` (``icf``), ``g`` from the output's gradient to the input's, and
@@ -188,7 +187,7 @@ def _rot_inv_bwd(x, g, i0s, i1s, cf, icf, act, gmt):
         gmt[p, 3] = s11
 
 
-@nb.njit(**_JIT)
+@kernel
 def _add_live(gmt, gm, act):
     """``gm += gmt`` on the live pairs of every stage (``gmt, gm [S, P, 4]``, ``act [S, P]``)."""
     for s in range(gmt.shape[0]):
@@ -198,19 +197,19 @@ def _add_live(gmt, gm, act):
                     gm[s, p, k] += gmt[s, p, k]
 
 
-@nb.njit(**_JIT)
+@kernel
 def _stages_fwd(buf, i0, i1, cf, act):
     for s in range(cf.shape[0]):
         _rot(buf, i0[s], i1[s], cf[s], act[s])
 
 
-@nb.njit(**_JIT)
+@kernel
 def _stages_inv_bwd(x, g, i0, i1, cf, icf, act, gmt):
     for s in range(cf.shape[0] - 1, -1, -1):
         _rot_inv_bwd(x, g, i0[s], i1[s], cf[s], icf[s], act[s], gmt[s])
 
 
-@nb.njit(**_JIT)
+@kernel
 def _stages_bwd_store(xin, g, i0, i1, cf, act, seg, ck, xs, gm):
     """The storing backward of a stage sequence from its input ``xin``: checkpoints every ``seg`` stages,
     each segment re-run keeping its stage inputs (``ck [>= nseg, W, tt]``, ``xs [seg + 1, W, tt]``)."""
@@ -236,7 +235,7 @@ def _stages_bwd_store(xin, g, i0, i1, cf, act, seg, ck, xs, gm):
             _rot_bwd(g, xs[k], i0[s0 + k], i1[s0 + k], cf[s0 + k], act[s0 + k], gm[s0 + k])
 
 
-@nb.njit(**_JIT)
+@kernel
 def _drift(x, ref):
     """``(||x - ref||, ||ref||)`` over a tile (Frobenius norms: sums vectorize, maxima would not)."""
     err = 0.0

@@ -13,6 +13,8 @@ compare across runs on a shared machine):
   dense ``256 -> 1024 -> 256`` FFN with GELU;
 * **block** -- one GRT block (:class:`grt_model.model.GRTBlock`, the reference widths) vs a dense pre-norm
   block (:class:`lm.dense.DenseBlock`) as a training step: forward, backward, AdamW step;
+
+  (these four at the text's widths as listed; ``--widths shipped``: d 128, 4 heads of 32, d_ff 512)
 * **model** -- the trainer's real step (forward, cross-entropy, backward, ``clip_grad_norm_``, AdamW) of a whole
   GRT against the dense model matched in parameters (:func:`lm.sizing.param_matched_width`), at compare's
   small preset (:func:`lm.sizing.grt_config`) and at the reference widths (d 256, 4 heads, d_ff 1024; 2 blocks,
@@ -32,9 +34,20 @@ plus for a coupled stage the features (10 per pair) and the coupling product (:m
 eager backend reads and writes every stage's activation (``2 W`` numbers per stage per token, forward;
 twice that backward), the fused kernels only the cascade's input and output.
 
-Example::
+**trainer** (``--trainer``, :mod:`lm.bench_trainer`) -- whole training runs of ``python -m lm.train``, the GRT
+against its parameter-matched dense model, at the shipped models' shape and at the source text's, at 1 and 2
+threads (``--trainer-parallel``: also two processes of one thread), tokens/s of the steady-state steps.
+
+The targets table lists every ratio with its target and its floor: the roofline's best value of the same
+ratio (for a time ratio ``x dense`` the smallest it can be, for a throughput ratio the largest).  The cases
+live in :mod:`lm.bench_cases` and :mod:`lm.bench_trainer`; this module is the command and its report.
+Every flag and the ``--json`` path are checked before any work (one error line, exit 2).
+
+Examples::
 
     python -m lm.bench --tokens 8192 --repeats 3 --threads 2 --json bench.json
+    python -m lm.bench --trainer --trainer-parallel --only qkvo,mixer,ffn,block --tokens 8192 --repeats 3 \
+        --threads 2 --json results/bench/bench.json      # the README's table (about 10 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -42,320 +55,34 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from rmsgauge import Claim, claims_table, parse_dtype, seed_everything, write_claims_json
+from lm.bench_cases import (  # re-exported: the cases' building blocks are part of this command's interface
+    CASES,
+    IMPLS,
+    WIDTHS,
+    BenchConfig,
+    Row,
+    _log,
+    bench_block,
+    bench_ffn,
+    bench_mixer,
+    bench_model,
+    bench_qkvo,
+    cascade_flops,
+    roofline,
+    saved_bytes,
+)
+from lm.bench_trainer import PARALLEL, SHAPES, SINGLE, TrainerConfig, TrainerRow, format_trainer, ratios, run_trainer
+from rmsgauge import Claim, check_output_file, claims_table, parse_dtype, write_claims_json
 
-CASES = ("roofline", "qkvo", "mixer", "ffn", "block", "model")
-IMPLS = ("reference", "eager", "fused", "dense")
-
-
-@dataclass
-class BenchConfig:
-    tokens: int = 8192  # tokens per timed call (the issue's target size)
-    ref_tokens: int = 8  # the reference cascade multiplies d x d matrices per token: a few tokens suffice
-    repeats: int = 5  # timed repetitions; the median is reported
-    warmup: int = 1  # untimed runs first (the fused kernels compile on first use, then load from disk)
-    threads: int = 0  # 0: torch.get_num_threads()
-    only: tuple[str, ...] = CASES
-    dtype: str = "float32"
-    seed: int = 0
-    block_seq: int = 256  # sequence length of the block benchmark (tokens = batch * block_seq)
-
-    def torch_dtype(self) -> torch.dtype:
-        return getattr(torch, self.dtype)
-
-
-@dataclass
-class Row:
-    case: str
-    impl: str
-    tokens: int
-    fwd_us: float  # per token
-    step_us: float  # forward + backward (block: + optimizer step), per token
-    saved_bytes: float  # per token (block: training memory per token incl. params/grads/AdamW states)
-    flops: float  # forward FLOPs per token
-    floor_us: float  # roofline floor of forward + backward, per token
-    notes: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def _median_time(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
-    """Bytes of the unique tensor storages autograd saves for backward while ``fn()`` runs forward."""
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        st = t.untyped_storage()
-        seen[st.data_ptr()] = st.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    del out
-    return sum(seen.values())
-
-
-# ---------------------------------------------------------------------------------------------------
-# Roofline
-# ---------------------------------------------------------------------------------------------------
-
-
-def roofline(cfg: BenchConfig) -> dict[str, float]:
-    """Streaming copy bandwidth (GB/s, bytes read + written; 64 MB arrays, beyond every cache), the same for
-    arrays that stay in L2 (512 KB; what the fused kernels' tiles stream through), and the dense matmul rate
-    (GFLOP/s, ``1024 x 1024``), all in ``cfg.dtype``."""
-    dt = cfg.torch_dtype()
-    out = {}
-    for key, n, inner in (("copy_GBps", 1 << 24, 1), ("l2_copy_GBps", 1 << 17, 64)):
-        src, dst = torch.randn(n, dtype=dt), torch.empty(n, dtype=dt)
-
-        def copies(src=src, dst=dst, inner=inner):
-            for _ in range(inner):
-                dst.copy_(src)
-
-        out[key] = 2 * n * src.element_size() * inner / _median_time(copies, cfg.repeats, 1) / 1e9
-    a, b = torch.randn(1024, 1024, dtype=dt), torch.randn(1024, 1024, dtype=dt)
-    out["matmul_GFLOPs"] = 2 * 1024**3 / _median_time(lambda: torch.mm(a, b), cfg.repeats, 1) / 1e9
-    return out
-
-
-def _floor_us(flops_fwd: float, bytes_fwdbwd: float, roof: dict[str, float]) -> float:
-    return 1e6 * max(3 * flops_fwd / (roof["matmul_GFLOPs"] * 1e9), bytes_fwdbwd / (roof["copy_GBps"] * 1e9))
-
-
-def cascade_flops(width: int, n_stages: int, heads: int, coupled: bool) -> float:
-    """Forward FLOPs per token of a cascade (the module docstring's count)."""
-    P = width // 2
-    per_pair = 8 + (10 + 8 * P if coupled else 0)  # rotate+scale; features and 2*4P*P / P for the coupling
-    return float(heads * n_stages * P * per_pair)
-
-
-# ---------------------------------------------------------------------------------------------------
-# One cascade case: reference / eager / fused / dense on the same inputs
-# ---------------------------------------------------------------------------------------------------
-
-
-def _time_impl(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, cfg: BenchConfig,
-               repeats: int | None = None) -> tuple[float, float, float]:
-    """(forward s, forward+backward s, saved bytes) for ``run`` on ``x`` (all for ``x``'s tokens)."""
-    reps = cfg.repeats if repeats is None else repeats
-    xg = x.detach().requires_grad_(True)
-
-    def fwd() -> None:
-        with torch.no_grad():
-            run(x)
-
-    def step() -> None:
-        y = run(xg)
-        y.backward(torch.ones_like(y))
-
-    t_fwd = _median_time(fwd, reps, cfg.warmup)
-    t_step = _median_time(step, reps, cfg.warmup)
-    return t_fwd, t_step, saved_bytes(lambda: run(xg))
-
-
-def _case_rows(case: str, impls: dict[str, Callable[[torch.Tensor], torch.Tensor]], flops: dict[str, float],
-               bytes_fwdbwd: dict[str, float], cfg: BenchConfig, roof: dict[str, float],
-               notes: dict[str, str]) -> list[Row]:
-    dt = cfg.torch_dtype()
-    gen = torch.Generator().manual_seed(cfg.seed)
-    width_in = 256
-    x = torch.randn(cfg.tokens, width_in, generator=gen, dtype=dt)
-    rows = []
-    for impl, run in impls.items():
-        n = cfg.ref_tokens if impl == "reference" else cfg.tokens
-        xi = x[:n].contiguous()
-        _log(f"{case}: {impl} at {n} tokens ...")
-        t_fwd, t_step, sb = _time_impl(run, xi, cfg, repeats=min(cfg.repeats, 2) if impl == "reference" else None)
-        rows.append(Row(case, impl, n, 1e6 * t_fwd / n, 1e6 * t_step / n, sb / n, flops[impl],
-                        _floor_us(flops[impl], bytes_fwdbwd[impl], roof), notes.get(impl, "")))
-    return rows
-
-
-def _bench_coupled(case: str, width: int, stages: int, heads: int, cfg: BenchConfig,
-                   roof: dict[str, float]) -> list[Row]:
-    """A coupled cascade (``heads`` x ``stages`` at ``width``, 256 wide in all) against ``nn.Linear(256, 256)``."""
-    from grt_model.cascade import RotationCascade, reference_cascade
-
-    dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
-    seed_everything(cfg.seed)
-    casc = {b: RotationCascade(width, stages, coupling=True, heads=heads, dtype=dt, backend=b)
-            for b in ("eager", "fused")}
-    casc["fused"].load_state_dict(casc["eager"].state_dict())
-    lin = nn.Linear(256, 256, bias=False, dtype=dt)
-    impls = {"reference": lambda x: reference_cascade(casc["eager"], x), "eager": casc["eager"],
-             "fused": casc["fused"], "dense": lin}
-    fl = cascade_flops(width, stages, heads, True)
-    flops = {"reference": fl, "eager": fl, "fused": fl, "dense": 2.0 * 256 * 256}
-    act = 256 * item  # one activation of the (head-stacked) token
-    # eager paths read and write every stage's activation; fused and dense touch input and output only
-    byts = {"reference": 3 * stages * 2 * act, "eager": 3 * stages * 2 * act, "fused": 3 * 2 * act,
-            "dense": 3 * 2 * act}
-    return _case_rows(case, impls, flops, byts, cfg, roof, {})
-
-
-def bench_qkvo(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
-    return _bench_coupled("qkvo", 64, 11, 4, cfg, roof)  # 4 heads x 11 stages at d_head 64
-
-
-def bench_mixer(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
-    return _bench_coupled("mixer", 256, 1, 1, cfg, roof)  # 1 stage across the whole d_model
-
-
-def bench_ffn(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
-    from grt_model.cascade import RotationCascade
-    from grt_model.fused import fused_ffn
-
-    dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
-    seed_everything(cfg.seed)
-    expand = RotationCascade(1024, 21, coupling=False, dtype=dt)
-    contract = RotationCascade(1024, 21, coupling=False, dtype=dt)
-    up = nn.Linear(256, 1024, bias=False, dtype=dt)
-    down = nn.Linear(1024, 256, bias=False, dtype=dt)
-    impls = {"eager": lambda x: fused_ffn(x, expand, contract, 256, backend="eager"),
-             "fused": lambda x: fused_ffn(x, expand, contract, 256, backend="fused"),
-             "dense": lambda x: down(F.gelu(up(x)))}
-    fl = 2 * cascade_flops(1024, 21, 1, False)
-    flops = {"eager": fl, "fused": fl, "dense": 2.0 * 2 * 256 * 1024}
-    act = 1024 * item
-    byts = {"eager": 3 * 42 * 2 * act, "fused": 3 * 2 * 256 * item, "dense": 3 * 2 * (256 + 1024) * item}
-    rows = _case_rows("ffn", impls, flops, byts, cfg, roof, {})
-    rows.insert(0, Row("ffn", "reference", 0, math.nan, math.nan, math.nan, fl, math.nan,
-                       "not run: at width 1024 the explicit-matrix reference costs ~1 TFLOP per stage per token"))
-    return rows
-
-
-# ---------------------------------------------------------------------------------------------------
-# The block training step
-# ---------------------------------------------------------------------------------------------------
-
-
-def bench_block(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
-    try:
-        from grt_model.config import GRTConfig
-        from grt_model.model import GRTBlock
-    except ImportError as e:  # the GRT model is built by another issue; the rest of the bench stands alone
-        return [Row("block", "grt", 0, math.nan, math.nan, math.nan, math.nan, math.nan, f"GRTBlock unavailable: {e}")]
-    from lm.dense import DenseBlock, DenseConfig
-
-    dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
-    T = min(cfg.block_seq, cfg.tokens)
-    B = max(1, cfg.tokens // T)
-    n = B * T
-    gcfg = GRTConfig(block_size=T)
-    dcfg = DenseConfig(d_model=gcfg.d_model, n_heads=gcfg.n_heads, d_ff=gcfg.d_ff, block_size=T)
-    seed_everything(cfg.seed)
-    blocks = {"grt": GRTBlock(gcfg, dtype=dt), "dense": DenseBlock(dcfg).to(dt)}
-    x = torch.randn(B, T, gcfg.d_model, generator=torch.Generator().manual_seed(cfg.seed), dtype=dt)
-    # forward FLOPs per token: projections/FFN as counted above, attention 4 T d / 2 (causal, scores + values)
-    attn = 2.0 * T * gcfg.d_model
-    grt_fl = (4 * cascade_flops(gcfg.d_head, gcfg.qkvo_stages, gcfg.n_heads, True)
-              + cascade_flops(gcfg.d_model, gcfg.mixer_stages, 1, True)
-              + 2 * cascade_flops(gcfg.d_ff, gcfg.ffn_stages, 1, False) + attn)
-    dense_fl = 4 * 2.0 * gcfg.d_model**2 + 2 * 2.0 * gcfg.d_model * gcfg.d_ff + attn
-    rows = []
-    for name, blk in blocks.items():
-        _log(f"block: {name} training step at {n} tokens ({B} x {T}) ...")
-        opt = torch.optim.AdamW(blk.parameters(), lr=1e-4)
-
-        def fwd(blk=blk):
-            with torch.no_grad():
-                blk(x)
-
-        def step(blk=blk, opt=opt):
-            opt.zero_grad(set_to_none=True)
-            blk(x).square().mean().backward()
-            opt.step()
-
-        t_fwd = _median_time(fwd, cfg.repeats, cfg.warmup)
-        t_step = _median_time(step, cfg.repeats, cfg.warmup)
-        params = sum(p.numel() for p in blk.parameters()) * item
-        saved = saved_bytes(lambda blk=blk: blk(x))
-        fl = dense_fl if name == "dense" else grt_fl
-        rows.append(Row("block", name, n, 1e6 * t_fwd / n, 1e6 * t_step / n, (saved + 4 * params) / n, fl,
-                        _floor_us(fl, 0.0, roof),
-                        "training memory = saved activations + params, grads, 2 AdamW moments",
-                        {"saved_bytes_per_token": saved / n, "param_bytes": params}))
-    return rows
-
-
-def _model_pair(preset: str, seq: int):
-    """``(GRT config, dense config)`` of one preset: the GRT and the dense model matched to its parameters."""
-    from grt_model.config import GRTConfig
-    from grt_model.model import GRT
-    from lm.sizing import dense_family, grt_config, n_params, param_matched_width
-
-    if preset == "small":
-        gcfg = grt_config()
-    else:  # the reference widths, shallow, on bytes
-        gcfg = GRTConfig.small(d_model=256, n_heads=4, n_blocks=2, d_ff=1024, block_size=seq)
-    return gcfg, dense_family(gcfg, param_matched_width(gcfg, n_params(GRT(gcfg))))
-
-
-def bench_model(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
-    """The trainer's step (forward, loss, backward, grad-norm clip, AdamW) per token, GRT vs dense matched in
-    parameters, at compare's small preset and at the reference widths."""
-    from grt_model.model import GRT
-    from lm.dense import DenseTransformer
-    from lm.sizing import n_params
-
-    dt = cfg.torch_dtype()
-    rows = []
-    for preset in ("small", "reference"):
-        gcfg, dcfg = _model_pair(preset, cfg.block_seq)
-        T = gcfg.block_size
-        B = max(1, cfg.tokens // T)
-        ids = torch.randint(0, 256, (B, T + 1), generator=torch.Generator().manual_seed(cfg.seed))
-        x, y = ids[:, :-1], ids[:, 1:]
-        for impl in ("grt", "dense"):
-            seed_everything(cfg.seed)
-            model = GRT(gcfg, dtype=dt) if impl == "grt" else DenseTransformer(dcfg).to(dt)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-            _log(f"model: {preset} {impl} ({n_params(model):,} parameters) training step at {B} x {T} ...")
-
-            def step(model=model, opt=opt, x=x, y=y):
-                _, loss = model(x, y)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            def fwd(model=model, x=x, y=y):
-                with torch.no_grad():
-                    model(x, y)
-
-            n = B * T
-            t_fwd = _median_time(fwd, cfg.repeats, cfg.warmup)
-            t_step = _median_time(step, cfg.repeats, cfg.warmup)
-            rows.append(Row(f"model-{preset[:3]}", impl, n, 1e6 * t_fwd / n, 1e6 * t_step / n, math.nan, math.nan,
-                            math.nan, f"{n_params(model):,} params, d {getattr(model.config, 'd_model', 0)}",
-                            {"params": n_params(model), "d_model": model.config.d_model}))
-    return rows
-
+__all__ = ["CASES", "IMPLS", "TARGETS", "WIDTHS", "BenchConfig", "Row", "bench_block", "bench_ffn", "bench_mixer",
+           "bench_model", "bench_qkvo", "cascade_flops", "claims_and_floors", "claims_from", "format_table", "main",
+           "roofline", "run", "saved_bytes", "targets_table"]
 
 # ---------------------------------------------------------------------------------------------------
 # Report
@@ -369,7 +96,7 @@ def _ratio(rows: list[Row], case: str, num: str, den: str, attr: str = "step_us"
     return getattr(r[num], attr) / getattr(r[den], attr)
 
 
-TARGETS = {  # the issue's targets (issue 11): id -> (target, "le" | "ge")
+TARGETS = {  # the issues' targets (11, 21): id -> (target, "le" | "ge")
     "bench.fused_vs_reference": (20.0, "ge"),
     "bench.qkvo_vs_dense": (3.5, "le"),
     "bench.mixer_vs_dense": (2.0, "le"),
@@ -377,6 +104,8 @@ TARGETS = {  # the issue's targets (issue 11): id -> (target, "le" | "ge")
     "bench.block_step_vs_dense": (0.6, "ge"),
     "bench.model_step_vs_dense": (0.6, "ge"),
     "bench.peak_memory_vs_dense": (1.5, "le"),
+    "bench.trainer_shipped_vs_dense": (0.6, "ge"),
+    "bench.trainer_text_vs_dense": (0.6, "ge"),
 }
 
 
@@ -386,57 +115,110 @@ def _best(rows: list[Row], case: str, impls: tuple[str, ...] = ("fused", "eager"
     return min(r, key=lambda k: r[k].step_us) if r else impls[0]
 
 
-def claims_from(rows: list[Row], dtype: str) -> list[Claim]:
-    """The issue's targets as claim records (``stated`` = the target, ``measured`` = this run's ratio,
-    ``holds`` = the target met)."""
-    out = []
+class _Claims:
+    """Collects the target claims and, apart (``floors``: claim id -> value), the roofline's best value of each
+    claim's ratio."""
 
-    def add(cid: str, statement: str, measured: float, details: dict[str, Any]) -> None:
+    def __init__(self, dtype: str) -> None:
+        self.dtype, self.out, self.floors = dtype, [], {}
+
+    def add(self, cid: str, statement: str, measured: float, details: dict[str, Any], floor: float = math.nan
+            ) -> None:
         if not math.isfinite(measured):
             return  # the case was not run (--only) or could not be (see the table's notes)
         target, sense = TARGETS[cid]
         holds = measured <= target if sense == "le" else measured >= target
-        out.append(Claim(id=cid, statement=statement, stated=target, measured=measured, tolerance=None, holds=holds,
-                         dtype=dtype, source_status="not_a_source_claim",
-                         details={k: v for k, v in details.items() if not isinstance(v, float) or math.isfinite(v)}))
+        details = {k: v for k, v in details.items() if not isinstance(v, float) or math.isfinite(v)}
+        self.floors[cid] = floor
+        self.out.append(Claim(id=cid, statement=statement, stated=target, measured=measured, tolerance=None,
+                              holds=holds, dtype=self.dtype, source_status="not_a_source_claim", details=details))
 
-    ref_speedups = {c: _ratio(rows, c, "reference", "fused") for c in ("qkvo", "mixer")}
+
+def _component_claims(c: _Claims, rows: list[Row]) -> None:
+    ref_speedups = {k: _ratio(rows, k, "reference", "fused") for k in ("qkvo", "mixer")}
     finite = [v for v in ref_speedups.values() if math.isfinite(v)]
-    add("bench.fused_vs_reference", "fused coupled cascade forward+backward at least 20x faster than the "
-        "explicit-matrix reference", min(finite) if finite else math.nan, ref_speedups)
-    add("bench.qkvo_vs_dense", "one Q/K/V/O projection (4 heads x 11 coupled stages at 64) forward+backward at "
-        "most 3.5x nn.Linear(256, 256)", _ratio(rows, "qkvo", "fused", "dense"),
-        {"eager": _ratio(rows, "qkvo", "eager", "dense"), "fwd": _ratio(rows, "qkvo", "fused", "dense", "fwd_us")})
+    c.add("bench.fused_vs_reference", "fused coupled cascade forward+backward at least 20x faster than the "
+          "explicit-matrix reference", min(finite) if finite else math.nan, ref_speedups)
+    c.add("bench.qkvo_vs_dense", "one Q/K/V/O projection (n_heads x 11 coupled stages at d_head) forward+backward "
+          "at most 3.5x nn.Linear(d, d)", _ratio(rows, "qkvo", "fused", "dense"),
+          {"eager": _ratio(rows, "qkvo", "eager", "dense"), "fwd": _ratio(rows, "qkvo", "fused", "dense", "fwd_us")},
+          _ratio(rows, "qkvo", "fused", "dense", "floor_us"))
     mix = _best(rows, "mixer")
-    add("bench.mixer_vs_dense", "the mixer (1 coupled stage at 256) forward+backward at most 2x nn.Linear(256, 256)"
-        " (the faster backend)", _ratio(rows, "mixer", mix, "dense"),
-        {"backend": mix, "fused": _ratio(rows, "mixer", "fused", "dense"),
-         "eager": _ratio(rows, "mixer", "eager", "dense")})
-    add("bench.ffn_vs_dense", "FFN (expand 21 + RadialGELU + contract 21 at 1024) forward+backward at most 0.5x "
-        "the dense FFN", _ratio(rows, "ffn", "fused", "dense"),
-        {"fwd": _ratio(rows, "ffn", "fused", "dense", "fwd_us"), "eager": _ratio(rows, "ffn", "eager", "dense")})
+    c.add("bench.mixer_vs_dense", "the mixer (1 coupled stage at d) forward+backward at most 2x nn.Linear(d, d) "
+          "(the faster backend)", _ratio(rows, "mixer", mix, "dense"),
+          {"backend": mix, "fused": _ratio(rows, "mixer", "fused", "dense"),
+           "eager": _ratio(rows, "mixer", "eager", "dense")}, _ratio(rows, "mixer", mix, "dense", "floor_us"))
+    c.add("bench.ffn_vs_dense", "FFN (expand 21 + RadialGELU + contract 21 at d_ff) forward+backward at most 0.5x "
+          "the dense FFN", _ratio(rows, "ffn", "fused", "dense"),
+          {"fwd": _ratio(rows, "ffn", "fused", "dense", "fwd_us"), "eager": _ratio(rows, "ffn", "eager", "dense")},
+          _ratio(rows, "ffn", "fused", "dense", "floor_us"))
     blk = {x.impl: x for x in rows if x.case == "block"}
     if {"grt", "dense"} <= blk.keys():
-        add("bench.block_step_vs_dense", "GRT block training step at least 0.6x the dense block's tokens per second",
-            blk["dense"].step_us / blk["grt"].step_us, {"grt_us_per_token": blk["grt"].step_us,
-                                                        "dense_us_per_token": blk["dense"].step_us})
-        add("bench.peak_memory_vs_dense", "GRT block peak training memory per token (saved activations + params, "
-            "grads, AdamW moments) at most 1.5x the dense block's", blk["grt"].saved_bytes / blk["dense"].saved_bytes,
-            {"grt_bytes_per_token": blk["grt"].saved_bytes, "dense_bytes_per_token": blk["dense"].saved_bytes})
-    tps = {}
+        c.add("bench.block_step_vs_dense", "GRT block training step at least 0.6x the dense block's tokens per "
+              "second", blk["dense"].step_us / blk["grt"].step_us,
+              {"grt_us_per_token": blk["grt"].step_us, "dense_us_per_token": blk["dense"].step_us},
+              blk["dense"].floor_us / blk["grt"].floor_us)
+        c.add("bench.peak_memory_vs_dense", "GRT block peak training memory per token (saved activations + params, "
+              "grads, AdamW moments) at most 1.5x the dense block's", blk["grt"].saved_bytes / blk["dense"].saved_bytes,
+              {"grt_bytes_per_token": blk["grt"].saved_bytes, "dense_bytes_per_token": blk["dense"].saved_bytes})
+    tps, floors = {}, {}
     for case in sorted({x.case for x in rows if x.case.startswith("model-")}):
         m = {x.impl: x for x in rows if x.case == case}
         if {"grt", "dense"} <= m.keys():
             tps[case] = m["dense"].step_us / m["grt"].step_us
+            floors[case] = m["dense"].floor_us / m["grt"].floor_us
     if tps:
-        add("bench.model_step_vs_dense", "whole-model training step (forward, backward, grad clip, AdamW) of the GRT "
-            "at least 0.6x the tokens per second of the dense model matched in parameters (worst preset)",
-            min(tps.values()), tps)
-    return out
+        worst = min(tps, key=tps.get)
+        c.add("bench.model_step_vs_dense", "whole-model training step (forward, backward, grad clip, AdamW) of the "
+              "GRT at least 0.6x the tokens per second of the dense model matched in parameters (worst preset)",
+              tps[worst], tps, floors[worst])
+
+
+def _trainer_claims(c: _Claims, trainer: list[TrainerRow]) -> None:
+    for shape, what in (("shipped", "the shipped shape (width 128, 4 heads, 2 blocks, d_ff 512, context 64)"),
+                        ("text", "the text's shape (width 256, 4 heads, 12 blocks, d_ff 1024, context 64)")):
+        qs = [q for q in ratios(trainer) if q["shape"] == shape and math.isfinite(q["ratio"])]
+        single = [q for q in qs if "thread" in q["setting"]] or qs
+        if not single:
+            continue
+        worst = min(single, key=lambda q: q["ratio"])
+        c.add(f"bench.trainer_{shape}_vs_dense", f"python -m lm.train at {what}: the GRT at least 0.6x the "
+              f"tokens per second of its parameter-matched dense model, at every thread count measured (worst)",
+              worst["ratio"], {q["setting"]: q["ratio"] for q in qs} | {"grt_tok_s": worst["grt_tok_s"],
+                                                                        "dense_tok_s": worst["dense_tok_s"]},
+              worst["floor"])
+
+
+def claims_and_floors(rows: list[Row], dtype: str, trainer: list[TrainerRow] | None = None
+                      ) -> tuple[list[Claim], dict[str, float]]:
+    """The issues' targets as claim records (``stated`` = the target, ``measured`` = this run's ratio,
+    ``holds`` = the target met) and each one's floor (the roofline's best value of the ratio; nan: none)."""
+    c = _Claims(dtype)
+    _component_claims(c, rows)
+    _trainer_claims(c, trainer or [])
+    return c.out, c.floors
+
+
+def claims_from(rows: list[Row], dtype: str, trainer: list[TrainerRow] | None = None) -> list[Claim]:
+    return claims_and_floors(rows, dtype, trainer)[0]
+
+
+def targets_table(claims: list[Claim], floors: dict[str, float]) -> str:
+    """Every target with its measured value and its floor, the way the README's table shows them."""
+    hdr = f"{'target':<34}{'goal':>9}{'measured':>10}{'floor':>8}  verdict"
+    lines = [hdr, "-" * len(hdr)]
+    for c in claims:
+        sense = "<=" if TARGETS[c.id][1] == "le" else ">="
+        fl = floors.get(c.id, math.nan)
+        fl_s = f"{fl:7.2f}x" if isinstance(fl, float) and math.isfinite(fl) else f"{'-':>8}"
+        lines.append(f"{c.id.removeprefix('bench.'):<34}{sense + format(c.stated, 'g') + 'x':>9}{c.measured:>9.2f}x"
+                     f"{fl_s}  {'met' if c.holds else 'not met'}")
+    lines.append("floor: the roofline's best value of the ratio (time ratios: lowest; throughput ratios: highest)")
+    return "\n".join(lines)
 
 
 def format_table(rows: list[Row], roof: dict[str, float], cfg: BenchConfig, machine: str) -> str:
-    lines = [f"rotation cascade benchmark ({cfg.dtype}, {cfg.threads} threads, {machine})",
+    lines = [f"rotation cascade benchmark ({cfg.dtype}, {cfg.threads} threads, {cfg.widths} widths, {machine})",
              f"roofline: copy {roof.get('copy_GBps', math.nan):.1f} GB/s (DRAM), "
              f"{roof.get('l2_copy_GBps', math.nan):.1f} GB/s (L2-resident), matmul "
              f"{roof.get('matmul_GFLOPs', math.nan):.1f} GFLOP/s  (measured in this run)", ""]
@@ -466,7 +248,11 @@ def machine_description() -> str:
     return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}"
 
 
-def run(cfg: BenchConfig) -> tuple[list[Row], dict[str, float], list[Claim]]:
+def run(cfg: BenchConfig, trainer: TrainerConfig | None = None
+        ) -> tuple[list[Row], dict[str, float], list[TrainerRow]]:
+    """The trainer case first when ``trainer`` is given (its runs are separate processes, with their own thread
+    settings), then the selected cases (``cfg.only``) in this process at ``cfg.threads``."""
+    trows = run_trainer(trainer, log=_log) if trainer is not None else []
     torch.set_num_threads(cfg.threads)
     _log("roofline: copy bandwidth and matmul rate ...")
     roof = roofline(cfg)  # every case's floor reads against it, so it is always measured
@@ -475,7 +261,12 @@ def run(cfg: BenchConfig) -> tuple[list[Row], dict[str, float], list[Claim]]:
                      ("model", bench_model)):
         if case in cfg.only:
             rows += fn(cfg, roof)
-    return rows, roof, claims_from(rows, cfg.dtype)
+    return rows, roof, trows
+
+
+# ---------------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -488,15 +279,40 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=int, default=BenchConfig.warmup, help="untimed runs first, in [0, 10]")
     ap.add_argument("--threads", type=int, default=0, help="torch (and kernel) threads; 0: torch's default")
     ap.add_argument("--only", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    ap.add_argument("--widths", default="reference", help=f"widths of the cascade and block cases: "
+                    f"{' or '.join(WIDTHS)} (default reference: the text's, d 256)")
     ap.add_argument("--dtype", type=parse_dtype, default="float32", help="float32 (default; how the model trains) "
                     "or float64")
     ap.add_argument("--block-seq", type=int, default=BenchConfig.block_seq, help="block benchmark sequence length")
     ap.add_argument("--seed", type=int, default=0, help="seed of the inputs and parameters")
+    ap.add_argument("--trainer", action="store_true", help="also train the GRT and its parameter-matched dense "
+                    "model with python -m lm.train at 1 and 2 threads (the issue-21 targets; a few minutes)")
+    ap.add_argument("--trainer-parallel", action="store_true", help="with --trainer: also two processes of one "
+                    "thread each (torchrun data parallel, and two independent runs at once)")
+    ap.add_argument("--trainer-shapes", default="shipped,text", help="with --trainer: comma-separated subset of "
+                    f"{','.join(s for s in SHAPES if s != 'tiny')}")
+    ap.add_argument("--trainer-steps", type=int, default=0, help="with --trainer: steady-state steps per run, in "
+                    "[1, 1000] (default 0: 25 at the shipped shape, 6 at the text's)")
     ap.add_argument("--json", metavar="PATH", help="write the table, the roofline and the target claims as JSON")
     return ap
 
 
+def _check_trainer(ap: argparse.ArgumentParser, a: argparse.Namespace) -> TrainerConfig | None:
+    shapes = tuple(s.strip() for s in a.trainer_shapes.split(",") if s.strip())
+    if not shapes or any(s not in SHAPES for s in shapes):
+        ap.error(f"--trainer-shapes must be a comma-separated subset of {','.join(SHAPES)}, got {a.trainer_shapes!r}")
+    if not 0 <= a.trainer_steps <= 1000:
+        ap.error(f"--trainer-steps must be in [0, 1000], got {a.trainer_steps}")
+    if not a.trainer:
+        if a.trainer_parallel:
+            ap.error("--trainer-parallel needs --trainer")
+        return None
+    steps = {s: a.trainer_steps for s in shapes} if a.trainer_steps else {}
+    return TrainerConfig(shapes, SINGLE + (PARALLEL if a.trainer_parallel else ()), steps)
+
+
 def parse_config(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Namespace]:
+    """Every flag and the output path checked here, before any work (one error line, exit 2)."""
     ap = build_parser()
     a = ap.parse_args(argv)
     for flag, v, lo, hi in (("--tokens", a.tokens, 1, 1 << 20), ("--ref-tokens", a.ref_tokens, 1, 256),
@@ -508,21 +324,38 @@ def parse_config(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.N
     bad = [s for s in only if s not in CASES]
     if bad or not only:
         ap.error(f"--only must be a comma-separated subset of {','.join(CASES)}, got {a.only!r}")
+    if a.widths not in WIDTHS:
+        ap.error(f"--widths must be one of {', '.join(WIDTHS)}, got {a.widths!r}")
+    a.trainer_config = _check_trainer(ap, a)
+    try:
+        check_output_file("--json", a.json)
+    except ValueError as e:
+        ap.error(str(e))
     threads = a.threads or torch.get_num_threads()
-    return BenchConfig(a.tokens, a.ref_tokens, a.repeats, a.warmup, threads, only, a.dtype, a.seed, a.block_seq), a
+    cfg = BenchConfig(a.tokens, a.ref_tokens, a.repeats, a.warmup, threads, only, a.dtype, a.seed, a.block_seq,
+                      a.widths)
+    return cfg, a
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg, args = parse_config(argv)
     machine = machine_description()
-    _log(f"{machine}; {cfg.threads} threads, {cfg.dtype}, {cfg.tokens} tokens, {cfg.repeats} repeats")
-    rows, roof, claims = run(cfg)
+    _log(f"{machine}; {cfg.threads} threads, {cfg.dtype}, {cfg.tokens} tokens, {cfg.repeats} repeats; load average "
+         f"{os.getloadavg()[0]:.2f}")
+    rows, roof, trows = run(cfg, args.trainer_config)
+    claims, floors = claims_and_floors(rows, cfg.dtype, trows)
     print(format_table(rows, roof, cfg, machine))
+    if trows:
+        print()
+        print(format_trainer(trows, TARGETS["bench.trainer_shipped_vs_dense"][0]))
+    print()
+    print(targets_table(claims, floors))
     print()
     print(claims_table(claims))
     if args.json:
         write_claims_json(args.json, claims, tool="lm.bench", machine=machine, config=asdict(cfg),
-                          roofline=roof, rows=[asdict(r) for r in rows])
+                          roofline=roof, rows=[asdict(r) for r in rows], trainer=[asdict(r) for r in trows],
+                          trainer_ratios=ratios(trows), floors=floors, load_average=os.getloadavg())
         _log(f"wrote {args.json}")
     return 0
 

@@ -29,7 +29,7 @@ def test_every_mutation_names_a_line_of_the_working_tree():
 
     for m in MUTATIONS:
         assert (ROOT / m.path).read_text(encoding="utf-8").count(m.old) == 1, (m.name, m.path)
-    assert len({m.name for m in MUTATIONS}) == len(MUTATIONS) >= 15
+    assert len({m.name for m in MUTATIONS}) == len(MUTATIONS) >= 16
 
 
 def test_a_mutation_that_does_not_apply_is_not_counted():
@@ -37,3 +37,27 @@ def test_a_mutation_that_does_not_apply_is_not_counted():
     r = run_one(Mutation(**{**dataclasses.asdict(ghost), "checks": ghost.checks}))
     assert not r.applied and not r.caught_by
     assert score([r]) == (0, 0)
+
+
+def test_each_mutant_gets_a_fresh_kernel_cache(tmp_path):
+    # nothing of numba's cache is copied, and the checks compile into an empty folder of the mutant's own
+    from tools.mutate import IGNORE, mutant_env
+
+    names = ["fused_kernels.rot_cascade_fwd-96.py311.nbi", "fused_kernels.rot_cascade_fwd-96.py311.1.nbc",
+             "cascade.cpython-311.pyc"]
+    assert set(IGNORE(str(tmp_path / "grt_model" / "__pycache__"), names)) == set(names)
+    assert "__pycache__" in IGNORE(str(tmp_path / "grt_model"), ["__pycache__", "fused.py"])
+    root = tmp_path / "repo"
+    env = mutant_env(root)
+    cache = env["NUMBA_CACHE_DIR"]
+    assert cache.startswith(str(tmp_path)) and not (tmp_path / "numba-cache").exists()
+    assert env["PYTHONPATH"] == str(root)
+
+
+def test_a_kernel_mutation_is_caught_from_a_callee_file():
+    # the case: a callee kernel file edited; only a fresh (or correctly keyed) cache runs the mutant
+    m = BY_NAME["kernel_angle_grad_factor"]
+    assert m.path == "grt_model/kernels_coupled.py"
+    r = run_one(m)
+    assert r.applied, r.note
+    assert r.caught_by == [label for label, _ in m.checks], r

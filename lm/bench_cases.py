@@ -1,0 +1,358 @@
+r"""The cases of ``python -m lm.bench`` (the command, its report and its targets are in :mod:`lm.bench`): the
+roofline, one cascade against the reference, eager and dense layers, one block's training step, the whole
+model's training step.  The trainer case (whole runs of ``python -m lm.train``) is :mod:`lm.bench_trainer`.
+
+The cascade and block cases run at the text's widths (``--widths reference``: d 256, 4 heads of 64, d_ff 1024,
+as the README's table) or at the shipped models' (``--widths shipped``: d 128, 4 heads of 32, d_ff 512); stage
+counts are the text's (Q/K/V/O 11, mixer 1, FFN 21 + 21).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rmsgauge import seed_everything
+
+CASES = ("roofline", "qkvo", "mixer", "ffn", "block", "model")
+IMPLS = ("reference", "eager", "fused", "dense")
+WIDTHS = {"reference": (256, 4, 1024), "shipped": (128, 4, 512)}  # name -> (d_model, n_heads, d_ff) of the cases
+
+
+@dataclass
+class BenchConfig:
+    tokens: int = 8192  # tokens per timed call (the issue's target size)
+    ref_tokens: int = 8  # the reference cascade multiplies d x d matrices per token: a few tokens suffice
+    repeats: int = 5  # timed repetitions; the median is reported
+    warmup: int = 1  # untimed runs first (the fused kernels compile on first use, then load from disk)
+    threads: int = 0  # 0: torch.get_num_threads()
+    only: tuple[str, ...] = CASES
+    dtype: str = "float32"
+    seed: int = 0
+    block_seq: int = 256  # sequence length of the block benchmark (tokens = batch * block_seq)
+    widths: str = "reference"  # the cascade and block cases' widths: a key of WIDTHS
+
+    @property
+    def d_model(self) -> int:
+        return WIDTHS[self.widths][0]
+
+    @property
+    def n_heads(self) -> int:
+        return WIDTHS[self.widths][1]
+
+    @property
+    def d_ff(self) -> int:
+        return WIDTHS[self.widths][2]
+
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+
+@dataclass
+class Row:
+    case: str
+    impl: str
+    tokens: int
+    fwd_us: float  # per token
+    step_us: float  # forward + backward (block: + optimizer step), per token
+    saved_bytes: float  # per token (block: training memory per token incl. params/grads/AdamW states)
+    flops: float  # forward FLOPs per token
+    floor_us: float  # roofline floor of forward + backward, per token
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def _median_time(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
+    """Bytes of the unique tensor storages autograd saves for backward while ``fn()`` runs forward."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    del out
+    return sum(seen.values())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Roofline
+# ---------------------------------------------------------------------------------------------------
+
+
+def roofline(cfg: BenchConfig) -> dict[str, float]:
+    """Streaming copy bandwidth (GB/s, bytes read + written; 64 MB arrays, beyond every cache), the same for
+    arrays that stay in L2 (512 KB; what the fused kernels' tiles stream through), and the dense matmul rate
+    (GFLOP/s, ``1024 x 1024``), all in ``cfg.dtype``."""
+    dt = cfg.torch_dtype()
+    out = {}
+    for key, n, inner in (("copy_GBps", 1 << 24, 1), ("l2_copy_GBps", 1 << 17, 64)):
+        src, dst = torch.randn(n, dtype=dt), torch.empty(n, dtype=dt)
+
+        def copies(src=src, dst=dst, inner=inner):
+            for _ in range(inner):
+                dst.copy_(src)
+
+        out[key] = 2 * n * src.element_size() * inner / _median_time(copies, cfg.repeats, 1) / 1e9
+    a, b = torch.randn(1024, 1024, dtype=dt), torch.randn(1024, 1024, dtype=dt)
+    out["matmul_GFLOPs"] = 2 * 1024**3 / _median_time(lambda: torch.mm(a, b), cfg.repeats, 1) / 1e9
+    return out
+
+
+def _floor_us(flops_fwd: float, bytes_fwdbwd: float, roof: dict[str, float]) -> float:
+    return 1e6 * max(3 * flops_fwd / (roof["matmul_GFLOPs"] * 1e9), bytes_fwdbwd / (roof["copy_GBps"] * 1e9))
+
+
+def cascade_flops(width: int, n_stages: int, heads: int, coupled: bool) -> float:
+    """Forward FLOPs per token of a cascade (the module docstring's count)."""
+    P = width // 2
+    per_pair = 8 + (10 + 8 * P if coupled else 0)  # rotate+scale; features and 2*4P*P / P for the coupling
+    return float(heads * n_stages * P * per_pair)
+
+
+def flops_per_token(kind: str, cfg: Any) -> float:
+    """Forward FLOPs per token of a whole model (``kind`` "grt" or "dense"): the cascades as
+    :func:`cascade_flops` counts them, ``2 n_in n_out`` per dense matmul, causal attention ``2 T d`` per layer
+    (scores and values over ``T / 2`` keys on average), the tied head ``2 d V``; norms and embeddings left out."""
+    d, T, V = cfg.d_model, cfg.block_size, cfg.vocab_size
+    attn = 2.0 * T * d  # causal scores and values: 2 * (T/2) * d each
+    if kind == "grt":
+        dh = d // cfg.n_heads
+        per = (4 * cascade_flops(dh, cfg.qkvo_stages, cfg.n_heads, cfg.qkvo_coupling)
+               + cascade_flops(d, cfg.mixer_stages, 1, cfg.mixer_coupling)
+               + 2 * cascade_flops(cfg.d_ff, cfg.ffn_stages, 1, cfg.ffn_coupling) + attn)
+        return cfg.n_blocks * per + 2.0 * d * V
+    return cfg.n_layers * (8.0 * d * d + 4.0 * d * cfg.d_ff + attn) + 2.0 * d * V
+
+
+# ---------------------------------------------------------------------------------------------------
+# One cascade case: reference / eager / fused / dense on the same inputs
+# ---------------------------------------------------------------------------------------------------
+
+
+def _time_impl(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, cfg: BenchConfig,
+               repeats: int | None = None) -> tuple[float, float, float]:
+    """(forward s, forward+backward s, saved bytes) for ``run`` on ``x`` (all for ``x``'s tokens)."""
+    reps = cfg.repeats if repeats is None else repeats
+    xg = x.detach().requires_grad_(True)
+
+    def fwd() -> None:
+        with torch.no_grad():
+            run(x)
+
+    def step() -> None:
+        y = run(xg)
+        y.backward(torch.ones_like(y))
+
+    t_fwd = _median_time(fwd, reps, cfg.warmup)
+    t_step = _median_time(step, reps, cfg.warmup)
+    return t_fwd, t_step, saved_bytes(lambda: run(xg))
+
+
+def _case_rows(case: str, impls: dict[str, Callable[[torch.Tensor], torch.Tensor]], flops: dict[str, float],
+               bytes_fwdbwd: dict[str, float], cfg: BenchConfig, roof: dict[str, float],
+               notes: dict[str, str]) -> list[Row]:
+    dt = cfg.torch_dtype()
+    gen = torch.Generator().manual_seed(cfg.seed)
+    x = torch.randn(cfg.tokens, cfg.d_model, generator=gen, dtype=dt)  # (tokens, d_model)
+    rows = []
+    for impl, run in impls.items():
+        n = cfg.ref_tokens if impl == "reference" else cfg.tokens
+        xi = x[:n].contiguous()
+        _log(f"{case}: {impl} at {n} tokens ...")
+        t_fwd, t_step, sb = _time_impl(run, xi, cfg, repeats=min(cfg.repeats, 2) if impl == "reference" else None)
+        rows.append(Row(case, impl, n, 1e6 * t_fwd / n, 1e6 * t_step / n, sb / n, flops[impl],
+                        _floor_us(flops[impl], bytes_fwdbwd[impl], roof), notes.get(impl, "")))
+    return rows
+
+
+def _bench_coupled(case: str, width: int, stages: int, heads: int, cfg: BenchConfig,
+                   roof: dict[str, float]) -> list[Row]:
+    """A coupled cascade (``heads`` x ``stages`` at ``width``, d_model wide in all) against ``nn.Linear(d, d)``."""
+    from grt_model.cascade import RotationCascade, reference_cascade
+
+    dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
+    seed_everything(cfg.seed)
+    casc = {b: RotationCascade(width, stages, coupling=True, heads=heads, dtype=dt, backend=b)
+            for b in ("eager", "fused")}
+    casc["fused"].load_state_dict(casc["eager"].state_dict())
+    d = cfg.d_model
+    lin = nn.Linear(d, d, bias=False, dtype=dt)
+    impls = {"reference": lambda x: reference_cascade(casc["eager"], x), "eager": casc["eager"],
+             "fused": casc["fused"], "dense": lin}
+    fl = cascade_flops(width, stages, heads, True)
+    flops = {"reference": fl, "eager": fl, "fused": fl, "dense": 2.0 * d * d}
+    act = d * item  # one activation of the (head-stacked) token
+    # eager paths read and write every stage's activation; fused and dense touch input and output only
+    byts = {"reference": 3 * stages * 2 * act, "eager": 3 * stages * 2 * act, "fused": 3 * 2 * act,
+            "dense": 3 * 2 * act}
+    return _case_rows(case, impls, flops, byts, cfg, roof, {})
+
+
+def bench_qkvo(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+    # n_heads x 11 stages at d_head (reference: 4 x 11 at 64)
+    return _bench_coupled("qkvo", cfg.d_model // cfg.n_heads, 11, cfg.n_heads, cfg, roof)
+
+
+def bench_mixer(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+    return _bench_coupled("mixer", cfg.d_model, 1, 1, cfg, roof)  # 1 stage across the whole d_model
+
+
+def bench_ffn(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+    from grt_model.cascade import RotationCascade
+    from grt_model.fused import fused_ffn
+
+    dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
+    d, dff = cfg.d_model, cfg.d_ff
+    seed_everything(cfg.seed)
+    expand = RotationCascade(dff, 21, coupling=False, dtype=dt)
+    contract = RotationCascade(dff, 21, coupling=False, dtype=dt)
+    up = nn.Linear(d, dff, bias=False, dtype=dt)
+    down = nn.Linear(dff, d, bias=False, dtype=dt)
+    impls = {"eager": lambda x: fused_ffn(x, expand, contract, d, backend="eager"),
+             "fused": lambda x: fused_ffn(x, expand, contract, d, backend="fused"),
+             "dense": lambda x: down(F.gelu(up(x)))}
+    fl = 2 * cascade_flops(dff, 21, 1, False)
+    flops = {"eager": fl, "fused": fl, "dense": 2.0 * 2 * d * dff}
+    act = dff * item
+    byts = {"eager": 3 * 42 * 2 * act, "fused": 3 * 2 * d * item, "dense": 3 * 2 * (d + dff) * item}
+    rows = _case_rows("ffn", impls, flops, byts, cfg, roof, {})
+    rows.insert(0, Row("ffn", "reference", 0, math.nan, math.nan, math.nan, fl, math.nan,
+                       f"not run: at width {dff} the explicit-matrix reference costs ~{dff // 2 * dff**3:.0e} FLOP "
+                       f"per stage per token (one {dff}x{dff} product per pair)"))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# The block training step
+# ---------------------------------------------------------------------------------------------------
+
+
+def bench_block(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+    try:
+        from grt_model.config import GRTConfig
+        from grt_model.model import GRTBlock
+    except ImportError as e:  # the GRT model is built by another issue; the rest of the bench stands alone
+        return [Row("block", "grt", 0, math.nan, math.nan, math.nan, math.nan, math.nan, f"GRTBlock unavailable: {e}")]
+    from lm.dense import DenseBlock, DenseConfig
+
+    dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
+    T = min(cfg.block_seq, cfg.tokens)
+    B = max(1, cfg.tokens // T)
+    n = B * T
+    gcfg = GRTConfig(block_size=T, d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff)
+    dcfg = DenseConfig(d_model=gcfg.d_model, n_heads=gcfg.n_heads, d_ff=gcfg.d_ff, block_size=T)
+    seed_everything(cfg.seed)
+    blocks = {"grt": GRTBlock(gcfg, dtype=dt), "dense": DenseBlock(dcfg).to(dt)}
+    x = torch.randn(B, T, gcfg.d_model, generator=torch.Generator().manual_seed(cfg.seed), dtype=dt)
+    # forward FLOPs per token: projections/FFN as counted above, attention 4 T d / 2 (causal, scores + values)
+    attn = 2.0 * T * gcfg.d_model
+    grt_fl = (4 * cascade_flops(gcfg.d_head, gcfg.qkvo_stages, gcfg.n_heads, True)
+              + cascade_flops(gcfg.d_model, gcfg.mixer_stages, 1, True)
+              + 2 * cascade_flops(gcfg.d_ff, gcfg.ffn_stages, 1, False) + attn)
+    dense_fl = 4 * 2.0 * gcfg.d_model**2 + 2 * 2.0 * gcfg.d_model * gcfg.d_ff + attn
+    rows = []
+    for name, blk in blocks.items():
+        _log(f"block: {name} training step at {n} tokens ({B} x {T}) ...")
+        opt = torch.optim.AdamW(blk.parameters(), lr=1e-4)
+
+        def fwd(blk=blk):
+            with torch.no_grad():
+                blk(x)
+
+        def step(blk=blk, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            blk(x).square().mean().backward()
+            opt.step()
+
+        t_fwd = _median_time(fwd, cfg.repeats, cfg.warmup)
+        t_step = _median_time(step, cfg.repeats, cfg.warmup)
+        params = sum(p.numel() for p in blk.parameters()) * item
+        saved = saved_bytes(lambda blk=blk: blk(x))
+        fl = dense_fl if name == "dense" else grt_fl
+        rows.append(Row("block", name, n, 1e6 * t_fwd / n, 1e6 * t_step / n, (saved + 4 * params) / n, fl,
+                        _floor_us(fl, 0.0, roof),
+                        "training memory = saved activations + params, grads, 2 AdamW moments",
+                        {"saved_bytes_per_token": saved / n, "param_bytes": params}))
+    return rows
+
+
+def _model_pair(preset: str, seq: int):
+    """``(GRT config, dense config)`` of one preset: the GRT and the dense model matched to its parameters."""
+    from grt_model.config import GRTConfig
+    from grt_model.model import GRT
+    from lm.sizing import dense_family, grt_config, n_params, param_matched_width
+
+    if preset == "small":
+        gcfg = grt_config()
+    else:  # the reference widths, shallow, on bytes
+        gcfg = GRTConfig.small(d_model=256, n_heads=4, n_blocks=2, d_ff=1024, block_size=seq)
+    return gcfg, dense_family(gcfg, param_matched_width(gcfg, n_params(GRT(gcfg))))
+
+
+def bench_model(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+    """The trainer's step (forward, loss, backward, grad-norm clip, AdamW) per token, GRT vs dense matched in
+    parameters, at compare's small preset and at the reference widths."""
+    from grt_model.model import GRT
+    from lm.dense import DenseTransformer
+    from lm.sizing import n_params
+
+    dt = cfg.torch_dtype()
+    rows = []
+    for preset in ("small", "reference"):
+        gcfg, dcfg = _model_pair(preset, cfg.block_seq)
+        T = gcfg.block_size
+        B = max(1, cfg.tokens // T)
+        ids = torch.randint(0, 256, (B, T + 1), generator=torch.Generator().manual_seed(cfg.seed))
+        x, y = ids[:, :-1], ids[:, 1:]
+        for impl in ("grt", "dense"):
+            seed_everything(cfg.seed)
+            model = GRT(gcfg, dtype=dt) if impl == "grt" else DenseTransformer(dcfg).to(dt)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+            _log(f"model: {preset} {impl} ({n_params(model):,} parameters) training step at {B} x {T} ...")
+
+            def step(model=model, opt=opt, x=x, y=y):
+                _, loss = model(x, y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            def fwd(model=model, x=x, y=y):
+                with torch.no_grad():
+                    model(x, y)
+
+            n = B * T
+            t_fwd = _median_time(fwd, cfg.repeats, cfg.warmup)
+            t_step = _median_time(step, cfg.repeats, cfg.warmup)
+            fl = flops_per_token(impl, gcfg if impl == "grt" else dcfg)
+            rows.append(Row(f"model-{preset[:3]}", impl, n, 1e6 * t_fwd / n, 1e6 * t_step / n, math.nan, fl,
+                            _floor_us(fl, 0.0, roof), f"{n_params(model):,} params, d {model.config.d_model}",
+                            {"params": n_params(model), "d_model": model.config.d_model}))
+    return rows
