@@ -168,6 +168,7 @@ def write_claims_json(path: str | os.PathLike, claims: list[Claim], **meta: Any)
 
 STATUS_SHORT = {"exact": "exact", "approximate": "approx.", "wrong": "WRONG", "unstated": "unstated",
                 "not_a_source_claim": "ours"}
+STATED_MAX = 18  # the widest "stated" column (its longest formula word)
 MAX_CELL_LINES = 3  # a compact-table cell longer than this ends at a whole value with "... (--verbose)"
 
 
@@ -193,10 +194,10 @@ def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
-def _cell(text: str, width: int, max_lines: int | None = MAX_CELL_LINES) -> list[str]:
+def _cell(text: str, width: int, max_lines: int | None = MAX_CELL_LINES, *, whole_words: bool = False) -> list[str]:
     """A table cell: wrapped at spaces; a single name wider than the cell is split so the table keeps its
-    width (the full text is in ``--verbose``)."""
-    lines = textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False) or [""]
+    width (the full text is in ``--verbose``), unless ``whole_words`` (a formula stays whole)."""
+    lines = textwrap.wrap(text, width, break_long_words=not whole_words, break_on_hyphens=False) or [""]
     if max_lines is not None and len(lines) > max_lines:
         lines = lines[:max_lines]
         more = "..."
@@ -263,14 +264,17 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
         rows.append([g[0].id] + ([] if cols else [g[0].dtype]) + [fmt_cell(g[0].stated)] + ours
                     + [f"{verdict} {status}"])
     n_ours = max(1, len(cols))
-    fixed = {"claim": max(len(head[0]), max(len(r[0]) for r in rows)), "dtype": 8, "stated": 10, "verdict": 8}
+    # "stated" is as wide as its longest word (a formula is one word), so a value is never cut mid-formula
+    stated_w = min(STATED_MAX, max([10] + [len(w) for r in rows for w in r[1 + (not cols)].split()]))
+    fixed = {"claim": max(len(head[0]), max(len(r[0]) for r in rows)), "dtype": 8, "stated": stated_w, "verdict": 8}
     widths = [fixed.get(h, 0) for h in head]
     gaps = 2 * (len(head) - 1)
     ours_w = max(12, (width - sum(widths) - gaps) // n_ours)  # ids stay whole: the summaries are short
     widths = [ours_w if w == 0 else w for w in widths]
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), "-" * min(width, sum(widths) + gaps)]
     for r in rows:
-        cells = [[r[0]]] + [_cell(x, w) for x, w in zip(r[1:-1], widths[1:-1])] \
+        cells = [[r[0]]] + [_cell(x, w, whole_words=(h == "stated")) for x, w, h in zip(r[1:-1], widths[1:-1],
+                                                                                     head[1:-1])] \
             + [_cell(r[-1], widths[-1], None)]
         for i in range(max(map(len, cells))):
             out.append("  ".join((c[i] if i < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip())
