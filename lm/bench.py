@@ -47,7 +47,7 @@ Examples::
 
     python -m lm.bench --tokens 8192 --repeats 3 --threads 2 --json bench.json
     python -m lm.bench --trainer --trainer-parallel --only qkvo,mixer,ffn,block --tokens 8192 --repeats 3 \
-        --threads 2 --json results/bench/bench.json      # the README's table (about 10 minutes on 2 cores)
+        --threads 2 --json results/bench/bench.json      # the README's table (about 12 minutes on 2 idle cores)
 """
 
 from __future__ import annotations
