@@ -118,3 +118,11 @@ def test_the_graph_reads_function_level_imports():  # the tests above would pass
     assert "lm.loop" in edges["studies.job"]
     # the monitor is attached above dynamics and gauge
     assert {"dynamics.train_hook", "gauge.census"} <= edges["studies.train"]
+
+
+def test_every_layered_package_is_installed():
+    """An installed checkout imports every package of the graph (``tools`` runs from a source tree only)."""
+    import tomllib
+
+    packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert set(LAYER) - {"tools"} <= packages, set(LAYER) - {"tools"} - packages
