@@ -139,6 +139,7 @@ def _imported(spec: dict[str, Any]) -> dict[str, Any]:
 def run_job(run_dir: Path, threads: int = 1) -> int:
     from lm.checkpoint import config_from_dict, load_checkpoint, model_from_checkpoint
     from rmsgauge.corpus import ByteCorpus
+    from studies.measure import held_out_batch
 
     spec = json.loads((run_dir / "spec.json").read_text())
     if (run_dir / "record.json").exists():
@@ -167,7 +168,7 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
                **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep")}
         rec["measure_s"] = time.perf_counter() - t_measure  # this process's seconds after training
         if spec["group"] == "stability":
-            batch = held_out_batch_for(spec, ByteCorpus.load())
+            batch = held_out_batch(ByteCorpus.load(), int(spec["model_config"]["block_size"]))
             rec.update(_stability(model, spec["model"], cfg, int(spec["seed"]), batch, path, status))
     if spec["group"] == "text_shape" and spec["phase"] == "final" and spec["model"] == "grt" and model is not None:
         _trained_claims(model, spec, run_dir)
@@ -190,12 +191,6 @@ def _trained_claims(model: torch.nn.Module, spec: dict[str, Any], run_dir: Path)
     claims = run_trained_claims(model, None, ids, grt_init=init, jac_tokens=TRAINED_JAC_TOKENS)
     write_claims_json(run_dir / "trained_claims.json", claims, tool="studies.job", run=spec["name"],
                       config=model.config.to_dict())
-
-
-def held_out_batch_for(spec: dict[str, Any], corpus: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    from studies.measure import held_out_batch
-
-    return held_out_batch(corpus, int(spec["model_config"]["block_size"]))
 
 
 def main(argv: list[str] | None = None) -> int:
