@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from rmsgauge import assert_close, atomic_write_json, check_output_file
+from rmsgauge.cli import make_parser, run_main
 
 # (width, stages, heads, input heads, coupling, tokens): the Q/K/V call, O, the mixer, a coupling-off cascade
 CASCADES = ((32, 11, 12, 4, True, 301), (64, 11, 4, 4, True, 77), (128, 1, 1, 1, True, 129), (16, 5, 2, 2, False, 63))
@@ -128,23 +129,27 @@ def time_models(device: torch.device, steps: int, shapes: tuple[str, ...] = ("sh
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python bench/cuda_check.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    ap = make_parser("python bench/cuda_check.py", __doc__)
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (default) or cpu (dry run)")
     ap.add_argument("--steps", type=int, default=10, help="timed training steps per model, in [1, 1000]")
     ap.add_argument("--shapes", default="shipped,text", help="shapes timed: comma-separated subset of shipped,text")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def check(a: argparse.Namespace) -> tuple[str, ...]:
+    """The shapes to time, after every flag and the output path are checked (before any work)."""
     shapes = tuple(s.strip() for s in a.shapes.split(",") if s.strip())
     if not shapes or not set(shapes) <= {"shipped", "text"}:
-        ap.error(f"--shapes must be a comma-separated subset of shipped,text, got {a.shapes!r}")
+        raise ValueError(f"--shapes must be a comma-separated subset of shipped,text, got {a.shapes!r}")
     if not 1 <= a.steps <= 1000:
-        ap.error(f"--steps must be in [1, 1000], got {a.steps}")
-    try:
-        check_output_file("--json", a.json)
-    except ValueError as e:
-        ap.error(str(e))
+        raise ValueError(f"--steps must be in [1, 1000], got {a.steps}")
+    check_output_file("--json", a.json)
+    return shapes
+
+
+def work(a: argparse.Namespace, shapes: tuple[str, ...]) -> int:
     if a.device == "cuda" and not torch.cuda.is_available():
         print("cuda_check: no CUDA device; skipped (the fused-vs-eager equality runs on the CPU in "
               "tests/test_fast_cascade.py)")
@@ -168,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         atomic_write_json(a.json, {"device": what, "torch": torch.__version__, "equality": lines, "timing": timing})
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, work, check=check)
 
 
 if __name__ == "__main__":

@@ -8,14 +8,14 @@ not inflate) and peak resident memory (``getrusage(RUSAGE_CHILDREN).ru_maxrss``)
 and whether the census found what the architecture implies: 56 gauges, ``q_proj`` in 16 and ``k_proj`` in 8 row
 blocks of 128 per layer (per-head ``q_norm``/``k_norm``).  The targets: under 10 minutes and 12 GB on 2 cores.
 
-``--layers N`` builds the same shape with N layers (memory and time grow linearly in N beyond the embedding: a
+``--n-layers N`` builds the same shape with N layers (memory and time grow linearly in N beyond the embedding: a
 cheap way to extrapolate before the full run).  Exit status 0 when the run met both targets and found the expected
 gauges, 1 otherwise, 2 on a usage error.
 
 Examples::
 
     python -m gauge.census_bench                          # the full 28-layer case
-    python -m gauge.census_bench --layers 4 --json b4.json
+    python -m gauge.census_bench --n-layers 4 --json b4.json
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsgauge import atomic_write_json, check_output_file
+from rmsgauge.cli import make_parser, run_main
 
 QWEN3_06B: dict[str, Any] = {  # Qwen/Qwen3-0.6B's config.json (its architecture fields)
     "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
@@ -90,25 +91,26 @@ def _verdict(found: dict[str, Any], layers: int) -> dict[str, Any]:
             "census_seconds": round(found.get("seconds", 0.0), 1)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gauge.census_bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=QWEN3_06B["num_hidden_layers"],
-                    help="layers of the Qwen3-0.6B shape (default 28, the real model)")
+def build_parser() -> argparse.ArgumentParser:
+    ap = make_parser("python -m gauge.census_bench", __doc__)
+    ap.add_argument("--n-layers", type=int, default=QWEN3_06B["num_hidden_layers"],
+                    help=f"layers of the Qwen3-0.6B shape, in [1, {QWEN3_06B['num_hidden_layers']}] "
+                         "(default: the real model's)")
     ap.add_argument("--json", metavar="PATH", help="write the record to PATH (atomically)")
     ap.add_argument("--census-args", default="", help="extra flags for the census, e.g. '--no-eps'")
-    args = ap.parse_args(argv)
-    try:
-        if not 1 <= args.layers <= QWEN3_06B["num_hidden_layers"]:
-            raise ValueError(f"--layers must be in [1, {QWEN3_06B['num_hidden_layers']}], got {args.layers}")
-        if args.json:
-            check_output_file("--json", args.json)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return ap
+
+
+def check(args: argparse.Namespace) -> None:
+    if not 1 <= args.n_layers <= QWEN3_06B["num_hidden_layers"]:
+        raise ValueError(f"--n-layers must be in [1, {QWEN3_06B['num_hidden_layers']}], got {args.n_layers}")
+    check_output_file("--json", args.json)
+
+
+def work(args: argparse.Namespace, _: None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        rec = run_case(write_config(Path(tmp), args.layers), args.layers, args.census_args.split())
-    full = args.layers == QWEN3_06B["num_hidden_layers"]
+        rec = run_case(write_config(Path(tmp), args.n_layers), args.n_layers, args.census_args.split())
+    full = args.n_layers == QWEN3_06B["num_hidden_layers"]
     rec["targets"] = {"wall_s": LIMIT_SECONDS, "peak_rss_gb": LIMIT_GB} if full else None
     ok = rec["returncode"] == 0 and rec.get("as_expected", False) and (
         not full or (rec["wall_s"] <= LIMIT_SECONDS and rec["peak_rss_gb"] <= LIMIT_GB))
@@ -116,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         atomic_write_json(args.json, rec)
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, work, check=check)
 
 
 if __name__ == "__main__":

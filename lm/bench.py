@@ -79,6 +79,7 @@ from lm.bench_cases import (  # re-exported: the cases' building blocks are part
 )
 from lm.bench_trainer import PARALLEL, SHAPES, SINGLE, TrainerConfig, TrainerRow, format_trainer, ratios, run_trainer
 from rmsgauge import Claim, check_output_file, claims_table, parse_dtype, write_claims_json
+from rmsgauge.cli import check_choice, make_parser, run_main
 
 __all__ = ["CASES", "IMPLS", "TARGETS", "WIDTHS", "BenchConfig", "Row", "bench_block", "bench_ffn", "bench_mixer",
            "bench_model", "bench_qkvo", "cascade_flops", "claims_and_floors", "claims_from", "format_table", "main",
@@ -270,8 +271,7 @@ def run(cfg: BenchConfig, trainer: TrainerConfig | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m lm.bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = make_parser("python -m lm.bench", __doc__)
     ap.add_argument("--tokens", type=int, default=BenchConfig.tokens, help="tokens per timed call, in [1, 2^20]")
     ap.add_argument("--ref-tokens", type=int, default=BenchConfig.ref_tokens,
                     help="tokens for the (slow) reference cascade, in [1, 256]")
@@ -297,52 +297,47 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _check_trainer(ap: argparse.ArgumentParser, a: argparse.Namespace) -> TrainerConfig | None:
+def _check_trainer(a: argparse.Namespace) -> TrainerConfig | None:
     shapes = tuple(s.strip() for s in a.trainer_shapes.split(",") if s.strip())
     if not shapes or any(s not in SHAPES for s in shapes):
-        ap.error(f"--trainer-shapes must be a comma-separated subset of {','.join(SHAPES)}, got {a.trainer_shapes!r}")
+        raise ValueError(f"--trainer-shapes must be a comma-separated subset of {','.join(SHAPES)}, "
+                         f"got {a.trainer_shapes!r}")
     if not 0 <= a.trainer_steps <= 1000:
-        ap.error(f"--trainer-steps must be in [0, 1000], got {a.trainer_steps}")
+        raise ValueError(f"--trainer-steps must be in [0, 1000], got {a.trainer_steps}")
     if not a.trainer:
         if a.trainer_parallel:
-            ap.error("--trainer-parallel needs --trainer")
+            raise ValueError("--trainer-parallel needs --trainer")
         return None
     steps = {s: a.trainer_steps for s in shapes} if a.trainer_steps else {}
     return TrainerConfig(shapes, SINGLE + (PARALLEL if a.trainer_parallel else ()), steps)
 
 
-def parse_config(argv: list[str] | None = None) -> tuple[BenchConfig, argparse.Namespace]:
-    """Every flag and the output path checked here, before any work (one error line, exit 2)."""
-    ap = build_parser()
-    a = ap.parse_args(argv)
+def check(a: argparse.Namespace) -> tuple[BenchConfig, TrainerConfig | None]:
+    """Every flag and the output path, before any work (a ``ValueError`` here: one error line, exit 2)."""
     for flag, v, lo, hi in (("--tokens", a.tokens, 1, 1 << 20), ("--ref-tokens", a.ref_tokens, 1, 256),
                             ("--repeats", a.repeats, 1, 100), ("--warmup", a.warmup, 0, 10),
                             ("--threads", a.threads, 0, 1024), ("--block-seq", a.block_seq, 1, 4096)):
-        if not lo <= v <= hi:
-            ap.error(f"{flag} must be in [{lo}, {hi}], got {v}")
+        if not lo <= v <= hi:  # integers: the bounds printed as integers
+            raise ValueError(f"{flag} must be in [{lo}, {hi}], got {v}")
     only = tuple(s.strip() for s in a.only.split(",") if s.strip())
     bad = [s for s in only if s not in CASES]
     if bad or not only:
-        ap.error(f"--only must be a comma-separated subset of {','.join(CASES)}, got {a.only!r}")
-    if a.widths not in WIDTHS:
-        ap.error(f"--widths must be one of {', '.join(WIDTHS)}, got {a.widths!r}")
-    a.trainer_config = _check_trainer(ap, a)
-    try:
-        check_output_file("--json", a.json)
-    except ValueError as e:
-        ap.error(str(e))
+        raise ValueError(f"--only must be a comma-separated subset of {','.join(CASES)}, got {a.only!r}")
+    check_choice("--widths", a.widths, WIDTHS)
+    trainer = _check_trainer(a)
+    check_output_file("--json", a.json)
     threads = a.threads or torch.get_num_threads()
     cfg = BenchConfig(a.tokens, a.ref_tokens, a.repeats, a.warmup, threads, only, a.dtype, a.seed, a.block_seq,
                       a.widths)
-    return cfg, a
+    return cfg, trainer
 
 
-def main(argv: list[str] | None = None) -> int:
-    cfg, args = parse_config(argv)
+def work(args: argparse.Namespace, checked: tuple[BenchConfig, TrainerConfig | None]) -> int:
+    cfg, trainer = checked
     machine = machine_description()
     _log(f"{machine}; {cfg.threads} threads, {cfg.dtype}, {cfg.tokens} tokens, {cfg.repeats} repeats; load average "
          f"{os.getloadavg()[0]:.2f}")
-    rows, roof, trows = run(cfg, args.trainer_config)
+    rows, roof, trows = run(cfg, trainer)
     claims, floors = claims_and_floors(rows, cfg.dtype, trows)
     print(format_table(rows, roof, cfg, machine))
     if trows:
@@ -358,6 +353,10 @@ def main(argv: list[str] | None = None) -> int:
                           trainer_ratios=ratios(trows), floors=floors, load_average=os.getloadavg())
         _log(f"wrote {args.json}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, work, check=check)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rmsgauge import atomic_write_json, check_output_file
+from rmsgauge.cli import make_parser, run_main
+
 ROOT = Path(__file__).resolve().parent.parent
 # left out of the copy: git, runs, figure output, byte code and numba's on-disk kernel cache (every __pycache__)
 IGNORE = shutil.ignore_patterns(".git", "runs", "out", "*.egg-info", ".hypothesis", "*.pt", "__pycache__", "*.pyc",
@@ -172,29 +175,30 @@ def score(results: list[Result]) -> tuple[int, int]:
     return sum(bool(r.caught_by) for r in applied), len(applied)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.mutate", description=__doc__, usage="%(prog)s [options]",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    ap = make_parser("python -m tools.mutate", __doc__, usage="%(prog)s [options]")
     ap.add_argument("--only", default=None, help="comma-separated mutation names (default: all)")
     ap.add_argument("--list", action="store_true", help="list the mutations and exit")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomic)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def check(args: argparse.Namespace) -> list[str]:
+    """The mutations to run and the output path, before any copy is made (a ``ValueError``: exit 2)."""
     names = [m.name for m in MUTATIONS]
+    chosen = names if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in names]
+    if unknown or not chosen:
+        raise ValueError(f"--only must name mutations among {', '.join(names)}; got {args.only!r}")
+    check_output_file("--json", args.json)
+    return chosen
+
+
+def work(args: argparse.Namespace, chosen: list[str]) -> int:
     if args.list:
         for m in MUTATIONS:
             print(f"{m.name:30s} {m.path:28s} {m.why}")
         return 0
-    chosen = names if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in names]
-    if unknown or not chosen:
-        ap.error(f"--only must name mutations among {', '.join(names)}; got {args.only!r}")
-    if args.json:
-        from rmsgauge import check_output_file
-
-        try:
-            check_output_file("--json", args.json)
-        except ValueError as e:
-            ap.error(str(e))
     results = []
     for m in MUTATIONS:
         if m.name in chosen:
@@ -207,10 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     caught, applied = score(results)
     print(f"{caught} of {applied} planted bugs caught")
     if args.json:
-        from rmsgauge import atomic_write_json
-
         atomic_write_json(args.json, {"caught": caught, "applied": applied, "results": [asdict(r) for r in results]})
     return 0 if caught == applied else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, work, check=check)
 
 
 if __name__ == "__main__":
