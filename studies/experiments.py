@@ -71,6 +71,14 @@ def read_records(results: Path) -> list[dict[str, Any]]:
     return recs
 
 
+PROBES_FILE = "speed_probes.json"  # the wall-clock matches' speed probes, by run name
+
+
+def read_probes(results: Path) -> dict[str, dict[str, Any]]:
+    path = results / PROBES_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def merge_record(results: Path, rec: dict[str, Any], order: list[str]) -> None:
     """Put ``rec`` into ``runs.json`` (replacing a record of the same name), in grid order, atomically."""
     recs = {r["name"]: r for r in read_records(results)}
@@ -90,21 +98,49 @@ def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]
     return min(scored)[1]
 
 
-def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> RunSpec | None:
+def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
+            probes: dict[str, dict[str, Any]] | None = None) -> RunSpec | None:
     """The run with every field fixed (its lr from its sweep, its tokens from a wall-clock match), or ``None``
-    while a run it depends on is not recorded."""
+    while a run it depends on is not recorded (or, for a wall-clock match, its speed probe not yet measured:
+    :func:`studies.speed.probe`, saved in ``probes`` under the run's name)."""
     if spec.imported:
         return spec  # not trained here: its lr and tokens come from its model card
     lr = spec.lr if spec.lr is not None else best_lr(spec.sweep or "", records, specs)
     if lr is None:
         return None
-    tokens = spec.tokens
+    tokens, extra = spec.tokens, spec.extra
     if spec.match_wallclock is not None:
-        ref, fast = (records.get(n) for n in spec.match_wallclock)
-        if ref is None or fast is None or not ref.get("tok_per_s") or not fast.get("tok_per_s"):
+        ref = records.get(spec.match_wallclock[0])
+        probe = (probes or {}).get(spec.name)
+        if ref is None or probe is None:
             return None
-        tokens = round(ref["tokens"] * fast["tok_per_s"] / ref["tok_per_s"])
-    return replace(spec, lr=lr, tokens=tokens)
+        tokens = round(ref["tokens"] * probe["speed_ratio"])
+        extra = {**spec.extra, "wallclock_match": {k: v for k, v in probe.items() if k != "step_s"}}
+    return replace(spec, lr=lr, tokens=tokens, extra=extra)
+
+
+def needs_probe(spec: RunSpec, records: dict[str, dict[str, Any]], probes: dict[str, dict[str, Any]]) -> bool:
+    """A wall-clock match whose two runs are recorded and whose speed probe is not measured yet."""
+    return (spec.match_wallclock is not None and spec.name not in probes
+            and all(n in records for n in spec.match_wallclock))
+
+
+def measure_probe(spec: RunSpec, specs: list[RunSpec], records: dict[str, dict[str, Any]],
+                  threads: int) -> dict[str, Any]:
+    """The speed probe of a wall-clock match (:func:`studies.speed.probe`) with the two runs it compares and
+    the ratio their own records' tokens/s would have given (kept for the record, not used)."""
+    from studies.speed import probe
+
+    ref_name, fast_name = spec.match_wallclock or ("", "")
+    by = {s.name: s for s in specs}
+    ref, fast = by[ref_name], by[fast_name]
+    out = probe((ref.model, ref.model_config), (fast.model, fast.model_config), batch_size=ref.batch_size,
+                threads=threads, seed=spec.seed)
+    r_rec, f_rec = records[ref_name], records[fast_name]
+    records_ratio = (f_rec["tok_per_s"] / r_rec["tok_per_s"]) if r_rec.get("tok_per_s") and f_rec.get(
+        "tok_per_s") else None
+    return {**out, "reference_run": ref_name, "fast_run": fast_name, "reference_tokens": r_rec["tokens"],
+            "records_ratio": records_ratio}
 
 
 def _progress(job: Job) -> str:
@@ -126,7 +162,8 @@ class Driver:
     def __init__(self, args: argparse.Namespace, specs: list[RunSpec]) -> None:
         self.args, self.specs = args, specs
         self.runs_dir, self.results = Path(args.runs_dir), Path(args.results)
-        self.order = [s.name for s in grid(args.grid)]
+        self.all_specs = grid(args.grid)  # the whole grid: a final's sweep or a match's runs may be outside --only
+        self.order = [s.name for s in self.all_specs]
         self.running: list[Job] = []
         self.failed: dict[str, str] = {}
         self.stopped: set[str] = set()
@@ -201,7 +238,17 @@ class Driver:
         for spec in self.pending():
             if len(self.running) >= self.args.jobs:
                 break
-            fixed = resolve(spec, records, self.specs)
+            probes = read_probes(self.results)
+            if needs_probe(spec, records, probes):
+                self.say(f"speed probe for {spec.name}: {spec.match_wallclock[0]} against "
+                         f"{spec.match_wallclock[1]}, alternating training steps in this process ...")
+                probes[spec.name] = measure_probe(spec, self.all_specs, records, self.args.threads)
+                atomic_write_json(self.results / PROBES_FILE, probes)
+                p = probes[spec.name]
+                self.say(f"speed probe for {spec.name}: {p['fast_tok_s']:,.0f} vs {p['reference_tok_s']:,.0f} "
+                         f"tokens/s, ratio {p['speed_ratio']:.3f} (the records' own tokens/s gave "
+                         f"{p['records_ratio'] or float('nan'):.3f})")
+            fixed = resolve(spec, records, self.all_specs, probes)
             if fixed is not None:
                 self.running.append(self.launch(fixed, fixed.lr or 0.0))
         return bool(self.running)

@@ -63,7 +63,8 @@ class RunSpec:
     est_tok_s: float = 2000.0  # a rough speed on one core, only to space the checkpoints a few minutes apart
     imported: str | None = None  # a run not trained by the grid (the shipped models): where it comes from
     # tokens = 0 with match_wallclock = (reference run, speed run): train as many tokens as the speed run's model
-    # gets through in the reference run's training seconds (tokens x tok/s(speed run) / tok/s(reference run))
+    # gets through in the reference run's training seconds: reference tokens x the speed ratio of the two models,
+    # measured side by side by studies.speed.probe once both runs are recorded (not their own tok/s: load)
     match_wallclock: tuple[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -173,6 +173,8 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
     if spec["group"] == "text_shape" and spec["phase"] == "final" and spec["model"] == "grt" and model is not None:
         _trained_claims(model, spec, run_dir)
     rec["threads"] = threads
+    if (spec.get("extra") or {}).get("wallclock_match"):  # how its token count was sized (studies.speed)
+        rec["wallclock_match"] = spec["extra"]["wallclock_match"]
     atomic_write_json(run_dir / "record.json", rec)
     return EXIT_DIVERGED if rec["status"] == "diverged" else 0
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from studies.experiments import IDENTITY_KEYS, best_lr, resolve
+from studies.experiments import IDENTITY_KEYS, best_lr, needs_probe, resolve
 from studies.experiments_report import ablation_rows, content_adaptive, stable_range
 from studies.grid import GROUPS, grid
+from studies.speed import probe
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("name", "model", "model_config", "lr", "seed", "tokens", "wall_s", "tok_per_s", "val_bpb_full",
@@ -63,13 +64,43 @@ def test_final_waits_for_its_sweep_and_takes_its_best_lr():
     assert resolve(final, recs, specs).lr == 0.001
 
 
-def test_wallclock_match_scales_tokens_by_the_speed_ratio():
+def test_wallclock_match_scales_tokens_by_the_probed_speed_ratio():
     specs = grid("tiny")
     wall = next(s for s in specs if s.name == "coupling-off-wallclock-seed0")
     recs = {"shipped-seed0": {"tokens": 1000, "tok_per_s": 100.0}}
     assert resolve(wall, recs, specs) is None
-    recs["coupling-off-seed0"] = {"tokens": 1000, "tok_per_s": 250.0}
-    assert resolve(wall, recs, specs).tokens == 2500
+    recs["coupling-off-seed0"] = {"tokens": 1000, "tok_per_s": 900.0}
+    assert needs_probe(wall, recs, {})
+    assert resolve(wall, recs, specs, {}) is None  # the records' own tokens/s are never used: they measure load
+    fixed = resolve(wall, recs, specs, {wall.name: {"speed_ratio": 2.5, "step_s": {"reference": [1.0]}}})
+    assert fixed.tokens == 2500 and fixed.extra["wallclock_match"] == {"speed_ratio": 2.5}
+    assert not needs_probe(wall, recs, {wall.name: {"speed_ratio": 2.5}})
+
+
+def test_speed_probe_measures_the_slower_model_as_slower():
+    small = {"vocab_size": 256, "block_size": 16, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+    big = {**small, "d_model": 256, "n_layers": 3, "d_ff": 1024}
+    out = probe(("dense", big), ("dense", small), batch_size=8, steps=5, warmup=1)
+    assert out["speed_ratio"] > 2.0, out  # ~200x the FLOPs: far more than any load difference between turns
+    assert math.isclose(out["speed_ratio"], out["fast_tok_s"] / out["reference_tok_s"])
+    assert len(out["step_s"]["reference"]) == len(out["step_s"]["fast"]) == 5
+    with pytest.raises(ValueError, match="same context"):
+        probe(("dense", big), ("dense", {**small, "block_size": 8}), batch_size=2, steps=1)
+
+
+def test_the_driver_sizes_a_wallclock_run_by_its_probe(tmp_path):
+    names = ["shipped-seed0", "coupling-off-seed0", "coupling-off-wallclock-seed0"]
+    done = _driver(tmp_path, "run", *[a for n in names for a in ("--only", n)])
+    assert done.returncode == 0, done.stderr
+    recs = _records(tmp_path)
+    probes = json.loads((tmp_path / "res" / "speed_probes.json").read_text())
+    p = probes["coupling-off-wallclock-seed0"]
+    assert p["reference_run"] == "shipped-seed0" and p["fast_run"] == "coupling-off-seed0" and p["speed_ratio"] > 0
+    rec = recs["coupling-off-wallclock-seed0"]
+    assert rec["wallclock_match"]["speed_ratio"] == p["speed_ratio"]
+    per_step = 4 * 16  # the tiny grid's batch of 4 windows of 16
+    assert rec["tokens"] == math.ceil(round(recs["shipped-seed0"]["tokens"] * p["speed_ratio"]) / per_step) * per_step
+    assert "speed probe for coupling-off-wallclock-seed0" in done.stderr
 
 
 def test_driver_records_resumes_bit_exactly_and_reruns_nothing(tmp_path):

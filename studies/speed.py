@@ -1,0 +1,77 @@
+r"""Two models' training speed measured side by side: the token count of an equal-wall-clock run.
+
+"At equal wall-clock" (``../shared/issues`` 18: coupling off against the shipped GRT) means: the faster model
+trains for as many tokens as it gets through in the seconds the reference model trained,
+
+.. math::  \text{tokens}_\text{fast} = \text{tokens}_\text{ref}\cdot
+           \frac{\text{tok/s}_\text{fast}}{\text{tok/s}_\text{ref}} .
+
+The speed ratio must come from one set of conditions.  Each grid run's own tokens per second (training tokens
+over training seconds) depends on what else shared the cores while it ran: the shipped GRT's first grid run read
+939 tokens/s beside a text-shape run and development work, a later GRT variant with the same kernels 2,850.  A
+ratio of two such figures measures the load, not the models.  :func:`probe` trains both models in one process
+at the grid's thread count, one step each in turn (the order flipped every round, so load drift and cache
+warmth hit both alike), on the same training batch, with the trainer's step (forward, loss, backward, clip,
+AdamW), and takes the ratio of their median step times after a warmup.  The probe is saved with the run it
+sizes (``speed_probes.json`` beside the records; the run's ``wallclock_match`` field), so a resumed run keeps
+its token count.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+import torch
+
+PROBE_STEPS = 40  # timed steps per model (medians: a few slow steps under load do not move them)
+PROBE_WARMUP = 3  # untimed steps per model first: kernel loading, first-touch memory, allocator warmup
+
+
+def probe(reference: tuple[str, dict[str, Any]], fast: tuple[str, dict[str, Any]], *, batch_size: int,
+          steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP, threads: int = 1, seed: int = 0) -> dict[str, Any]:
+    """Median training-step seconds of two models (``(kind, model_config)`` each), alternated in one process.
+
+    Returns ``speed_ratio`` = tok/s(fast) / tok/s(reference) = median step(reference) / median step(fast), both
+    medians, every timed step, and the load average around the probe."""
+    from lm.checkpoint import build_model, config_from_dict
+    from rmsgauge import seed_everything
+    from rmsgauge.corpus import ByteCorpus
+
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"probe steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    blocks = {int(cfg["block_size"]) for _, cfg in (reference, fast)}
+    if len(blocks) != 1:
+        raise ValueError(f"the two models must read the same context to compare tokens/s, got {sorted(blocks)}")
+    block = blocks.pop()
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        seed_everything(seed)
+        models = [build_model(kind, config_from_dict(kind, cfg)).train() for kind, cfg in (reference, fast)]
+        opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
+        x, y = ByteCorpus.load().batch("train", batch_size, block, generator=torch.Generator().manual_seed(seed))
+        load0 = os.getloadavg()[0]
+        times: list[list[float]] = [[], []]
+        for i in range(warmup + steps):
+            for j in ((0, 1) if i % 2 == 0 else (1, 0)):
+                t0 = time.perf_counter()
+                _, loss = models[j](x, y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(models[j].parameters(), 1.0)
+                opts[j].step()
+                opts[j].zero_grad(set_to_none=True)
+                if i >= warmup:
+                    times[j].append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(prev)
+    med = [statistics.median(t) for t in times]
+    tokens = batch_size * block
+    return {"speed_ratio": med[0] / med[1], "reference_tok_s": tokens / med[0], "fast_tok_s": tokens / med[1],
+            "reference_step_s": med[0], "fast_step_s": med[1], "steps": steps, "warmup": warmup, "threads": threads,
+            "batch_size": batch_size, "block_size": block, "step_s": {"reference": times[0], "fast": times[1]},
+            "load_average": [load0, os.getloadavg()[0]],
+            "method": "one process, the two models' training steps alternated (order flipped each round), "
+                      "median step seconds after the warmup"}
