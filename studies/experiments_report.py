@@ -54,7 +54,9 @@ def ablation_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         bpb = [r["val_bpb_full"] for r in sorted(rs, key=lambda r: r["seed"])]
         mean = statistics.fmean(bpb)
         rows.append({"variant": variant, "model": rs[0]["model"], "params": rs[0]["params"]["total"],
-                     "seeds": len(bpb), "bpb": bpb, "mean": mean, "seed_range": max(bpb) - min(bpb),
+                     # one seed has no spread: None, never a 0 that reads as "no spread"
+                     "seeds": len(bpb), "bpb": bpb, "mean": mean,
+                     "seed_range": max(bpb) - min(bpb) if len(bpb) > 1 else None,
                      "delta": None if base_mean is None else mean - base_mean,
                      "tokens": statistics.fmean(r["tokens"] for r in rs),
                      "tok_per_s": statistics.fmean(r["tok_per_s"] for r in rs),
@@ -134,6 +136,15 @@ def stable_by_construction(records: list[dict[str, Any]], n_lrs: int = 7) -> Cla
 # ----------------------------------------------------------------------------------------- depth / text shape
 
 
+def sweep_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each lr sweep's recorded points, by lr."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.get("phase") == "sweep" and r.get("val_bpb_full") is not None:
+            out.setdefault(r["variant"], []).append(r)
+    return {tag: sorted(pts, key=lambda r: r["lr"]) for tag, pts in out.items()}
+
+
 def depth_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """GRT and dense finals at each depth (and the text shape), paired."""
     finals = [r for r in records if r.get("phase") == "final" and r["group"] in ("depth", "text_shape")
@@ -207,12 +218,15 @@ def run_all(results: str | Path | None = None) -> list[Claim]:
 
 def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[str]:
     lines = ["1. content-adaptive: ablations at the shipped shape, 1M tokens, 2 seeds (whole-split bits/byte)",
-             f"   {'variant':24s} {'params':>10s} {'bpb mean':>9s} {'seed range':>10s} {'delta':>8s} "
+             f"   {'variant':24s} {'params':>10s} {'seeds':>5s} {'bpb mean':>9s} {'seed range':>10s} {'delta':>8s} "
              f"{'tokens':>9s} {'tok/s':>7s} {'neg det':>8s}"]
     for r in ablation_rows(records):
-        lines.append(f"   {r['variant']:24s} {r['params']:>10,d} {r['mean']:9.4f} {r['seed_range']:10.4f} "
+        lines.append(f"   {r['variant']:24s} {r['params']:>10,d} {r['seeds']:>5d} {r['mean']:9.4f} "
+                     f"{_f(r['seed_range']):>10s} "
                      f"{_f(r['delta'], '+.4f'):>8s} {r['tokens']:9,.0f} {r['tok_per_s']:7.0f} "
                      f"{_f(r['neg_det'], '.3f'):>8s}")
+    lines.append("   delta: against the shipped GRT's mean; tok/s: tokens over training seconds, measured while two "
+                 "runs shared 2 cores")
     lines += ["", "2. stable by construction: 12 blocks, width 128, 200 steps (final val loss per lr; * unstable)"]
     rows = stability_rows(records)
     lrs = sorted({r["lr"] for rs in rows.values() for r in rs})
@@ -225,6 +239,14 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
         mid = by.get(1e-3, {})
         lines.append(f"   {v:26s}{cells}  {_f(stable_range(rs)['largest'], 'g'):>14s}  "
                      f"{_f(mid.get('grad_ratio_init'), '.3g')} -> {_f(mid.get('grad_ratio_trained'), '.3g')}")
+    sweeps = sweep_rows(records)
+    if sweeps:
+        lines += ["", "lr sweeps (short runs; whole-split bits/byte per lr; > the lr its final run uses)"]
+        for tag, pts in sweeps.items():
+            best = min(pts, key=lambda r: r["val_bpb_full"])
+            edge = " (best on the grid's edge)" if best["lr"] in (pts[0]["lr"], pts[-1]["lr"]) else ""
+            lines.append(f"   {tag:14s} " + ", ".join(f"{'>' if r is best else ''}{r['lr']:g} {r['val_bpb_full']:.3f}"
+                                                     for r in pts) + edge)
     lines += ["", "3-4. text shape and depth trend: GRT vs parameter-matched dense, 3M tokens (whole-split bits/byte)",
               f"   {'shape':8s} {'blocks':>6s} {'grt params':>11s} {'grt bpb':>8s} {'grt s':>7s} "
               f"{'dense params':>12s} {'dense bpb':>9s} {'dense s':>7s} {'gap':>8s}"]
@@ -243,6 +265,21 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
     return lines
 
 
+def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, verbose: bool = False
+                  ) -> tuple[list[str], list[Claim | str]]:
+    """The summary's lines (the tables, then one verdict line per selling point, last) and the verdicts."""
+    names = {s.name for s in specs}
+    lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {where}", ""]
+    lines += format_tables(records, verbose)
+    lines.append("")
+    results_v = verdicts(records)
+    for fn, v in zip(VERDICTS, results_v):
+        name = fn.__name__.replace("_", "-")
+        lines.append(f"{name:24s} " + (v if isinstance(v, str) else ("HOLDS" if v.holds else "FAILS") + "  "
+                                      + json.dumps(v.measured, default=str)[:150]))
+    return lines, results_v
+
+
 def summary(results: Path, specs: list[Any], json_path: str | None = None, verbose: bool = False) -> int:
     from rmsgauge import check_output_file
 
@@ -251,15 +288,7 @@ def summary(results: Path, specs: list[Any], json_path: str | None = None, verbo
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no records yet (python -m studies.experiments run writes them)")
     records = json.loads(path.read_text())
-    names = {s.name for s in specs}
-    lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {path}", ""]
-    lines += format_tables(records, verbose)
-    lines.append("")
-    results_v = verdicts(records)
-    for fn, v in zip(VERDICTS, results_v):
-        name = fn.__name__.replace("_", "-")
-        lines.append(f"{name:24s} " + (v if isinstance(v, str) else ("HOLDS" if v.holds else "FAILS") + "  "
-                                      + json.dumps(v.measured, default=str)[:150]))
+    lines, results_v = summary_lines(records, specs, str(path), verbose)
     print("\n".join(lines))
     if out is not None:
         atomic_write_json(out, {"verdicts": [v if isinstance(v, str) else v.to_json() for v in results_v],

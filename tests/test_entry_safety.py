@@ -420,6 +420,7 @@ CONVERTED = {
     "grt_model": ("grt_model.__main__", "build_parser"), "studies.experiments": ("studies.experiments", "build_parser"),
     "studies.trained": ("studies.trained", "build_parser"), "gauge census": ("gauge.census_cli", "build_parser"),
     "lm.bench": ("lm.bench", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
+    "tools.readme_blocks": ("tools.readme_blocks", "build_parser"),
     "gauge.census_bench": ("gauge.census_bench", "build_parser"), "bench/cuda_check.py": ("bench/cuda_check.py",
                                                                                           "build_parser"),
 }

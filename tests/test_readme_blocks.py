@@ -1,0 +1,49 @@
+"""``tools/readme_blocks.py``: the README's generated blocks equal what their generators compute from the
+committed results, and a stale, unknown or missing block is reported, never silently kept."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rmsgauge import Failure
+from tools import readme_blocks
+from tools.readme_blocks import BLOCKS, ROOT, render
+
+OPEN = "<!-- generated: {0} (python -m tools.readme_blocks) -->\n"
+CLOSE = "<!-- end generated: {0} -->\n"
+
+
+def test_the_committed_readme_quotes_the_committed_records(capsys):
+    assert readme_blocks.main(["--check"]) == 0, capsys.readouterr().out
+    text = (ROOT / "README.md").read_text()
+    assert all(OPEN.format(name) in text for name in BLOCKS)
+
+
+def _tiny_results(root: Path, records: list[dict]) -> None:
+    (root / readme_blocks.RESULTS).mkdir(parents=True)
+    (root / readme_blocks.RESULTS / "runs.json").write_text(json.dumps(records))
+
+
+def test_a_stale_block_is_rewritten_from_the_records(tmp_path):
+    committed = json.loads((ROOT / readme_blocks.RESULTS / "runs.json").read_text())
+    shipped = next(r for r in committed if r["name"] == "shipped-seed0")
+    _tiny_results(tmp_path, [shipped])
+    name = "experiments-summary"
+    text = "# title\n\n" + OPEN.format(name) + "```\nold numbers\n```\n" + CLOSE.format(name) + "after\n"
+    new, changed = render(text, tmp_path)
+    assert changed == [name]
+    assert "old numbers" not in new and new.startswith("# title\n\n") and new.endswith(CLOSE.format(name) + "after\n")
+    assert "1 of 77 runs recorded" in new and f"{shipped['val_bpb_full']:.4f}" in new
+    again, changed = render(new, tmp_path)
+    assert again == new and changed == []  # a current block is left as it is
+
+
+def test_unknown_and_missing_blocks_are_failures(tmp_path):
+    _tiny_results(tmp_path, [])
+    with pytest.raises(Failure, match="has no generator"):
+        render(OPEN.format("nosuch") + "```\n```\n" + CLOSE.format("nosuch"), tmp_path)
+    with pytest.raises(Failure, match="no marked block for experiments-summary"):
+        render("# a README without markers\n", tmp_path)
