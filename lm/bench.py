@@ -38,6 +38,11 @@ twice that backward), the fused kernels only the cascade's input and output.
 against its parameter-matched dense model, at the shipped models' shape and at the source text's, at 1 and 2
 threads (``--trainer-parallel``: also two processes of one thread), tokens/s of the steady-state steps.
 
+**profile** (``--profile``, :mod:`lm.bench_profile`) -- where the trainer's step spends its time, GRT beside its
+dense twin, at the ``--trainer-shapes``: milliseconds per step by operator category (fused cascades forward and
+backward, fused FFN, dense GEMMs, attention, optimizer, elementwise glue, autograd), from ``torch.profiler``.
+``--only none`` skips the component cases (and the roofline) to run only ``--trainer`` and/or ``--profile``.
+
 The targets table lists every ratio with its target and its floor: the roofline's best value of the same
 ratio (for a time ratio ``x dense`` the smallest it can be, for a throughput ratio the largest).  The cases
 live in :mod:`lm.bench_cases` and :mod:`lm.bench_trainer`; this module is the command and its report.
@@ -48,6 +53,7 @@ Examples::
     python -m lm.bench --tokens 8192 --repeats 3 --threads 2 --json bench.json
     python -m lm.bench --trainer --trainer-parallel --only qkvo,mixer,ffn,block --tokens 8192 --repeats 3 \
         --threads 2 --json results/bench/bench.json      # the README's table (about 12 minutes on 2 idle cores)
+    python -m lm.bench --profile --only none --threads 1 # where a training step's time goes (about 2 minutes)
 """
 
 from __future__ import annotations
@@ -255,9 +261,11 @@ def run(cfg: BenchConfig, trainer: TrainerConfig | None = None
     settings), then the selected cases (``cfg.only``) in this process at ``cfg.threads``."""
     trows = run_trainer(trainer, log=_log) if trainer is not None else []
     torch.set_num_threads(cfg.threads)
+    rows: list[Row] = []
+    if not cfg.only:  # --only none: the trainer and/or the profile alone
+        return rows, {}, trows
     _log("roofline: copy bandwidth and matmul rate ...")
     roof = roofline(cfg)  # every case's floor reads against it, so it is always measured
-    rows: list[Row] = []
     for case, fn in (("qkvo", bench_qkvo), ("mixer", bench_mixer), ("ffn", bench_ffn), ("block", bench_block),
                      ("model", bench_model)):
         if case in cfg.only:
@@ -278,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="timed repetitions (median), in [1, 100]")
     ap.add_argument("--warmup", type=int, default=BenchConfig.warmup, help="untimed runs first, in [0, 10]")
     ap.add_argument("--threads", type=int, default=0, help="torch (and kernel) threads; 0: torch's default")
-    ap.add_argument("--only", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    ap.add_argument("--only", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}, or "
+                    "none (only --trainer / --profile)")
     ap.add_argument("--widths", default="reference", help=f"widths of the cascade and block cases: "
                     f"{' or '.join(WIDTHS)} (default reference: the text's, d 256)")
     ap.add_argument("--dtype", type=parse_dtype, default="float32", help="float32 (default; how the model trains) "
@@ -289,8 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "model with python -m lm.train at 1 and 2 threads (the issue-21 targets; a few minutes)")
     ap.add_argument("--trainer-parallel", action="store_true", help="with --trainer: also two processes of one "
                     "thread each (torchrun data parallel, and two independent runs at once)")
-    ap.add_argument("--trainer-shapes", default="shipped,text", help="with --trainer: comma-separated subset of "
-                    f"{','.join(s for s in SHAPES if s != 'tiny')}")
+    ap.add_argument("--profile", action="store_true", help="also profile one training step of the GRT and its "
+                    "dense twin at the --trainer-shapes, by operator category (lm.bench_profile; about 2 minutes)")
+    ap.add_argument("--profile-steps", type=int, default=0, help="with --profile: profiled steps per model, in "
+                    "[0, 100] (default 0: the shape's trainer steps)")
+    ap.add_argument("--trainer-shapes", default="shipped,text", help="with --trainer / --profile: comma-separated "
+                    f"subset of {','.join(s for s in SHAPES if s != 'tiny')}")
     ap.add_argument("--trainer-steps", type=int, default=0, help="with --trainer: steady-state steps per run, in "
                     "[1, 1000] (default 0: 25 at the shipped shape, 6 at the text's)")
     ap.add_argument("--json", metavar="PATH", help="write the table, the roofline and the target claims as JSON")
@@ -304,6 +317,7 @@ def _check_trainer(a: argparse.Namespace) -> TrainerConfig | None:
                          f"got {a.trainer_shapes!r}")
     if not 0 <= a.trainer_steps <= 1000:
         raise ValueError(f"--trainer-steps must be in [0, 1000], got {a.trainer_steps}")
+    a.trainer_shapes_checked = shapes
     if not a.trainer:
         if a.trainer_parallel:
             raise ValueError("--trainer-parallel needs --trainer")
@@ -319,12 +333,18 @@ def check(a: argparse.Namespace) -> tuple[BenchConfig, TrainerConfig | None]:
                             ("--threads", a.threads, 0, 1024), ("--block-seq", a.block_seq, 1, 4096)):
         if not lo <= v <= hi:  # integers: the bounds printed as integers
             raise ValueError(f"{flag} must be in [{lo}, {hi}], got {v}")
-    only = tuple(s.strip() for s in a.only.split(",") if s.strip())
+    only = () if a.only.strip() == "none" else tuple(s.strip() for s in a.only.split(",") if s.strip())
     bad = [s for s in only if s not in CASES]
-    if bad or not only:
+    if bad or (not only and a.only.strip() != "none"):
         raise ValueError(f"--only must be a comma-separated subset of {','.join(CASES)}, got {a.only!r}")
     check_choice("--widths", a.widths, WIDTHS)
     trainer = _check_trainer(a)
+    if not 0 <= a.profile_steps <= 100:
+        raise ValueError(f"--profile-steps must be in [0, 100], got {a.profile_steps}")
+    if a.profile_steps and not a.profile:
+        raise ValueError("--profile-steps needs --profile")
+    if not only and trainer is None and not a.profile:
+        raise ValueError("--only none leaves nothing to run: add --trainer and/or --profile")
     check_output_file("--json", a.json)
     threads = a.threads or torch.get_num_threads()
     cfg = BenchConfig(a.tokens, a.ref_tokens, a.repeats, a.warmup, threads, only, a.dtype, a.seed, a.block_seq,
@@ -338,19 +358,35 @@ def work(args: argparse.Namespace, checked: tuple[BenchConfig, TrainerConfig | N
     _log(f"{machine}; {cfg.threads} threads, {cfg.dtype}, {cfg.tokens} tokens, {cfg.repeats} repeats; load average "
          f"{os.getloadavg()[0]:.2f}")
     rows, roof, trows = run(cfg, trainer)
+    profiles = []
+    if args.profile:
+        from lm.bench_profile import profile_shape
+
+        for shape in args.trainer_shapes_checked:
+            profiles += profile_shape(shape, steps=args.profile_steps, threads=cfg.threads, log=_log)
     claims, floors = claims_and_floors(rows, cfg.dtype, trows)
-    print(format_table(rows, roof, cfg, machine))
+    if rows:
+        print(format_table(rows, roof, cfg, machine))
+    if profiles:
+        from lm.bench_profile import format_profiles
+
+        print()
+        print(format_profiles(profiles))
     if trows:
         print()
         print(format_trainer(trows, TARGETS["bench.trainer_shipped_vs_dense"][0]))
-    print()
-    print(targets_table(claims, floors))
-    print()
-    print(claims_table(claims))
+    if claims:
+        print()
+        print(targets_table(claims, floors))
+        print()
+        print(claims_table(claims))
+    else:
+        print("\nno targets measured (the step profile alone: it times, it does not judge)")
     if args.json:
         write_claims_json(args.json, claims, tool="lm.bench", machine=machine, config=asdict(cfg),
                           roofline=roof, rows=[asdict(r) for r in rows], trainer=[asdict(r) for r in trows],
-                          trainer_ratios=ratios(trows), floors=floors, load_average=os.getloadavg())
+                          trainer_ratios=ratios(trows), floors=floors, load_average=os.getloadavg(),
+                          step_profiles=[asdict(p) for p in profiles])
         _log(f"wrote {args.json}")
     return 0
 

@@ -83,6 +83,10 @@ def test_a_failed_run_is_reported_not_hidden():
     (["--trainer", "--trainer-shapes", "huge"], "--trainer-shapes must be a comma-separated subset"),
     (["--trainer", "--trainer-steps", "-1"], "--trainer-steps must be in [0, 1000]"),
     (["--widths", "wide"], "--widths must be one of reference, shipped"),
+    (["--only", "none"], "--only none leaves nothing to run"),
+    (["--profile-steps", "2"], "--profile-steps needs --profile"),
+    (["--profile", "--profile-steps", "101"], "--profile-steps must be in [0, 100]"),
+    (["--profile", "--trainer-shapes", "huge"], "--trainer-shapes must be a comma-separated subset"),
 ])
 def test_bad_flags_and_outputs_are_refused_before_work(tmp_path, capsys, argv, msg):
     (tmp_path / "afile").write_text("x")
@@ -107,3 +111,23 @@ def test_a_tiny_shape_trains_through_the_trainer(tmp_path):
     cfg = json.loads((tmp_path / "tiny-grt-1t1s-0.json").read_text())
     assert cfg["train"]["log_interval"] == 1 and cfg["train"]["probe_gauges"] is False
     assert "fused kernels ready" in logged[0]
+
+
+def test_the_step_profile_adds_up_and_names_the_glue(tmp_path, capsys):
+    """The tiny shape (eager cascades: below the fused kernels' token threshold): every category's time sums to
+    the profiled step, the GRT runs many more operators than its dense twin, and the CLI writes it as JSON."""
+    from lm.bench_profile import CATEGORIES, categorize, profile_shape
+
+    assert categorize("_CascadeFnBackward") == "cascade backward" and categorize("aten::mm") == "matmul (dense GEMMs)"
+    assert categorize("aten::mul") == "elementwise + glue" and categorize("MulBackward0") == "autograd engine"
+    grt, dense = profile_shape("tiny", steps=2)
+    for p in (grt, dense):
+        assert math.isclose(sum(p.ms_per_step.values()), p.profiled_ms_per_step)
+        assert set(p.ms_per_step) <= {c for c, _ in CATEGORIES} | {"other"} and p.wall_ms_per_step > 0
+    assert sum(grt.ops_per_step.values()) > 2 * sum(dense.ops_per_step.values())
+    out = tmp_path / "p.json"
+    assert bench.main(["--only", "none", "--profile", "--trainer-shapes", "tiny", "--profile-steps", "1",
+                       "--threads", "1", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "step profile: tiny" in text and text.strip().splitlines()[-1].startswith("no targets measured")
+    assert [p["model"] for p in json.loads(out.read_text())["step_profiles"]] == ["grt", "dense"]
