@@ -29,14 +29,14 @@ so the comparison exercises exactly the pipeline a user runs.  Outputs in ``--ou
 ``table.txt``, ``loss_curves.svg`` / ``.png`` (deterministic bytes: fixed SVG hash salt, no dates,
 PNG metadata stripped; written atomically), and ``runs/<name>/`` per run (log, checkpoint, summary).
 
-Over 500 lines on purpose: the comparison's command line, its checks before work and its table and curves;
-the runs themselves are :mod:`studies.compare_runs`, the preset's phases :mod:`studies.compare_preset`.
+This module is the comparison's command line, its checks before work and its claims; the runs themselves are
+:mod:`studies.compare_runs`, the preset's phases :mod:`studies.compare_preset`, the rows, table and curves
+:mod:`studies.compare_report`.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import math
 import signal
 import subprocess
@@ -64,7 +64,6 @@ from lm.sizing import (
 from lm.trainconfig import RUN_FILES, TrainConfig
 from rmsgauge import (
     Claim,
-    atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
     check_output_dir,
@@ -75,125 +74,20 @@ from rmsgauge import (
 )
 from rmsgauge.cli import check_outputs_against_inputs, make_parser, run_main
 from studies.compare_preset import run_preset
+from studies.compare_report import (  # noqa: F401  (SVG_HASH_SALT: still importable from here)
+    SVG_HASH_SALT,
+    at_edge,
+    format_table,
+    plot_curves,
+    plot_final_curves,
+    result_row,
+)
 from studies.compare_runs import Run, best_run, run_all, train_config_for
 
 DEFAULT_LRS = (1e-3, 3e-3, 1e-2, 3e-2)  # half-decades: the GRT and the dense models peak at different lrs
 DEFAULT_BUDGET_TOKENS = 80_000  # default command: 615 s measured on 2 cores shared with other jobs (load 2-6)
 QUICK_BUDGET_TOKENS = 4_096
-SVG_HASH_SALT = "rmsgauge-compare"  # fixed: SVG element ids stop depending on a random salt
 LN2 = math.log(2.0)
-
-
-def _full_split_bpb(run: Run) -> float | None:
-    """Whole-validation-split bits/byte of a finished run (every byte scored once: :mod:`lm.scoring`); the
-    summary's ``final_val_bpb`` is the training log's sample.  ``None`` when the run left no checkpoint."""
-    from lm.checkpoint import load_checkpoint, model_from_checkpoint
-    from lm.scoring import full_split_bpb
-    from rmsgauge.corpus import ByteCorpus
-
-    ckpt = run.out_dir / "ckpt.pt"
-    if not ckpt.is_file():
-        return None
-    model = model_from_checkpoint(load_checkpoint(ckpt))
-    tcfg = run.summary["train_config"]  # the data and split the run trained on
-    return full_split_bpb(model, ByteCorpus.load(tcfg["data"] or None, tcfg["val_fraction"]))["bpb"]
-
-
-def _row(run: Run, sweep: list[Run]) -> dict:
-    s = run.summary
-    p = dict(s["params"])
-    return {
-        "model": run.model, "match": run.match, "run": run.name, "lr": run.lr,
-        "model_config": run.model_config,
-        "params": {"embedding": p.get("embedding", 0), "attention": p.get("attention", 0),
-                   "mixer": p.get("mixer", 0), "ffn": p.get("ffn", 0),
-                   "norm_gate": p.get("norm", 0) + p.get("gate", 0), "other": p.get("other", 0) + p.get("head", 0),
-                   "total": p["total"]},
-        "tokens_seen": s["tokens_seen"], "tokens_per_s": s["tokens_per_s"],
-        "final_val_bpb_full": _full_split_bpb(run), "final_val_bpb": s["final_val_bpb"],
-        "final_val_loss": s["final_val_loss"],
-        "wall_time_s": s["wall_time_s"], "train_time_s": s["train_time_s"],
-        "sweep": {f"{r.lr:g}": r.summary.get("final_val_bpb") for r in sweep},
-        "equilibrium": s.get("equilibrium", {}), "gauge_census": s.get("gauge_census", {}),
-        "curve": [(e["tokens"], e["val_bpb"]) for e in s.get("evals", [])],
-        "evals_full": s.get("evals", []),
-    }
-
-
-def at_edge(row: dict, lrs: list[float]) -> bool:
-    """The best lr is the smallest or largest of a sweep of 3+ points (the optimum may lie outside the grid)."""
-    return len(lrs) > 2 and row["lr"] in (min(lrs), max(lrs))
-
-
-def format_table(rows: list[dict], meta: dict) -> str:
-    head = (f"GRT vs dense (QK-norm) on {meta['corpus']}: {meta['dtype']}, {meta['device']}, "
-            f"{meta['budget_tokens']:,} tokens each (batch {meta['batch_size']} x {meta['block_size']}), "
-            f"lr sweep {meta['lrs']} (best shown), seed {meta['seed']}")
-    cols = ("model", "match", "d", "embed", "attn", "mixer", "ffn", "norm+gate", "total", "lr", "tokens",
-            "tok/s", "bpb full", "sample", "wall s")
-    lines = [head, "(bpb full: validation bits/byte on the whole split, every byte scored once; sample: the "
-                   "training log's 16-batch sample)", ""]
-    fmt = "{:<6} {:<10} {:>4} {:>8} {:>9} {:>8} {:>9} {:>9} {:>10} {:>7} {:>9} {:>7} {:>8} {:>7} {:>7}"
-    lines.append(fmt.format(*cols))
-    for r in rows:
-        p = r["params"]
-        lines.append(fmt.format(
-            r["model"], r["match"], r["model_config"]["d_model"], f"{p['embedding']:,}", f"{p['attention']:,}",
-            f"{p['mixer']:,}", f"{p['ffn']:,}", f"{p['norm_gate']:,}", f"{p['total']:,}",
-            f"{r['lr']:g}" + ("*" if at_edge(r, r.get("lr_grid", meta["lrs"])) else ""),
-            f"{r['tokens_seen']:,}", f"{r['tokens_per_s']:.0f}",
-            "-" if r.get("final_val_bpb_full") is None else f"{r['final_val_bpb_full']:.4f}",
-            f"{r['final_val_bpb']:.4f}", f"{r['wall_time_s']:.0f}"))
-    if any(at_edge(r, r.get("lr_grid", meta["lrs"])) for r in rows):
-        lines.append("* best lr at the edge of the sweep: the optimum may lie outside it (widen --lrs)")
-    sweep_tokens = meta.get("sweep_tokens")
-    lines += ["", "lr sweep, final validation bits per byte"
-              + (f" (sweep runs: {sweep_tokens:,} tokens each; table above: the final runs):" if sweep_tokens else ":")]
-    lrs = meta["lrs"]
-    lines.append("{:<20}".format("model") + "".join(f"{lr:>10g}" for lr in lrs))
-    for r in rows:
-        vals = [r["sweep"].get(f"{lr:g}") for lr in lrs]
-        lines.append(f"{r['model'] + ' (' + r['match'] + ')':<20}" + "".join(
-            f"{v:>10.4f}" if isinstance(v, (int, float)) and math.isfinite(v) else f"{'-':>10}" for v in vals))
-    return "\n".join(lines)
-
-
-def plot_curves(rows: list[dict], all_runs: dict[str, list[Run]], out_dir: Path, title: str) -> list[Path]:
-    """Validation bits per byte against tokens: best lr of each model bold, the other sweep points faint."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = SVG_HASH_SALT
-    colors = {"-": "#c0392b", "params": "#2471a3", "wall-clock": "#229954"}
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for r in rows:
-        key = f"{r['model']} ({r['match']})"
-        c = colors.get(r["match"], "k")
-        for other in all_runs[key]:
-            if other.name == r["run"]:
-                continue
-            xs = [e["tokens"] for e in other.summary.get("evals", [])]
-            ys = [e["val_bpb"] for e in other.summary.get("evals", [])]
-            ax.plot(xs, ys, color=c, alpha=0.25, lw=1)
-        xs, ys = zip(*r["curve"]) if r["curve"] else ((), ())
-        label = f"{'GRT' if r['model'] == 'grt' else 'dense'} {'' if r['match'] == '-' else r['match'] + '-matched '}" \
-                f"({r['params']['total']:,} params, lr {r['lr']:g})"
-        ax.plot(xs, ys, color=c, lw=2, marker="o", ms=3, label=label)
-    ax.set_xlabel("training tokens (bytes)")
-    ax.set_ylabel("validation bits per byte")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths = []
-    for ext, meta in (("svg", {"Date": None}), ("png", {"Software": None})):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=ext, metadata=meta, dpi=120)
-        paths.append(atomic_write_bytes(out_dir / f"loss_curves.{ext}", buf.getvalue()))
-    plt.close(fig)
-    return paths
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -385,7 +279,7 @@ def _compare(args: argparse.Namespace, gcfg, preset: Preset | None = None) -> in
         + (f"{args.jobs} at a time" if args.jobs else "one after another in this process"))
     run_all(order, args, say)
 
-    rows = [_row(best_run(rs), rs) for rs in runs.values()]
+    rows = [result_row(best_run(rs), rs) for rs in runs.values()]
     for r in rows:
         r["lr_at_edge"] = at_edge(r, list(args.lrs))
     meta = {"corpus": args.data or "bundled Shakespeare", "dtype": "float32", "device": args.device,
@@ -441,7 +335,7 @@ def _finish_preset(args: argparse.Namespace, preset: Preset, result: dict, probe
     """Table, curves (against tokens and against training seconds), compare.json and the claim record."""
     rows = []
     for info in result.values():
-        row = _row(info["final"], info["sweep"])
+        row = result_row(info["final"], info["sweep"])
         row.update(lr_grid=info["lr_grid"], lr_interior=info["interior"], lr_widened=info["widened"],
                    sweep_tokens=preset.sweep_tokens, lr_at_edge=not info["interior"])
         rows.append(row)
@@ -473,43 +367,6 @@ def git_commit() -> str | None:
                               cwd=Path(__file__).resolve().parents[1]).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def plot_final_curves(rows: list[dict], out_dir: Path, title: str) -> list[Path]:
-    """Validation bits per byte of each final run against training tokens (left) and training seconds (right)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = SVG_HASH_SALT
-    colors = {"-": "#c0392b", "params": "#2471a3", "wall-clock": "#229954"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for r in rows:
-        evals = r.get("evals_full") or []
-        label = f"{'GRT' if r['model'] == 'grt' else 'dense'} {'' if r['match'] == '-' else r['match'] + '-matched '}" \
-                f"({r['params']['total']:,} params, lr {r['lr']:g})"
-        c = colors.get(r["match"], "k")
-        axes[0].plot([e["tokens"] for e in evals], [e["val_bpb"] for e in evals], color=c, lw=2, marker="o", ms=2.5,
-                     label=label)
-        axes[1].plot([e.get("train_time_s", math.nan) for e in evals], [e["val_bpb"] for e in evals], color=c, lw=2,
-                     marker="o", ms=2.5)
-    axes[0].set_xlabel("training tokens (bytes)")
-    axes[1].set_xlabel("training seconds (this machine, 1 thread per run)")
-    axes[0].set_ylabel("validation bits per byte")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        ax.set_ylim(top=min(5.0, ax.get_ylim()[1]))
-    axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    paths = []
-    for ext, meta in (("svg", {"Date": None}), ("png", {"Software": None})):
-        buf = io.BytesIO()
-        fig.savefig(buf, format=ext, metadata=meta, dpi=120)
-        paths.append(atomic_write_bytes(out_dir / f"final_curves.{ext}", buf.getvalue()))
-    plt.close(fig)
-    return paths
 
 
 def _raise_interrupt(signum, frame) -> None:

@@ -57,15 +57,12 @@ up) and returns one :class:`rmsgauge.Claim`.  Every measurement runs on a **floa
 
 Shapes inline: ``B`` sequences, ``T`` tokens, ``N = B*T``, ``D`` width, ``H`` heads, ``S`` stages.
 Vectorized: Jacobians are ``torch.func.vmap(jacfwd(...))`` over tokens; heads are batch dimensions; the only
-Python loops run over blocks, projections and models.
-
-Over 500 lines on purpose: the five claims' laws are stated above (about 80 lines); the code, one function
-per claim, is under 470 (its measurements live in :mod:`studies.trained_measure`).
+Python loops run over blocks, projections and models.  The measurements live in :mod:`studies.trained_measure`
+(shared) and :mod:`studies.trained_signal` (signal propagation's per-block loop); here, one function per claim.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -77,26 +74,18 @@ from rmsgauge import Claim, claim, run_group, tolerance
 from studies.trained_measure import (
     COUPLED,
     JAC_TOKENS,
-    cascade_bounds,
-    cascade_gain,
     check_held_out_ids,
-    cosine_matrix,
     dense_record,
-    ffn_composed,
     grt_head_parameters,
     grt_jacobians,
     grt_record,
+    head_stats,
     jacobian_token_index,
-    linear_cka,
     models_by_state,
-    pairwise_js_bits,
-    per_token_jacobian,
-    projection_inputs,
     radial_gelu_jacobian_max,
-    rms,
-    split_qkv,
     summary_stats,
 )
+from studies.trained_signal import dense_signal, grt_signal
 
 GROUP = "grt.trained"
 SOURCE = "001_cfb910613b442095.txt"
@@ -243,104 +232,9 @@ def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out
     )
 
 
-def _grt_signal(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | None) -> dict[str, Any]:
-    rec = grt_record(model, ids, cache)
-    m, tr = rec["model"], rec["trace"]
-    H = m.config.n_heads
-    jac = grt_jacobians(model, ids, jac_tokens, cache)
-    g_rg = radial_gelu_jacobian_max()
-    blocks, ok_all, worst = [], True, {}
-    for b, (blk, bt, js) in enumerate(zip(m.blocks, tr.blocks, jac)):
-        inp = projection_inputs(blk, bt)
-        proj: dict[str, Any] = {}
-        bnd: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        for name, (c, x) in inp.items():
-            lo, hi = cascade_bounds(c)  # (Hc,) each
-            gain, lo, hi = cascade_gain(c, x), lo.unsqueeze(0), hi.unsqueeze(0)  # (N, Hc), (1, Hc), (1, Hc)
-            if name == "qkv":
-                parts = {k: (gain_k, split_qkv(lo, H)[k], split_qkv(hi, H)[k])
-                         for k, gain_k in split_qkv(gain, H).items()}
-            else:
-                parts = {name: (gain, lo, hi)}
-            tol = tolerance(torch.float64, size=c.width, depth=c.n_stages)
-            for k, (gk, lo_k, hi_k) in parts.items():  # (N, heads), (1, heads), (1, heads)
-                bnd[k] = (lo_k[0], hi_k[0])
-                valid = torch.isfinite(gk)  # a zero input slice has no gain
-                inside = (gk >= lo_k * (1 - tol.rtol)) & (gk <= hi_k * (1 + tol.rtol))
-                gain_ok = bool((inside | ~valid).all())
-                sv = torch.linalg.svdvals(js[k])  # (n, heads, w)
-                sv_lo_ratio = float((sv.amin(-1) / lo_k).min())  # >= 1 inside the bound
-                sv_hi_ratio = float((sv.amax(-1) / hi_k).max())  # <= 1 inside the bound
-                linear = not c.has_coupling
-                jac_ok = (not linear) or (sv_lo_ratio >= 1 - tol.rtol and sv_hi_ratio <= 1 + tol.rtol)
-                ok_all &= gain_ok and jac_ok
-                proj[k] = {"gain": summary_stats(gk[valid]), "bound": [float(lo_k.min()), float(hi_k.max())],
-                           "gain_in_bound": gain_ok, "jacobian_sv": [float(sv.min()), float(sv.max())],
-                           "sv_max / bound_hi": sv_hi_ratio, "sv_min / bound_lo": sv_lo_ratio,
-                           "jacobian_bounded_by_construction": linear, "jacobian_in_bound": bool(jac_ok)}
-                if not linear:
-                    worst[f"block{b}.{k}"] = sv_hi_ratio
-        # the whole FFN sublayer's processing: upper bounds only (truncation has a null space)
-        z = bt.ffn_in.reshape(-1, bt.ffn_in.shape[-1])
-        y = ffn_composed(blk, z)
-        fused_err = float((y - blk.ffn(z)).abs().max())
-        g_ffn = torch.linalg.vector_norm(y, dim=-1) / torch.linalg.vector_norm(z, dim=-1)  # (N,)
-        hi_val = float(bnd["ffn_expand"][1].max() * bnd["ffn_contract"][1].max())
-        hi_jac = hi_val * g_rg
-        sv_ffn = torch.linalg.svdvals(js["ffn"])  # (n, D)
-        tol = tolerance(torch.float64, size=blk.ffn.d_ff, depth=2 * blk.ffn.expand.n_stages + 1)
-        gain_ok = bool(g_ffn.max() <= hi_val * (1 + tol.rtol))
-        jac_ok = bool(sv_ffn.max() <= hi_jac * (1 + tol.rtol))
-        ok_all &= gain_ok and jac_ok
-        proj["ffn"] = {"gain": summary_stats(g_ffn), "bound": [0.0, hi_val], "gain_in_bound": gain_ok,
-                       "jacobian_sv": [float(sv_ffn.min()), float(sv_ffn.max())], "jacobian_upper_bound": hi_jac,
-                       "jacobian_in_bound": jac_ok, "fused_vs_composed_max_diff": fused_err}
-        # sublayer and block RMS gains on the stream
-        rms_in = rms(bt.stream_in)
-        writes = {"attn": bt.after_attn - bt.stream_in, "mixer": bt.after_mixer - bt.after_attn,
-                  "ffn": bt.stream_out - bt.after_mixer}
-        ins = {"attn": (bt.stream_in, bt.attn_in), "mixer": (bt.after_attn, bt.mixer_in),
-               "ffn": (bt.after_mixer, bt.ffn_in)}
-        gates = dict(zip(GATE_NAMES, blk.gates().tolist()))
-        sub = {}
-        for n, wr in writes.items():
-            stream, normed = ins[n]
-            sub[n] = {"process_gain rms(f(PN x))/rms(PN x)": summary_stats(rms(wr) / gates[n] / rms(normed)),
-                      "write_gain rms(g f)/rms(x)": summary_stats(rms(wr) / rms(stream))}
-        blocks.append({"projections": proj, "sublayers": sub,
-                       "block_gain rms(out)/rms(in)": summary_stats(rms(bt.stream_out) / rms_in)})
-    return {"blocks": blocks, "ok": bool(ok_all), "worst_coupled_sv_over_bound": max(worst.values(), default=None)}
-
-
-def _dense_signal(model: nn.Module, ids: torch.Tensor, jac_tokens: int, cache: dict | None) -> dict[str, Any]:
-    rec = dense_record(model, ids, cache)
-    m = rec["model"]
-    blocks = []
-    for blk, r in zip(m.blocks, rec["blocks"]):
-        D = r["attn_in"].shape[-1]
-        z = r["attn_in"].reshape(-1, D)
-        proj = {}
-        for name, lin, x in (("q", blk.attn.q_proj, z), ("k", blk.attn.k_proj, z), ("v", blk.attn.v_proj, z),
-                             ("o", blk.attn.o_proj, r["values"].reshape(-1, D))):
-            sv = torch.linalg.svdvals(lin.weight)
-            gain = torch.linalg.vector_norm(lin(x), dim=-1) / torch.linalg.vector_norm(x, dim=-1)
-            proj[name] = {"gain": summary_stats(gain), "jacobian_sv": [float(sv.min()), float(sv.max())]}
-        z2 = r["mlp_in"].reshape(-1, D)
-        sel = jacobian_token_index(z2.shape[0], jac_tokens)
-        Jm = per_token_jacobian(blk.mlp, z2[sel])  # (n, D, D)
-        svm = torch.linalg.svdvals(Jm)
-        gm = torch.linalg.vector_norm(blk.mlp(z2), dim=-1) / torch.linalg.vector_norm(z2, dim=-1)
-        proj["mlp"] = {"gain": summary_stats(gm), "jacobian_sv": [float(svm.min()), float(svm.max())]}
-        for name, lin in (("mlp_up", blk.mlp.up), ("mlp_down", blk.mlp.down)):
-            sv = torch.linalg.svdvals(lin.weight)
-            proj[name] = {"jacobian_sv": [float(sv.min()), float(sv.max())]}
-        sub = {"attn": {"process_gain rms(f(N x))/rms(N x)": summary_stats(rms(r["out"]) / rms(r["attn_in"])),
-                        "write_gain rms(f)/rms(x)": summary_stats(rms(r["out"]) / rms(r["stream_in"]))},
-               "mlp": {"process_gain rms(f(N x))/rms(N x)": summary_stats(rms(r["mlp_out"]) / rms(r["mlp_in"])),
-                       "write_gain rms(f)/rms(x)": summary_stats(rms(r["mlp_out"]) / rms(r["after_attn"]))}}
-        blocks.append({"projections": proj, "sublayers": sub,
-                       "block_gain rms(out)/rms(in)": summary_stats(rms(r["stream_out"]) / rms(r["stream_in"]))})
-    return {"blocks": blocks, "attention_replica_max_diff": rec["replica_err"]}
+# ---------------------------------------------------------------------------------------------------
+# grt.signal_propagation
+# ---------------------------------------------------------------------------------------------------
 
 
 @claim("grt.signal_propagation", group=GROUP, title="Signal propagation: gains and Jacobian spectra vs the bound")
@@ -349,7 +243,7 @@ def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_
                              cache: dict | None = None, jac_tokens: int = JAC_TOKENS, **_: Any) -> Claim:
     """Per block: projection gains and Jacobian singular values against the scale bound (module docstring)."""
     ids = check_held_out_ids(grt, held_out_ids)
-    res = {f"{kind} {state}": (_grt_signal if kind == "grt" else _dense_signal)(mod, ids, jac_tokens, cache)
+    res = {f"{kind} {state}": (grt_signal if kind == "grt" else dense_signal)(mod, ids, jac_tokens, cache)
            for kind, state, mod in models_by_state(grt, dense, grt_init, dense_init)}
     grt_res = [v for k, v in res.items() if k.startswith("grt")]
     holds = all(r["ok"] for r in grt_res)
@@ -380,32 +274,9 @@ def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_
     )
 
 
-def _head_stats(w: torch.Tensor, outs: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Everything head_diversity reports for one block: ``w [B, H, T, T]``; ``outs`` {q,k,v}: ``[B, T, H, d]``."""
-    B, H, T, _ = w.shape
-    js = pairwise_js_bits(w)[..., 1:]  # (B, H, H, T-1): query 0 has one key, identical for every head
-    per_seq = js.mean(-1)  # (B, H, H)
-    mean = per_seq.mean(0)  # (H, H)
-    se = per_seq.std(0, unbiased=True) / math.sqrt(B)  # (H, H) over independent windows
-    iu = torch.triu_indices(H, H, 1)
-    js_pairs, se_pairs = mean[iu[0], iu[1]], se[iu[0], iu[1]]
-    distinct = js_pairs > SE_SIGMAS * se_pairs  # (pairs,)
-    cos = cosine_matrix(w.permute(1, 0, 2, 3).reshape(H, -1))
-    ent = -torch.where(w > 0, w * torch.log(torch.where(w > 0, w, 1.0)), 0.0).sum(-1)  # (B, H, T) nats
-    norm_ent = ent[..., 1:] / torch.log(torch.arange(2, T + 1, dtype=w.dtype))  # (B, H, T-1): 1 = uniform
-    self_w = w.diagonal(dim1=-2, dim2=-1)[..., 1:]  # (B, H, T-1)
-    cka = {k: linear_cka(o.reshape(-1, H, o.shape[-1])) for k, o in outs.items()}
-    par = {k: cosine_matrix(p) for k, p in params.items()}
-    off = lambda M: M[iu[0], iu[1]]  # noqa: E731 (upper triangle, the distinct head pairs)
-    return {
-        "js_bits_pairs": js_pairs.tolist(), "js_se_pairs": se_pairs.tolist(),
-        "min_js_bits": float(js_pairs.min()), "all_pairs_distinct": bool(distinct.all()),
-        "map_cosine_pairs": off(cos).tolist(),
-        "self_weight_per_head": self_w.mean((0, 2)).tolist(),
-        "normalized_entropy_per_head": norm_ent.mean((0, 2)).tolist(),
-        "cka_max_offdiag": {k: float(off(M).max()) for k, M in cka.items()},
-        "param_cosine_max_abs_offdiag": {k: float(off(M).abs().max()) for k, M in par.items()},
-    }
+# ---------------------------------------------------------------------------------------------------
+# grt.head_diversity
+# ---------------------------------------------------------------------------------------------------
 
 
 @claim("grt.head_diversity", group=GROUP, title="Each head attends differently: GRT vs dense")
@@ -421,7 +292,7 @@ def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids:
             rec = grt_record(mod, ids, cache)
             for b, bt in enumerate(rec["trace"].blocks):
                 outs = {"q": bt.q.acts[-1], "k": bt.k.acts[-1], "v": bt.v.acts[-1]}  # (B, T, H, dh)
-                per_block.append(_head_stats(bt.attn_weights, outs, grt_head_parameters(rec["model"], b)))
+                per_block.append(head_stats(bt.attn_weights, outs, grt_head_parameters(rec["model"], b), SE_SIGMAS))
         else:
             rec = dense_record(mod, ids, cache)
             for blk, r in zip(rec["model"].blocks, rec["blocks"]):
@@ -430,7 +301,7 @@ def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids:
                 params = {k: getattr(blk.attn, f"{k}_proj").weight.view(H, -1) for k in "qkv"}
                 wo = blk.attn.o_proj.weight  # (D_out, D_in)
                 params["o"] = wo.view(wo.shape[0], H, -1).transpose(0, 1).reshape(H, -1)
-                per_block.append(_head_stats(r["weights"], {k: r[k] for k in "qkv"}, params))
+                per_block.append(head_stats(r["weights"], {k: r[k] for k in "qkv"}, params, SE_SIGMAS))
         res[f"{kind} {state}"] = per_block
     tr = res["grt trained"]
     holds = all(b["all_pairs_distinct"] for b in tr)

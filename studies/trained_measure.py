@@ -353,3 +353,31 @@ def grt_head_parameters(m: GRT, b: int) -> dict[str, torch.Tensor]:
     return {**dict(zip("qkv", flat(attn.qkv).unflatten(0, (3, H)).unbind(0))), "o": flat(attn.o)}
 
 
+def head_stats(w: torch.Tensor, outs: dict[str, torch.Tensor], params: dict[str, torch.Tensor], sigmas: float
+               ) -> dict[str, Any]:
+    """Everything head_diversity reports for one block: ``w [B, H, T, T]``; ``outs`` {q,k,v}: ``[B, T, H, d]``; a
+    head pair is distinct when its mean JS exceeds ``sigmas`` standard errors (the claim's verdict threshold)."""
+    B, H, T, _ = w.shape
+    js = pairwise_js_bits(w)[..., 1:]  # (B, H, H, T-1): query 0 has one key, identical for every head
+    per_seq = js.mean(-1)  # (B, H, H)
+    mean = per_seq.mean(0)  # (H, H)
+    se = per_seq.std(0, unbiased=True) / math.sqrt(B)  # (H, H) over independent windows
+    iu = torch.triu_indices(H, H, 1)
+    js_pairs, se_pairs = mean[iu[0], iu[1]], se[iu[0], iu[1]]
+    distinct = js_pairs > sigmas * se_pairs  # (pairs,)
+    cos = cosine_matrix(w.permute(1, 0, 2, 3).reshape(H, -1))
+    ent = -torch.where(w > 0, w * torch.log(torch.where(w > 0, w, 1.0)), 0.0).sum(-1)  # (B, H, T) nats
+    norm_ent = ent[..., 1:] / torch.log(torch.arange(2, T + 1, dtype=w.dtype))  # (B, H, T-1): 1 = uniform
+    self_w = w.diagonal(dim1=-2, dim2=-1)[..., 1:]  # (B, H, T-1)
+    cka = {k: linear_cka(o.reshape(-1, H, o.shape[-1])) for k, o in outs.items()}
+    par = {k: cosine_matrix(p) for k, p in params.items()}
+    off = lambda M: M[iu[0], iu[1]]  # noqa: E731 (upper triangle, the distinct head pairs)
+    return {
+        "js_bits_pairs": js_pairs.tolist(), "js_se_pairs": se_pairs.tolist(),
+        "min_js_bits": float(js_pairs.min()), "all_pairs_distinct": bool(distinct.all()),
+        "map_cosine_pairs": off(cos).tolist(),
+        "self_weight_per_head": self_w.mean((0, 2)).tolist(),
+        "normalized_entropy_per_head": norm_ent.mean((0, 2)).tolist(),
+        "cka_max_offdiag": {k: float(off(M).max()) for k, M in cka.items()},
+        "param_cosine_max_abs_offdiag": {k: float(off(M).abs().max()) for k, M in par.items()},
+    }
