@@ -2,12 +2,14 @@
 
 A weight whose output feeds an RMSNorm (here: the query/key projections of a QK-norm
 transformer) has a scale the loss cannot see.  ``run_all`` measures every claim of the
-source text as a :class:`rmsgauge.Claim`; ``gauge.laws`` holds the closed-form laws and
-``gauge.model`` the model, data and helpers they are measured on.  ``gauge.census.census`` finds the
-gauges of any PyTorch model (``python -m gauge census``); the trainer's command line runs it to choose
-what ``dynamics.monitor`` watches.
+source text as a :class:`rmsgauge.Claim` (claims 1-4 in ``gauge.checks``, per-row scaling and the census in
+``gauge.scope``, their shared tolerances and query path in ``gauge.measure``); ``gauge.laws`` holds the
+closed-form laws and ``gauge.model`` the model, data and helpers they are measured on.
+``gauge.census.census`` finds the gauges of any PyTorch model (``python -m gauge census``); the trainer's
+command line runs it to choose what ``dynamics.monitor`` watches.
 """
 
+import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from gauge.checks import (
     CLAIM_IDS,
     census_table,

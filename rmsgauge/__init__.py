@@ -6,6 +6,10 @@ the same atomic writer.  Nothing here imports anything else of ours, so
 ``import grt_model`` stays standalone (it depends on this core only).
 """
 
+# first, before any slow import here or in the packages above: a python -m command's Ctrl-C hook (see the module)
+import rmsgauge.interrupt  # noqa: F401
+
+# isort: split
 from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_safe
 from rmsgauge.claims import (
     CLAIMS,

@@ -541,3 +541,69 @@ def test_save_checkpoint_without_checksum_removes_a_stale_one(tmp_path):
     assert not checksum_path(path).exists()
     with pytest.raises(CheckpointError, match="--trust-unverified"):
         load_checkpoint(path)
+
+
+# ---- Ctrl-C while a python -m command is still importing (rmsgauge.interrupt) ------------------------------------
+
+
+def _first_import(path: Path) -> str:
+    """The first import of ``path`` that is not the standard library's (those are fast: nothing to interrupt)."""
+    import ast
+    import sys
+
+    for node in ast.parse(path.read_text()).body:
+        top = (node.names[0].name if isinstance(node, ast.Import) else node.module or "").split(".")[0] \
+            if isinstance(node, (ast.Import, ast.ImportFrom)) else ""
+        if top == "__future__" or top in sys.stdlib_module_names:
+            continue
+        if isinstance(node, ast.Import):
+            return node.names[0].name
+        if isinstance(node, ast.ImportFrom):
+            return f"from {node.module}"
+    return ""
+
+
+def test_every_package_imports_rmsgauge_first():
+    """``python -m pkg.module`` runs ``pkg/__init__.py`` first: its first import must install the hook."""
+    from tests.test_layering import LAYER
+
+    assert _first_import(ROOT / "rmsgauge" / "__init__.py") == "rmsgauge.interrupt"
+    late = {pkg: first for pkg in LAYER if pkg != "rmsgauge"
+            if (first := _first_import(ROOT / pkg / "__init__.py")) != "rmsgauge"}
+    assert not late, f"packages whose first import is not `import rmsgauge` (Ctrl-C would be a traceback): {late}"
+
+
+def test_ctrl_c_during_a_python_m_import_is_one_line(tmp_path):
+    """A command package that imports rmsgauge first, then a module that is interrupted while it imports."""
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "kbpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import rmsgauge  # noqa: F401\n")
+    (pkg / "cmd.py").write_text("raise KeyboardInterrupt  # where a slow import would be cut\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-m", "kbpkg.cmd"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stderr == "python -m kbpkg.cmd: interrupted\n"
+    assert out.returncode in (130, -2)  # Python ends by SIGINT after the hook: the shell's 130
+    lib = subprocess.run([sys.executable, "-c", "import rmsgauge, sys; print(sys.excepthook is sys.__excepthook__)"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert lib.stdout.strip() == "True"  # imported as a library: the program's own hook is left alone
+
+
+def test_sigint_while_lm_train_imports_is_one_line():
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "lm.train", "--help"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(0.4)  # inside the imports (torch alone takes longer); a later signal meets main's own guard
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    if proc.returncode == 0:
+        pytest.skip("the command finished before the signal (a very fast machine)")
+    assert proc.returncode in (130, -2), err
+    assert err.strip().endswith("interrupted") and len(err.strip().splitlines()) == 1, err
