@@ -53,7 +53,8 @@ class FigureSpec:
 
 FIGURES: dict[str, FigureSpec] = {}
 FIGURE_MODULES = ("figures.gauge_figs", "figures.dynamics_figs", "figures.grt_figs", "figures.trained_figs",
-                  "figures.grt_text_figs", "figures.monitor_figs", "figures.studies_figs")
+                  "figures.trained_stack_figs", "figures.grt_text_figs", "figures.grt_text_sublayer_figs",
+                  "figures.monitor_figs", "figures.studies_figs")
 
 
 def figure(name: str, *, title: str, source: str, claims: tuple[str, ...] = (), fast: bool = False,
