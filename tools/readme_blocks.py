@@ -6,11 +6,12 @@ A generated block sits between two marker lines::
     ...
     <!-- end generated: NAME -->
 
-and holds the output of the generator called NAME (:data:`BLOCKS`), fenced as code.  Today one block:
-``experiments-summary``, the tables and verdicts of ``python -m studies.experiments summary`` computed from
-``results/grt-experiments/runs.json`` (the committed records, nothing retrained).  ``--check`` changes nothing and
-exits 1 when a block is stale (``tests/test_readme_blocks.py`` runs it, so the README cannot drift from the
-records it quotes).  The README is replaced atomically, and only when a block changed.
+and holds the output of the generator called NAME (:data:`BLOCKS`), fenced as code: ``experiments-summary``,
+the tables and verdicts of ``python -m studies.experiments summary`` computed from
+``results/grt-experiments/runs.json``, and ``trained-claims``, the trained-model claims of both trained shapes
+side by side (``results/grt-experiments/trained_claims_*.json``); the committed results, nothing retrained.
+``--check`` changes nothing and exits 1 when a block is stale (``tests/test_readme_blocks.py`` runs it, so the
+README cannot drift from the records it quotes).  The README is replaced atomically, and only when a block changed.
 
     python -m tools.readme_blocks            # rewrite README.md
     python -m tools.readme_blocks --check    # exit 1 if any block is stale
@@ -43,7 +44,33 @@ def experiments_summary(root: Path) -> str:
     return "\n".join(summary_lines(records, grid("full"), f"{RESULTS}/runs.json")[0])
 
 
-BLOCKS: dict[str, Callable[[Path], str]] = {"experiments-summary": experiments_summary}
+def _claim_cell(c: dict | None) -> str:
+    if c is None:
+        return "pending"
+    return f"{'HOLDS' if c['holds'] else 'FAILS'}: {c.get('summary') or '-'}"
+
+
+def trained_claims_both_shapes(root: Path) -> str:
+    """The text's trained-model claims on the shipped GRT (2 blocks, width 128) beside the text's own shape (12
+    blocks, width 256, the experiment grid's 3M-token run): verdict and the claim's one-line summary for each."""
+    shapes = {"shipped GRT (d 128, 2 blocks)": "trained_claims_shipped.json",
+              "text-shape GRT (d 256, 12 blocks)": "trained_claims_text_shape.json"}
+    found: dict[str, dict[str, dict]] = {}
+    for label, name in shapes.items():
+        path = root / RESULTS / name
+        found[label] = {c["id"]: c for c in json.loads(path.read_text())["claims"]} if path.is_file() else {}
+    ids = list(dict.fromkeys(i for claims in found.values() for i in claims))
+    rows = [["claim", *shapes]] + [[i, *(_claim_cell(found[label].get(i)) for label in shapes)] for i in ids]
+    widths = [max(len(r[k]) for r in rows) for k in range(len(shapes))]  # the last column is not padded
+    lines = ["  ".join(f"{cell:{w}s}" for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    missing = [label for label in shapes if not found[label]]
+    if missing:
+        lines.append(f"pending: {', '.join(missing)} (its run has not finished; the grid records it when it does)")
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, Callable[[Path], str]] = {"experiments-summary": experiments_summary,
+                                            "trained-claims": trained_claims_both_shapes}
 
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) \(python -m tools\.readme_blocks\) -->\n)(?P<body>.*?)"
                     r"(<!-- end generated: (?P=name) -->)", re.S)
