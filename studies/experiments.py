@@ -45,6 +45,7 @@ class Job:
     run_dir: Path
     proc: subprocess.Popen | None = None
     started: float = 0.0
+    start_step: int = 0  # the step its checkpoint held at launch (a resumed run)
 
 
 def git_commit() -> str | None:
@@ -143,19 +144,34 @@ def measure_probe(spec: RunSpec, specs: list[RunSpec], records: dict[str, dict[s
             "records_ratio": records_ratio}
 
 
+def last_step(run_dir: Path) -> int:
+    """The last training or evaluation step a run folder's log records (0: none yet)."""
+    path = run_dir / "log.jsonl"
+    if not path.exists():
+        return 0
+    for line in reversed(path.read_text().splitlines()[-50:]):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill
+            continue
+        if rec.get("event") in ("train", "eval"):
+            return int(rec["step"])
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    m = round(seconds / 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m"
+
+
 def _progress(job: Job) -> str:
-    path = job.run_dir / "log.jsonl"
-    step = 0
-    if path.exists():
-        for line in reversed(path.read_text().splitlines()[-50:]):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("event") in ("train", "eval"):
-                step = int(rec["step"])
-                break
-    return f"{job.spec.name} {step}/{job.spec.steps()} ({time.perf_counter() - job.started:.0f}s)"
+    """``name step/steps (elapsed, eta)``: the eta from this process's own steps per second (a resumed run counts
+    from the step it resumed at), so it reads the current load."""
+    step, total = last_step(job.run_dir), job.spec.steps()
+    elapsed = time.perf_counter() - job.started
+    done = step - job.start_step
+    eta = f", eta {_duration((total - step) * elapsed / done)}" if done > 0 and step < total else ""
+    return f"{job.spec.name} {step}/{total} ({elapsed:.0f}s{eta})"
 
 
 class Driver:
@@ -193,7 +209,7 @@ class Driver:
         atomic_write_json(spec_path, want)
         env = {**os.environ, "OMP_NUM_THREADS": str(self.args.threads), "MKL_NUM_THREADS": str(self.args.threads)}
         err = (run_dir / "stderr.txt").open("a")
-        job = Job(spec, run_dir)
+        job = Job(spec, run_dir, start_step=last_step(run_dir))
         job.proc = subprocess.Popen([sys.executable, "-m", "studies.job", str(run_dir), str(self.args.threads)],
                                     stdout=subprocess.DEVNULL, stderr=err, env=env,
                                     cwd=Path(__file__).resolve().parents[1], start_new_session=True)
@@ -340,7 +356,8 @@ def status(args: argparse.Namespace, specs: list[RunSpec]) -> int:
                  else "waiting")
         counts.setdefault(s.group, {"recorded": 0, "unfinished": 0, "waiting": 0})[state] += 1
         if args.command == "status" and state != "waiting":
-            print(f"  {s.name:34s} {state}")
+            at = f" at step {last_step(run_dir):,} of {s.steps():,}" if state == "unfinished" and s.tokens > 0 else ""
+            print(f"  {s.name:34s} {state}{at}")
     for g, c in counts.items():
         print(f"{g:11s} {c['recorded']:3d} recorded, {c['unfinished']:3d} unfinished, {c['waiting']:3d} waiting")
     return 0

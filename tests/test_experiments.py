@@ -186,3 +186,15 @@ def test_verdicts_wait_for_their_runs_and_use_the_seed_spread():
 def test_identity_keys_are_spec_fields():
     spec = grid("tiny")[0].to_dict()
     assert set(IDENTITY_KEYS) - {"resolved_lr"} <= set(spec)
+
+
+def test_progress_reads_the_log_and_estimates_from_this_process_only(tmp_path, monkeypatch):
+    import studies.experiments as ex
+
+    spec = next(s for s in grid("tiny") if s.name == "shipped-seed0")  # 2 steps; pretend 100
+    spec = ex.replace(spec, tokens=100 * spec.batch_size * int(spec.model_config["block_size"]))
+    (tmp_path / "log.jsonl").write_text('{"event": "train", "step": 40}\n{"event": "eval", "step": 60}\n{"cut')
+    assert ex.last_step(tmp_path) == 60 and ex.last_step(tmp_path / "none") == 0
+    job = ex.Job(spec, tmp_path, start_step=40)
+    monkeypatch.setattr(ex.time, "perf_counter", lambda: job.started + 600.0)  # 20 steps in 10 minutes
+    assert ex._progress(job) == "shipped-seed0 60/100 (600s, eta 20m)"
