@@ -70,7 +70,13 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
     need = ("shipped", "coupling-off", "coupling-off-wallclock")
     if any(v not in rows or rows[v]["seeds"] < 2 for v in need):
         have = sum(rows[v]["seeds"] for v in need if v in rows)
-        return f"pending: {have} of 6 runs (shipped, coupling-off, coupling-off-wallclock x 2 seeds) recorded"
+        msg = f"pending: {have} of 6 runs (shipped, coupling-off, coupling-off-wallclock x 2 seeds) recorded"
+        for v, what in (("coupling-off", "equal tokens"), ("coupling-off-wallclock", "equal wall-clock")):
+            if v in rows and "shipped" in rows and min(rows[v]["seeds"], rows["shipped"]["seeds"]) >= 2:
+                spread = max(rows["shipped"]["seed_range"], rows[v]["seed_range"])
+                msg += f"; so far, {what}: coupling off {rows[v]['mean'] - rows['shipped']['mean']:+.3f} bits/byte " \
+                       f"(seed spread {spread:.3f})"
+        return msg
     ship, off, off_wall = rows["shipped"], rows["coupling-off"], rows["coupling-off-wallclock"]
     gap_tok = off["mean"] - ship["mean"]
     gap_wall = off_wall["mean"] - ship["mean"]

@@ -172,8 +172,12 @@ def test_verdicts_wait_for_their_runs_and_use_the_seed_spread():
 
     recs = [rec("shipped", 0, 2.50), rec("shipped", 1, 2.52), rec("coupling-off", 0, 2.60)]
     assert isinstance(content_adaptive(recs), str)  # pending, never a verdict on half the runs
-    recs += [rec("coupling-off", 1, 2.61), rec("coupling-off-wallclock", 0, 2.55),
-             rec("coupling-off-wallclock", 1, 2.56)]
+    assert "so far" not in content_adaptive(recs)  # one coupling-off seed: no spread, no partial reading
+    recs.append(rec("coupling-off", 1, 2.61))
+    partial = content_adaptive(recs)
+    assert partial.startswith("pending: 4 of 6") and "equal tokens: coupling off +0.095 bits/byte (seed spread " \
+        "0.020)" in partial and "wall-clock:" not in partial
+    recs += [rec("coupling-off-wallclock", 0, 2.55), rec("coupling-off-wallclock", 1, 2.56)]
     c = content_adaptive(recs)
     assert c.holds and abs(c.measured["coupling_off_minus_shipped_bpb_equal_tokens"] - 0.095) < 1e-12
     recs[-1]["val_bpb_full"] = 2.45  # seed range 0.10 > the 0.035 gap at equal wall-clock
