@@ -145,7 +145,8 @@ def measure_probe(spec: RunSpec, specs: list[RunSpec], records: dict[str, dict[s
 
 
 def last_step(run_dir: Path) -> int:
-    """The last training or evaluation step a run folder's log records (0: none yet)."""
+    """The last step a run folder's log records (0: none yet): training, evaluation, and the step a stop
+    checkpointed or a resume started from (those two can be past the last training record)."""
     path = run_dir / "log.jsonl"
     if not path.exists():
         return 0
@@ -154,7 +155,7 @@ def last_step(run_dir: Path) -> int:
             rec = json.loads(line)
         except json.JSONDecodeError:  # a line cut by a kill
             continue
-        if rec.get("event") in ("train", "eval"):
+        if rec.get("event") in ("train", "eval", "stopped", "resume"):
             return int(rec["step"])
     return 0
 

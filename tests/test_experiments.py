@@ -199,6 +199,10 @@ def test_progress_reads_the_log_and_estimates_from_this_process_only(tmp_path, m
     spec = ex.replace(spec, tokens=100 * spec.batch_size * int(spec.model_config["block_size"]))
     (tmp_path / "log.jsonl").write_text('{"event": "train", "step": 40}\n{"event": "eval", "step": 60}\n{"cut')
     assert ex.last_step(tmp_path) == 60 and ex.last_step(tmp_path / "none") == 0
+    with (tmp_path / "log.jsonl").open("a") as fh:  # a stop checkpoints past the last logged interval
+        fh.write('\n{"event": "stopped", "step": 63}\n{"event": "end"}\n')
+    assert ex.last_step(tmp_path) == 63
+    (tmp_path / "log.jsonl").write_text('{"event": "train", "step": 40}\n{"event": "eval", "step": 60}\n')
     job = ex.Job(spec, tmp_path, start_step=40)
     monkeypatch.setattr(ex.time, "perf_counter", lambda: job.started + 600.0)  # 20 steps in 10 minutes
     assert ex._progress(job) == "shipped-seed0 60/100 (600s, eta 20m)"
