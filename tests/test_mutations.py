@@ -61,3 +61,20 @@ def test_a_kernel_mutation_is_caught_from_a_callee_file():
     r = run_one(m)
     assert r.applied, r.note
     assert r.caught_by == [label for label, _ in m.checks], r
+
+
+def test_the_command_line_lists_and_refuses_before_copying(tmp_path, capsys, monkeypatch):
+    import tools.mutate as mutate
+
+    copied = []
+    monkeypatch.setattr(mutate, "run_one", lambda m: copied.append(m.name))  # nothing may be copied or run
+    assert mutate.main(["--list"]) == 0
+    assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == list(BY_NAME)
+    for argv, needle in ((["--only", "nosuch"], "--only must name mutations among"),
+                         (["--json", str(tmp_path)], "is a directory")):
+        with pytest.raises(SystemExit) as ex:
+            mutate.main(argv)
+        assert ex.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("python -m tools.mutate: error:") and needle in err[0]
+    assert copied == []
