@@ -8,9 +8,12 @@
 process on ``--threads`` CPU threads (``python -m studies.job``), and merges each finished run's record into
 ``RESULTS/runs.json`` (plus its training log under ``RESULTS/logs/``) as it lands.  Run folders live under
 ``--runs-dir`` (checkpoints: not committed); stop with Ctrl-C (the running jobs checkpoint and stop) and run the
-same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded.
-``summary`` prints the tables and the verdicts of the text's three selling points
-(:mod:`studies.experiments_report`) from the committed records alone.
+same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded; an
+equal-wall-clock run waits for its two runs, then the driver measures their models' speed ratio side by side
+(:func:`studies.speed.probe`, saved in ``RESULTS/speed_probes.json``) and sizes its tokens by it.  Progress lines
+give each running job's step and an eta from its own speed since it started.  ``summary`` prints the tables and
+the verdicts of the text's three selling points (:mod:`studies.experiments_report`) from the committed records
+alone.
 """
 
 from __future__ import annotations
