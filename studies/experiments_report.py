@@ -90,7 +90,8 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                   "coupling_off_minus_shipped_bpb_equal_wallclock": gap_wall,
                   "seed_spread_equal_wallclock": spread_wall},
         tolerance=max(spread_tok, spread_wall), holds=holds, dtype="float32",
-        summary=f"off-shipped {gap_tok:+.3f} / {gap_wall:+.3f} (spread {max(spread_tok, spread_wall):.3f})",
+        summary=f"coupling off {gap_tok:+.3f} bits/byte at equal tokens, {gap_wall:+.3f} at equal wall-clock "
+                f"(seed spread {max(spread_tok, spread_wall):.3f})",
         exact_law="coupling earns its parameters iff removing it costs more than the seed spread, at equal tokens "
                   "and at equal training seconds (whole-split bits/byte, 2 seeds each)",
         source_status="unstated",
@@ -282,7 +283,7 @@ def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, v
     for fn, v in zip(VERDICTS, results_v):
         name = fn.__name__.replace("_", "-")
         lines.append(f"{name:24s} " + (v if isinstance(v, str) else ("HOLDS" if v.holds else "FAILS") + "  "
-                                      + json.dumps(v.measured, default=str)[:150]))
+                                      + (v.summary or json.dumps(v.measured, default=str)[:150])))
     return lines, results_v
 
 
