@@ -19,10 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import statistics
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -82,7 +80,8 @@ def categorize(name: str) -> str:
     return "other"
 
 
-def _step_fn(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
+def training_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
+    """The trainer's step on one fixed batch, as a closure: forward, loss, backward, clip at 1, AdamW, zero grads."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step() -> None:
@@ -99,6 +98,7 @@ def profile_model(shape_name: str, kind: str, model_cfg: Any, *, steps: int, war
                   batch_size: int, seed: int = 0) -> StepProfile:
     from torch.profiler import ProfilerActivity, profile
 
+    from lm.bench_cases import _median_time
     from lm.checkpoint import build_model
     from lm.sizing import n_params
     from rmsgauge import seed_everything
@@ -111,14 +111,8 @@ def profile_model(shape_name: str, kind: str, model_cfg: Any, *, steps: int, war
         model = build_model(kind, model_cfg).train()
         x, y = ByteCorpus.load().batch("train", batch_size, int(model_cfg.block_size),
                                        generator=torch.Generator().manual_seed(seed))
-        step = _step_fn(model, x, y)
-        for _ in range(warmup):
-            step()
-        wall = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            step()
-            wall.append(time.perf_counter() - t0)
+        step = training_step(model, x, y)
+        wall = _median_time(step, steps, warmup)  # seconds, the profiler off
         with _without_profiler_chatter(), profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
                 step()
@@ -132,7 +126,7 @@ def profile_model(shape_name: str, kind: str, model_cfg: Any, *, steps: int, war
         ops[cat] = ops.get(cat, 0.0) + ev.count / steps
     order = [c for c, _ in CATEGORIES] + ["other"]
     ms = {c: ms[c] for c in order if c in ms}
-    return StepProfile(shape_name, kind, n_params(model), threads, steps, 1e3 * statistics.median(wall),
+    return StepProfile(shape_name, kind, n_params(model), threads, steps, 1e3 * wall,
                        sum(ms.values()), ms, {c: ops[c] for c in ms}, os.getloadavg()[0])
 
 

@@ -36,6 +36,7 @@ def probe(reference: tuple[str, dict[str, Any]], fast: tuple[str, dict[str, Any]
 
     Returns ``speed_ratio`` = tok/s(fast) / tok/s(reference) = median step(reference) / median step(fast), both
     medians, every timed step, and the load average around the probe."""
+    from lm.bench_profile import training_step
     from lm.checkpoint import build_model, config_from_dict
     from rmsgauge import seed_everything
     from rmsgauge.corpus import ByteCorpus
@@ -51,18 +52,14 @@ def probe(reference: tuple[str, dict[str, Any]], fast: tuple[str, dict[str, Any]
     try:
         seed_everything(seed)
         models = [build_model(kind, config_from_dict(kind, cfg)).train() for kind, cfg in (reference, fast)]
-        opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
         x, y = ByteCorpus.load().batch("train", batch_size, block, generator=torch.Generator().manual_seed(seed))
+        steps_of = [training_step(m, x, y) for m in models]  # the trainer's step, as lm.bench --profile times it
         load0 = os.getloadavg()[0]
         times: list[list[float]] = [[], []]
         for i in range(warmup + steps):
             for j in ((0, 1) if i % 2 == 0 else (1, 0)):
                 t0 = time.perf_counter()
-                _, loss = models[j](x, y)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(models[j].parameters(), 1.0)
-                opts[j].step()
-                opts[j].zero_grad(set_to_none=True)
+                steps_of[j]()
                 if i >= warmup:
                     times[j].append(time.perf_counter() - t0)
     finally:
