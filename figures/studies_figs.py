@@ -74,15 +74,22 @@ def stability_fig(ctx) -> FigureOutput:
     fig = new_figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot(1, 1, 1)
     numbers = {}
+    finite = [r["final_val_loss"] for rs in rows.values() for r in rs if r.get("final_val_loss") is not None]
+    top = max(finite) * 1.05 if finite else 1.0  # where a diverged run (no final loss) is marked
     for i, (variant, rs) in enumerate(sorted(rows.items())):
         lrs = [r["lr"] for r in rs]
         loss = [r["final_val_loss"] if r.get("final_val_loss") is not None else np.nan for r in rs]
         ax.plot(lrs, loss, color=f"C{i}", lw=1, label=variant)
         for r, lv in zip(rs, loss):
-            ax.plot(r["lr"], lv, "o", color=f"C{i}", mfc=f"C{i}" if r.get("stable") else "none", ms=5)
+            if r.get("nonfinite_step") is not None:
+                ax.plot(r["lr"], top * (1 + 0.015 * i), "x", color=f"C{i}", ms=6)  # offset: models can coincide
+            else:
+                ax.plot(r["lr"], lv, "o", color=f"C{i}", mfc=f"C{i}" if r.get("stable") else "none", ms=5)
         numbers[variant] = dict(zip(map(str, lrs), loss))
+    ax.axhline(top, color="0.8", lw=0.5, zorder=0)
+    ax.annotate("diverged", (0.01, top), xycoords=("axes fraction", "data"), fontsize=7, va="bottom", color="0.4")
     ax.set(xscale="log", xlabel="peak learning rate (AdamW, 200 steps)", ylabel="final validation loss (nats)",
-           title="hollow: unstable (non-finite, not below its start, or blew up)")
+           title="hollow: unstable (not below its start, or blew up); x: diverged (non-finite)")
     ax.legend(fontsize=7)
     cap = ("12 blocks, width 128, 4 heads, context 64, batch 16, 200 AdamW steps (warmup 20, cosine, clip 1.0), "
            "float32: the GRT, the dense QK-norm baseline, the dense model without norms, and the same with "

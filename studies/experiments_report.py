@@ -223,6 +223,13 @@ def run_all(results: str | Path | None = None) -> list[Claim]:
 # ------------------------------------------------------------------------------------------------ the tables
 
 
+def _stability_cell(r: dict[str, Any]) -> str:
+    """A stability run's final loss, ``*`` when unstable; a diverged run has no final loss, only its step."""
+    if r.get("nonfinite_step") is not None:
+        return f"div@{r['nonfinite_step']}"
+    return _f(r.get("final_val_loss"), ".3f") + ("" if r.get("stable") else "*")
+
+
 def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[str]:
     lines = ["1. content-adaptive: ablations at the shipped shape, 1M tokens, 2 seeds (whole-split bits/byte)",
              f"   {'variant':24s} {'params':>10s} {'seeds':>5s} {'bpb mean':>9s} {'seed range':>10s} {'delta':>8s} "
@@ -234,15 +241,15 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
                      f"{_f(r['neg_det'], '.3f'):>8s}")
     lines.append("   delta: against the shipped GRT's mean; tok/s: tokens over training seconds, measured while two "
                  "runs shared 2 cores")
-    lines += ["", "2. stable by construction: 12 blocks, width 128, 200 steps (final val loss per lr; * unstable)"]
+    lines += ["", "2. stable by construction: 12 blocks, width 128, 200 steps (final val loss per lr; * unstable; "
+                  "div@N: non-finite at step N)"]
     rows = stability_rows(records)
     lrs = sorted({r["lr"] for rs in rows.values() for r in rs})
     lines.append(f"   {'model':26s}" + "".join(f"{lr:>9g}" for lr in lrs) + "  largest stable  ratio last/first "
                                                                            "init->trained (at 1e-3)")
     for v, rs in rows.items():
         by = {r["lr"]: r for r in rs}
-        cells = "".join(f"{_f(by[lr].get('final_val_loss'), '.3f') + ('' if by[lr].get('stable') else '*'):>9s}"
-                        if lr in by else f"{'':>9s}" for lr in lrs)
+        cells = "".join(f"{_stability_cell(by[lr]):>9s}" if lr in by else f"{'':>9s}" for lr in lrs)
         mid = by.get(1e-3, {})
         lines.append(f"   {v:26s}{cells}  {_f(stable_range(rs)['largest'], 'g'):>14s}  "
                      f"{_f(mid.get('grad_ratio_init'), '.3g')} -> {_f(mid.get('grad_ratio_trained'), '.3g')}")

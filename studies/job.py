@@ -75,10 +75,13 @@ def _loss_path(run_dir: Path) -> dict[str, Any]:
     train = [r for r in recs if r.get("event") == "train"]
     first = evals[0]["val_loss"] if evals else math.nan
     losses = [r["loss_avg"] for r in train if r.get("loss_avg") is not None]
+    nonfinite = next((r["step"] for r in recs if r.get("event") == "nonfinite"), None)
+    # a diverged run has no final loss: its last evaluation is from before the blow-up (often step 0's), and
+    # reporting it as "final" would draw a diverged model at its initial loss
     return {"initial_val_loss": first, "max_train_loss": max(losses) if losses else None,
             "last_train_loss": losses[-1] if losses else None,
-            "final_val_loss": evals[-1]["val_loss"] if evals else None,
-            "nonfinite_step": next((r["step"] for r in recs if r.get("event") == "nonfinite"), None)}
+            "final_val_loss": evals[-1]["val_loss"] if evals and nonfinite is None else None,
+            "nonfinite_step": nonfinite}
 
 
 def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tuple, path: dict[str, Any],

@@ -206,3 +206,18 @@ def test_progress_reads_the_log_and_estimates_from_this_process_only(tmp_path, m
     job = ex.Job(spec, tmp_path, start_step=40)
     monkeypatch.setattr(ex.time, "perf_counter", lambda: job.started + 600.0)  # 20 steps in 10 minutes
     assert ex._progress(job) == "shipped-seed0 60/100 (600s, eta 20m)"
+
+
+def test_a_diverged_run_has_no_final_loss(tmp_path):
+    """A run that hit a non-finite step keeps its step-0 evaluation as its last: reporting that as the final loss
+    drew the diverged no-norm models at their initial loss (5.544) in the stability table and figure."""
+    from studies.job import _loss_path
+
+    evals = '{"event": "eval", "step": 0, "val_loss": 5.54}\n'
+    steps = "".join(f'{{"event": "train", "step": {s}, "loss_avg": {5.5 + s}}}\n' for s in (1, 2))
+    (tmp_path / "log.jsonl").write_text(evals + steps + '{"event": "nonfinite", "step": 3, "loss": 1e7}\n')
+    path = _loss_path(tmp_path)
+    assert path["final_val_loss"] is None and path["nonfinite_step"] == 3
+    assert path["initial_val_loss"] == 5.54 and path["max_train_loss"] == 7.5
+    (tmp_path / "log.jsonl").write_text(evals + steps + '{"event": "eval", "step": 2, "val_loss": 4.0}\n')
+    assert _loss_path(tmp_path)["final_val_loss"] == 4.0  # finished: its last evaluation is its final loss
