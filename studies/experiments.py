@@ -269,8 +269,13 @@ class Driver:
                          f"tokens/s, ratio {p['speed_ratio']:.3f} (the records' own tokens/s gave "
                          f"{p['records_ratio'] or float('nan'):.3f})")
             fixed = resolve(spec, records, self.all_specs, probes)
-            if fixed is not None:
+            if fixed is None:
+                continue
+            try:
                 self.running.append(self.launch(fixed, fixed.lr or 0.0))
+            except ValueError as e:  # its folder holds another run: never overwritten, and the jobs already
+                self.failed[spec.name] = str(e)  # running must not be orphaned by a driver that exits here
+                self.say(f"NOT STARTED {spec.name}: {e}")
         return bool(self.running)
 
     def stop(self, signum: int, frame: Any) -> None:
@@ -294,7 +299,8 @@ class Driver:
         left = self.pending()
         waiting = [s.name for s in left if s.name not in self.failed]
         if self.failed:
-            self.say(f"{len(self.failed)} run(s) failed: {', '.join(sorted(self.failed))} (see their stderr.txt)")
+            self.say(f"{len(self.failed)} run(s) failed or could not start: {', '.join(sorted(self.failed))} "
+                     f"(see the lines above and their stderr.txt)")
         if waiting:
             self.say(f"{len(waiting)} run(s) could not start (a run they depend on failed): {', '.join(waiting)}")
         self.say(f"{len(self.records())} records in {self.results / 'runs.json'}")

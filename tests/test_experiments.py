@@ -221,3 +221,18 @@ def test_a_diverged_run_has_no_final_loss(tmp_path):
     assert path["initial_val_loss"] == 5.54 and path["max_train_loss"] == 7.5
     (tmp_path / "log.jsonl").write_text(evals + steps + '{"event": "eval", "step": 2, "val_loss": 4.0}\n')
     assert _loss_path(tmp_path)["final_val_loss"] == 4.0  # finished: its last evaluation is its final loss
+
+
+def test_a_run_whose_folder_holds_another_run_is_refused_and_the_rest_go_on(tmp_path):
+    """A grid change (here: a different lr) leaves a folder describing another run: the driver refuses that run
+    with the reason, records the others, and exits 1, instead of dying with its other jobs still running."""
+    theirs = tmp_path / "runs" / "grt-lr0.001"
+    theirs.mkdir(parents=True)
+    spec = next(s for s in grid("tiny") if s.name == "grt-lr0.001")
+    (theirs / "spec.json").write_text(json.dumps({**spec.to_dict(), "resolved_lr": 0.5}))
+    before = (theirs / "spec.json").read_bytes()
+    out = _driver(tmp_path, "run", "--groups", "stability", "--jobs", "2")
+    assert out.returncode == 1, out.stderr
+    assert "NOT STARTED grt-lr0.001" in out.stderr and "move " in out.stderr
+    assert set(_records(tmp_path)) == {"grt-lr0.1", "dense-lr0.001", "dense-lr0.1"}
+    assert (theirs / "spec.json").read_bytes() == before  # nothing a user made is overwritten
