@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsgauge import Claim, atomic_write_json
+from studies.grid import STABILITY_LRS
 
 SOURCE = "001_cfb910613b442095.txt"
 
@@ -116,7 +117,8 @@ def stable_range(rs: list[dict[str, Any]]) -> dict[str, Any]:
             "smallest": min(stable) if stable else None}
 
 
-def stable_by_construction(records: list[dict[str, Any]], n_lrs: int = 7) -> Claim | str:
+def stable_by_construction(records: list[dict[str, Any]], n_lrs: int | None = None) -> Claim | str:
+    n_lrs = len(STABILITY_LRS) if n_lrs is None else n_lrs  # a verdict on every model at every lr, never on part
     rows = stability_rows(records)
     if "grt" not in rows or any(len(rs) < n_lrs for rs in rows.values()) or len(rows) < 2:
         got = sum(len(rs) for rs in rows.values())
