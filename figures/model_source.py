@@ -123,7 +123,7 @@ class SentenceTrace:
     text: str  # the sentence (bytes decoded one per token for labels)
     labels: list[str]  # one printable label per byte token
     token: int  # position of the traced token (last byte of TRACE_WORD)
-    trace: Any  # grt_model.model.GRTTrace for a batch of one
+    trace: Any  # grt_model.trace.GRTTrace for a batch of one
     tm: TrainedModel
 
 

@@ -10,9 +10,10 @@ from grt_model.butterfly import butterfly_pairs, stage_stride
 from grt_model.cascade import RotationCascade, clifford_features, materialize, reference_cascade
 from grt_model.config import GRTConfig
 from grt_model.embedding import PhaseEmbedding, from_polar, to_polar
-from grt_model.model import GRT, BlockTrace, CascadeTrace, GRTBlock, GRTTrace
+from grt_model.model import GRT, GRTBlock
 from grt_model.pearlnorm import PearlNorm, pearl_norm
 from grt_model.radial_gelu import RadialGELU, radial_gelu
+from grt_model.trace import BlockTrace, CascadeTrace, GRTTrace
 
 __all__ = [
     "GRT",

@@ -7,10 +7,15 @@ own Q, K, V (cascades or matrices, QK-norm where configured) and then, by defaul
 same shape): the Hugging Face classes (:mod:`lm.hf`) attend over a key/value cache at absolute positions this way,
 while every other layer -- norms, gates, mixer, FFN, residual order -- is the model's own forward, never a copy.
 A module says what the override needs: ``layer_index`` (its block), ``rope`` and ``rope_base``.
+
+The GRT's default attention is ``F.scaled_dot_product_attention``; inside :func:`explicit_attention` it is
+:func:`causal_attention_with_weights` instead (the same function, tested equal), which ``torch.func``
+transforms and the tracer (it keeps the weights) need.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,3 +40,37 @@ def attention_override(fn: Attend) -> Iterator[None]:
 
 def current_override() -> Attend | None:
     return _OVERRIDE.get()
+
+
+# True inside explicit_attention(): a context variable (per thread and task), not a module global
+_EXPLICIT_ATTENTION: ContextVar[bool] = ContextVar("grt_explicit_attention", default=False)
+
+
+@contextmanager
+def explicit_attention() -> Iterator[None]:
+    """Compute attention as an explicit masked softmax instead of ``F.scaled_dot_product_attention``.
+
+    The same function (tested equal); use it under ``torch.func`` transforms (``jacrev``, ``vmap``),
+    where SDPA's CPU backward has no batching rule and falls back to a slow per-sample loop with a warning.
+    """
+    token = _EXPLICIT_ATTENTION.set(True)
+    try:
+        yield
+    finally:
+        _EXPLICIT_ATTENTION.reset(token)
+
+
+def explicit_attention_active() -> bool:
+    """Whether the caller is inside :func:`explicit_attention`."""
+    return _EXPLICIT_ATTENTION.get()
+
+
+def causal_attention_with_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Explicit ``softmax(q k^T / sqrt(d) + causal mask) v`` returning the weights ``[B, H, T, T]``
+    (the same function ``F.scaled_dot_product_attention(is_causal=True)`` computes; tested)."""
+    T, dh = q.shape[-2], q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (B, H, T, T)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return w @ v, w

@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import torch
 
+from grt_model.attention import explicit_attention
 from grt_model.cascade import UNIT_RAW_SCALE, RotationCascade, materialize
 from grt_model.config import GRTConfig
-from grt_model.model import GRTBlock, explicit_attention
+from grt_model.model import GRTBlock
 from rmsgauge import eps_of, tolerance
 from rmsgauge.tolerance import DEFAULT_SAFETY, Tolerance
 
@@ -56,7 +57,7 @@ def gradcheck(fn: Callable, inputs: tuple[torch.Tensor, ...], *, size: int, dept
 def flat_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """``[n_out, n_in]`` Jacobian of ``fn`` at ``x`` (both flattened): ``torch.func.jacrev`` (vectorized reverse
     mode; under a ``torch.func`` transform the cascade runs its eager, transform-aware backend, and attention
-    its explicit softmax, see :func:`grt_model.model.explicit_attention`)."""
+    its explicit softmax, see :func:`grt_model.attention.explicit_attention`)."""
     x = x.detach()
     with explicit_attention():
         J = torch.func.jacrev(lambda t: fn(t.view_as(x)).reshape(-1))(x.reshape(-1))

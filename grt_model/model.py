@@ -19,7 +19,7 @@ Source: ``../shared/seeds/001_cfb910613b442095.txt``.  One block (all sizes from
   arXiv:2104.09864) on the adjacent Q/K pairs when ``config.rope`` -- the text is
   silent on position; a rotation model should encode it as rotation.  Per head
   :math:`q\cdot k = \sum_p r^q_p r^k_p\cos(\varphi^k_p-\varphi^q_p)`: the text's "each pair
-  contributing the cosine of its Q-K angle gap" (see :meth:`BlockTrace.qk_angle_gap`).
+  contributing the cosine of its Q-K angle gap" (see :meth:`grt_model.trace.BlockTrace.qk_angle_gap`).
 * **Mixer** [1 stage at :math:`d_{model}` = 256, coupling on]: its only stage has
   stride :math:`2^{\,\text{first\_stage} \bmod \log_2 d}` = 1, pairing coordinates
   :math:`(2p, 2p+1)`, which never straddle a head boundary (multiples of
@@ -70,207 +70,29 @@ dims; the only Python loops run over blocks and (inside the cascade) stages.
 Nothing hard-codes a device or dtype; ``GRT(cfg, dtype=torch.float64)`` builds in
 float64 directly (exact unit scales), ``.to(device, dtype)`` converts.
 
-Over 500 lines on purpose: the block, its three sublayers and the tracer that records them are one
-concept read together, and a third of the module is this docstring's derivations.
+What a traced forward records (:meth:`GRT.trace`) is :mod:`grt_model.trace`; the attention seam (overrides,
+the explicit softmax) is :mod:`grt_model.attention`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grt_model.attention import current_override
-from grt_model.butterfly import to_pairs
+from grt_model.attention import causal_attention_with_weights, current_override, explicit_attention_active
 from grt_model.cascade import RotationCascade
 from grt_model.config import GRTConfig
-from grt_model.embedding import PhaseEmbedding, to_polar
+from grt_model.embedding import PhaseEmbedding
 from grt_model.fused import fused_ffn
-from grt_model.pearlnorm import PearlNorm, safe_pair_radius
+from grt_model.pearlnorm import PearlNorm
 from grt_model.radial_gelu import RadialGELU
 from grt_model.rope import apply_rope, rope_angles
+from grt_model.trace import GATE_NAMES, BlockTrace, BlockTracer, CascadeTrace, GRTTrace
 
-GATE_NAMES = ("attn", "mixer", "ffn")
-# True inside explicit_attention(): a context variable (per thread and task), not a module global
-_EXPLICIT_ATTENTION: ContextVar[bool] = ContextVar("grt_explicit_attention", default=False)
-
-
-@contextmanager
-def explicit_attention() -> Iterator[None]:
-    """Compute attention as an explicit masked softmax instead of ``F.scaled_dot_product_attention``.
-
-    The same function (tested equal); use it under ``torch.func`` transforms (``jacrev``, ``vmap``),
-    where SDPA's CPU backward has no batching rule and falls back to a slow per-sample loop with a warning.
-    """
-    token = _EXPLICIT_ATTENTION.set(True)
-    try:
-        yield
-    finally:
-        _EXPLICIT_ATTENTION.reset(token)
-
-
-def _wrap(a: torch.Tensor) -> torch.Tensor:
-    """Wrap angles to (-pi, pi]."""
-    return torch.atan2(torch.sin(a), torch.cos(a))
-
-
-# ---------------------------------------------------------------------------------------------------
-# Trace records (figures and diagnostics): plain tensors, detached, no autograd state.
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CascadeTrace:
-    """Activations of one cascade, stage 0's input first: ``acts [S+1, B, T, heads, width]``."""
-
-    name: str  # "q", "k", "v", "o", "mixer", "ffn_expand", "ffn_contract"
-    acts: torch.Tensor  # (S+1, B, T, heads, width)
-    strides: list[int]  # stride of each stage
-
-    @property
-    def n_stages(self) -> int:
-        return len(self.strides)
-
-    def pairs(self, i: int) -> torch.Tensor:
-        """``[B, T, heads, P, 2]``: ``acts[i]`` in the pairing of the stage that produced it (stage 0's for i=0).
-
-        For i >= 1 these are exactly the pairs stage i-1 just rotated and scaled, so
-        a pair's plotted point is the (x0, x1) the text's figures draw.
-        """
-        if not 0 <= i <= self.n_stages:
-            raise ValueError(f"stage activation index must be in [0, {self.n_stages}], got {i}")
-        x0, x1 = to_pairs(self.acts[i], self.strides[max(i - 1, 0)])  # (B, T, heads, P) each
-        return torch.stack((x0, x1), dim=-1)
-
-
-@dataclass
-class BlockTrace:
-    """Every intermediate of one block's forward pass (shapes inline; B batch, T tokens, H heads)."""
-
-    stream_in: torch.Tensor  # (B, T, D) residual stream entering the block
-    attn_in: torch.Tensor  # (B, T, D) PearlNorm_1 output
-    q: CascadeTrace  # acts (S+1, B, T, H, d_head)
-    k: CascadeTrace
-    v: CascadeTrace
-    q_rot: torch.Tensor  # (B, H, T, d_head) queries as attention sees them (after RoPE if on)
-    k_rot: torch.Tensor  # (B, H, T, d_head)
-    attn_weights: torch.Tensor  # (B, H, T_query, T_key), causal, rows sum to 1
-    attn_values: torch.Tensor  # (B, T, H, d_head) attention output, O's input
-    o: CascadeTrace  # acts (S+1, B, T, H, d_head)
-    after_attn: torch.Tensor  # (B, T, D) stream after x + g_attn * O(...)
-    mixer_in: torch.Tensor  # (B, T, D)
-    mixer: CascadeTrace  # acts (S_mix+1, B, T, 1, D)
-    after_mixer: torch.Tensor  # (B, T, D)
-    ffn_in: torch.Tensor  # (B, T, D)
-    ffn_expand: CascadeTrace  # acts (S_ffn+1, B, T, 1, d_ff); acts[0] is the zero-padded input
-    gelu_out: torch.Tensor  # (B, T, d_ff)
-    ffn_contract: CascadeTrace  # acts (S_ffn+1, B, T, 1, d_ff)
-    stream_out: torch.Tensor  # (B, T, D)
-    gates: dict[str, float] = field(default_factory=dict)  # {"attn", "mixer", "ffn"} -> sigmoid(logit)
-
-    def cascades(self) -> list[CascadeTrace]:
-        """The block's cascades in the text's order: Q, K, V, O, mixer, FFN expand, FFN contract."""
-        return [self.q, self.k, self.v, self.o, self.mixer, self.ffn_expand, self.ffn_contract]
-
-    def stages(self) -> list[tuple[str, int, torch.Tensor]]:
-        """All rotation stages of the block in order (87 at the reference config).
-
-        Each entry ``(cascade name, stage index, pairs [B, T, n_pairs, 2])``: the
-        stage's output in its own pairing, heads flattened into pairs (4 heads x 32
-        = 128 pairs for Q/K/V/O, 128 for the mixer, 512 for the FFN).
-        """
-        out = []
-        for c in self.cascades():
-            for s in range(c.n_stages):
-                p = c.pairs(s + 1)  # (B, T, heads, P, 2)
-                out.append((c.name, s, p.flatten(-3, -2)))
-        return out
-
-    def qk_angle_gap(self, query_pos: int | None = None, key_pos: int | None = None,
-                     rotary: bool = True) -> torch.Tensor:
-        """Angle gap phi_k - phi_q per adjacent pair, wrapped to (-pi, pi].
-
-        Both positions ``None``: each token's own Q and K, ``[B, T, H, P_head]`` (the
-        text's "angle gap for all 128 pairs").  Both given: query token vs key token,
-        ``[B, H, P_head]``.  ``rotary`` uses Q/K after RoPE (what the scores see);
-        the score is ``sum_p r_q r_k cos(gap) / sqrt(d_head)``.
-        """
-        q, k = (self.q_rot, self.k_rot) if rotary else (self.q.acts[-1].transpose(1, 2),
-                                                         self.k.acts[-1].transpose(1, 2))  # (B, H, T, dh)
-        if (query_pos is None) != (key_pos is None):
-            raise ValueError("give both query_pos and key_pos, or neither")
-        if query_pos is None:
-            _, pq = to_polar(q)
-            _, pk = to_polar(k)
-            return _wrap(pk - pq).transpose(1, 2)  # (B, T, H, P)
-        _, pq = to_polar(q[:, :, query_pos])
-        _, pk = to_polar(k[:, :, key_pos])
-        return _wrap(pk - pq)  # (B, H, P)
-
-
-@dataclass
-class GRTTrace:
-    """The whole forward pass: embedding ring, every block's :class:`BlockTrace`, final norm, logits."""
-
-    idx: torch.Tensor  # (B, T)
-    embedding: torch.Tensor  # (B, T, D) rebuilt Cartesian embedding (block 0's input)
-    blocks: list[BlockTrace]
-    final: torch.Tensor  # (B, T, D) final PearlNorm output
-    logits: torch.Tensor  # (B, T, V)
-
-    def gates(self) -> torch.Tensor:
-        """``[n_blocks, 3]`` gates (attention, mixer, FFN) per block."""
-        return torch.tensor([[b.gates[n] for n in GATE_NAMES] for b in self.blocks])
-
-    def streams(self) -> torch.Tensor:
-        """``[n_blocks+1, B, T, D]``: the stream entering block 0 (the embedding), then after each block."""
-        return torch.stack([self.embedding] + [b.stream_out for b in self.blocks])
-
-    def pair_radii(self) -> torch.Tensor:
-        """``[n_blocks+1, B, T, P]`` stream pair radii (adjacent pairing)."""
-        return safe_pair_radius(self.streams())
-
-    def pair_radius_spread(self) -> torch.Tensor:
-        """``[n_blocks+1, B, T]``: std/mean of a token's pair radii (0 on the embedding's ring)."""
-        r = self.pair_radii()
-        return r.std(dim=-1, unbiased=False) / r.mean(dim=-1)
-
-    def qk_angle_gaps(self, rotary: bool = True) -> torch.Tensor:
-        """``[n_blocks, B, T, H, P_head]`` each token's own Q-K angle gap per pair, per block."""
-        return torch.stack([b.qk_angle_gap(rotary=rotary) for b in self.blocks])
-
-
-def _cascade_trace(name: str, cascade: RotationCascade, x: torch.Tensor) -> tuple[CascadeTrace, torch.Tensor]:
-    acts = torch.stack(cascade.stage_trace(x))  # (S+1, ..., heads*width)
-    acts = acts.unflatten(-1, (cascade.heads, cascade.width))  # (S+1, ..., heads, width)
-    return CascadeTrace(name, acts, cascade.strides()), acts[-1].flatten(-2)
-
-
-class BlockTracer:
-    """Collects one block's intermediates while :meth:`GRTBlock.traced` runs it (the fields of
-    :class:`BlockTrace`).  Installed on the block and its sublayers for that call only: a module whose
-    ``_tracer`` is ``None`` (always, outside ``traced``) runs its plain forward."""
-
-    def __init__(self) -> None:
-        self.records: dict[str, Any] = {}
-
-    def put(self, **values: Any) -> None:
-        self.records.update(values)
-
-    def cascade(self, name: str, cascade: RotationCascade, x: torch.Tensor) -> torch.Tensor:
-        """Run ``cascade`` stage by stage (eager), record its activations under ``name``; its output."""
-        self.records[name], out = _cascade_trace(name, cascade, x)
-        return out
-
-    def trace(self) -> BlockTrace:
-        return BlockTrace(**self.records)
+__all__ = ["GRT", "GRTFFN", "GRTAttention", "GRTBlock", "GRTMixer"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -318,7 +140,7 @@ class GRTAttention(nn.Module):
         if self.rope:
             ang = rope_angles(T, dh, self.rope_base, dtype=z.dtype, device=z.device)  # (T, dh/2)
             q, k = apply_rope(q, ang), apply_rope(k, ang)
-        if tr is None and not _EXPLICIT_ATTENTION.get():
+        if tr is None and not explicit_attention_active():
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
         else:
             a, w = causal_attention_with_weights(q, k, v)
@@ -326,17 +148,6 @@ class GRTAttention(nn.Module):
                 tr.put(q_rot=q, k_rot=k, attn_weights=w, attn_values=a.transpose(1, 2))
         a = a.transpose(1, 2).reshape(B, T, D)  # heads back to the token: (B, T, H*dh)
         return self.o(a) if tr is None else tr.cascade("o", self.o, a)  # o acts (S+1, B, T, H, dh)
-
-
-def causal_attention_with_weights(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-                                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Explicit ``softmax(q k^T / sqrt(d) + causal mask) v`` returning the weights ``[B, H, T, T]``
-    (the same function ``F.scaled_dot_product_attention(is_causal=True)`` computes; tested)."""
-    T, dh = q.shape[-2], q.shape[-1]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (B, H, T, T)
-    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    return w @ v, w
 
 
 class GRTFFN(nn.Module):

@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grt_model.attention import causal_attention_with_weights
 from grt_model.cascade import RotationCascade, broadcast_input_heads, cascade_eager, materialize
-from grt_model.model import GRT, GRTBlock, causal_attention_with_weights
+from grt_model.model import GRT, GRTBlock
 from grt_model.radial_gelu import radial_gelu
 from grt_model.rope import apply_rope, rope_angles
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from table_check import assert_table_shows_numbers
 
 from grt_model import GRT, GRTBlock, GRTConfig
+from grt_model.attention import causal_attention_with_weights
 from grt_model.claim_tools import (
     cross_head_blocks,
     flat_jacobian,
@@ -29,8 +30,8 @@ from grt_model.claim_tools import (
 from grt_model.claims import CLAIM_IDS, run_all
 from grt_model.claims_geometry import claim_jacobian
 from grt_model.claims_model import WIRING_EXPECTED, claim_butterfly_wiring, claim_fast_equals_reference
-from grt_model.model import GATE_NAMES, causal_attention_with_weights
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm_jacobian_norm
+from grt_model.trace import GATE_NAMES
 from rmsgauge import assert_close, tolerance
 from rmsgauge.corpus import ByteCorpus
 
