@@ -8,8 +8,9 @@
 process on ``--threads`` CPU threads (``python -m studies.job``), and merges each finished run's record into
 ``RESULTS/runs.json`` (plus its training log under ``RESULTS/logs/``) as it lands.  Run folders live under
 ``--runs-dir`` (checkpoints: not committed); stop with Ctrl-C (the running jobs checkpoint and stop) and run the
-same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded; an
-equal-wall-clock run waits for its two runs, then the driver measures their models' speed ratio side by side
+same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded (a
+depth sweep whose best lands on an edge first trains one point a half-decade past it); an equal-wall-clock run
+waits for its two runs, then the driver measures their models' speed ratio side by side
 (:func:`studies.speed.probe`, saved in ``RESULTS/speed_probes.json``) and sizes its tokens by it.  Progress lines
 give each running job's step and an eta from its own speed since it started.  ``summary`` prints the tables and
 the verdicts of the text's three selling points (:mod:`studies.experiments_report`) from the committed records
@@ -32,7 +33,7 @@ from typing import Any
 
 from rmsgauge import atomic_write_json, atomic_write_text
 from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
-from studies.grid import GRIDS, GROUPS, RunSpec, grid
+from studies.grid import GRIDS, GROUPS, RunSpec, grid, needed_specs, sweep_points, sweep_score, widening_needed
 
 DEFAULT_RUNS_DIR = "runs/grt-experiments"
 DEFAULT_RESULTS = "results/grt-experiments"
@@ -94,12 +95,12 @@ def merge_record(results: Path, rec: dict[str, Any], order: list[str]) -> None:
 
 def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> float | None:
     """The lr of the sweep's run with the lowest sampled validation bits/byte, once every run of it is recorded
-    (a diverged run counts as worst); ``None`` while any is missing."""
-    members = [s for s in specs if s.phase == "sweep" and s.sweep == sweep]
-    if not members or any(s.name not in records for s in members):
+    (a diverged run counts as worst; the widening point its best needs included: :func:`studies.grid.sweep_points`);
+    ``None`` while any is missing."""
+    points = sweep_points(sweep, records, specs)
+    if points is None:
         return None
-    scored = [(records[s.name].get("val_bpb_sample") or float("inf"), s.lr) for s in members]
-    return min(scored)[1]
+    return min((sweep_score(records[s.name]), s.lr) for s in points)[1]
 
 
 def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
@@ -109,6 +110,8 @@ def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSp
     :func:`studies.speed.probe`, saved in ``probes`` under the run's name)."""
     if spec.imported:
         return spec  # not trained here: its lr and tokens come from its model card
+    if spec.widens is not None and not widening_needed(spec, records, specs):
+        return None  # undecided until its sweep's other points are recorded; or not needed
     lr = spec.lr if spec.lr is not None else best_lr(spec.sweep or "", records, specs)
     if lr is None:
         return None
@@ -199,7 +202,7 @@ class Driver:
     def pending(self) -> list[RunSpec]:
         done, busy = self.records(), {j.spec.name for j in self.running}
         skip = busy | set(self.failed) | self.stopped
-        return [s for s in self.specs if s.name not in done and s.name not in skip]
+        return [s for s in needed_specs(self.specs, done, self.all_specs) if s.name not in done and s.name not in skip]
 
     def launch(self, spec: RunSpec, lr: float) -> Job:
         run_dir = self.runs_dir / spec.name
@@ -360,16 +363,18 @@ def _check(args: argparse.Namespace) -> list[RunSpec]:
 def status(args: argparse.Namespace, specs: list[RunSpec]) -> int:
     recs = {r["name"]: r for r in read_records(Path(args.results))}
     counts: dict[str, dict[str, int]] = {}
+    everything = grid(args.grid)
     for s in specs:
         run_dir = Path(args.runs_dir) / s.name
         state = ("recorded" if s.name in recs else "unfinished" if (run_dir / "ckpt.pt").exists()
-                 else "waiting")
-        counts.setdefault(s.group, {"recorded": 0, "unfinished": 0, "waiting": 0})[state] += 1
+                 else "not needed" if widening_needed(s, recs, everything) is False else "waiting")
+        counts.setdefault(s.group, {"recorded": 0, "unfinished": 0, "waiting": 0, "not needed": 0})[state] += 1
         if args.command == "status" and state != "waiting":
             at = f" at step {last_step(run_dir):,} of {s.steps():,}" if state == "unfinished" and s.tokens > 0 else ""
             print(f"  {s.name:34s} {state}{at}")
     for g, c in counts.items():
-        print(f"{g:11s} {c['recorded']:3d} recorded, {c['unfinished']:3d} unfinished, {c['waiting']:3d} waiting")
+        print(f"{g:11s} {c['recorded']:3d} recorded, {c['unfinished']:3d} unfinished, {c['waiting']:3d} waiting"
+              + (f", {c['not needed']:d} widening point(s) not needed" if c["not needed"] else ""))
     return 0
 
 

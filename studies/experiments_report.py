@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rmsgauge import Claim, atomic_write_json
-from studies.grid import STABILITY_LRS
+from studies.grid import STABILITY_LRS, needed_specs
 
 SOURCE = "001_cfb910613b442095.txt"
 
@@ -284,6 +284,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
 def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, verbose: bool = False
                   ) -> tuple[list[str], list[Claim | str]]:
     """The summary's lines (the tables, then one verdict line per selling point, last) and the verdicts."""
+    by_name = _by_name(records)
+    specs = needed_specs(specs, by_name)  # a widening point its sweep did not need is not a run of the grid
     names = {s.name for s in specs}
     lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {where}", ""]
     lines += format_tables(records, verbose)

@@ -20,7 +20,11 @@ Four groups (``RunSpec.group``):
   2-block pair is the shipped reference models (3M tokens at their sweep's best lr), measured, not retrained.
 
 A final run's lr is ``None`` with ``sweep`` naming its sweep: the driver starts it once every run of that
-sweep is done, at the lr whose sampled validation bits/byte was lowest.
+sweep is done, at the lr whose sampled validation bits/byte was lowest.  A best on the sweep's edge says only
+that the best lies at or past it, so the depth sweeps widen themselves, once: each has two conditional points
+(``widens="down"`` / ``"up"``, one half-decade past either edge), and the one past the edge where the best of
+the other points landed is trained before the final; the other is not needed (:func:`needed_specs`).  The
+text-shape sweeps were widened by hand, by the same rule, before it existed (their constants say how).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ REFERENCE_LR = 3e-3  # the shipped recipe's lr (an interior best of its sweep)
 # within the 7 the verdict could only read "not wider" at the grid's ceiling; 3e-1 and 1 say where each one ends
 STABILITY_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 SWEEP_LRS = (1e-3, 3e-3, 1e-2)
+SWEEP_WIDENING = (3e-4, 3e-2)  # one half-decade past SWEEP_LRS' bottom and top edges: (widens="down", "up")
 # a 12-block stack: the sweep started a factor 3 lower than the others; its best (3e-3, 3.673 bits/byte at 64k
 # tokens) landed on the top edge, so the sweep was widened by one half-decade
 TEXT_SWEEP_LRS = (3e-4, 1e-3, 3e-3, 1e-2)
@@ -71,7 +76,15 @@ class RunSpec:
     # gets through in the reference run's training seconds: reference tokens x the speed ratio of the two models,
     # measured side by side by studies.speed.probe once both runs are recorded (not their own tok/s: load)
     match_wallclock: tuple[str, str] | None = None
+    # a conditional sweep point: trained only if the best of its sweep's unconditional points lies on that edge
+    # ("down": the lowest lr, "up": the highest); see needed_specs
+    widens: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.widens not in (None, "down", "up") or (self.widens is not None and self.phase != "sweep"):
+            raise ValueError(f"run {self.name}: widens must be None, 'down' or 'up', and only on a sweep point; "
+                             f"got {self.widens!r} on phase {self.phase!r}")
 
     def steps(self) -> int:
         if self.tokens <= 0:
@@ -175,10 +188,18 @@ def _speed(kind: str, cfg: dict[str, Any]) -> float:
 
 
 def _sweep_and_final(group: str, tag: str, kind: str, cfg: dict[str, Any], lrs: tuple[float, ...],
-                     sweep_tokens: int, final_tokens: int, evals: int) -> list[RunSpec]:
+                     sweep_tokens: int, final_tokens: int, evals: int,
+                     widening: tuple[float, float] | None = None) -> list[RunSpec]:
+    """The sweep's points, its conditional widening points (``(down, up)``, if given), then the final."""
     est = _speed(kind, cfg)
     out = [RunSpec(f"{tag}-sweep-lr{lr_label(lr)}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
                    sweep=tag, evals=4, est_tok_s=est) for lr in lrs]
+    if widening is not None:
+        if not widening[0] < min(lrs) < max(lrs) < widening[1]:
+            raise AssertionError(f"{tag}: widening points {widening} must lie outside the sweep's {lrs}")
+        out += [RunSpec(f"{tag}-sweep-lr{lr_label(lr)}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
+                        sweep=tag, evals=4, est_tok_s=est, widens=side)
+                for lr, side in zip(widening, ("down", "up"))]
     out.append(RunSpec(f"{tag}-final", group, tag, kind, cfg, final_tokens, lr=None, phase="final", sweep=tag,
                        evals=evals, est_tok_s=est))
     return out
@@ -217,9 +238,10 @@ def full_grid() -> list[RunSpec]:
     specs += [*text_dense[1:4], text_dense[0], text_dense[4]]
     for n_blocks in (4, 8):
         g = _grt({**REFERENCE_SHAPE, "n_blocks": n_blocks})
-        specs += _sweep_and_final("depth", f"depth{n_blocks}-grt", "grt", g, SWEEP_LRS, 200 * 1024, 3_000_000, 24)
+        specs += _sweep_and_final("depth", f"depth{n_blocks}-grt", "grt", g, SWEEP_LRS, 200 * 1024, 3_000_000, 24,
+                                  widening=SWEEP_WIDENING)
         specs += _sweep_and_final("depth", f"depth{n_blocks}-dense", "dense", matched_dense(g), SWEEP_LRS,
-                                  200 * 1024, 3_000_000, 24)
+                                  200 * 1024, 3_000_000, 24, widening=SWEEP_WIDENING)
     shipped = _grt(REFERENCE_SHAPE)
     for kind, cfg in (("grt", shipped), ("dense", matched_dense(shipped))):  # the shipped models' configs
         specs.append(RunSpec(f"depth2-{kind}-final", "depth", f"depth2-{kind}", kind, cfg, 3_000_000, lr=None,
@@ -248,9 +270,48 @@ def tiny_grid() -> list[RunSpec]:
               for v, (k, c) in (("grt", ("grt", g)), ("dense", ("dense", dense))) for lr in (1e-3, 1e-1)]
     for tag, kind, cfg in (("text-grt", "grt", g), ("depth1-dense", "dense", dense)):
         group = "text_shape" if tag.startswith("text") else "depth"
-        sw = _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok, 2 * tok, 2)
+        # two points: the best is always on an edge, so exactly one of depth1-dense's widening points is needed
+        sw = _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok, 2 * tok, 2,
+                              widening=(1e-4, 1e-1) if group == "depth" else None)
         specs += [RunSpec(**{**s.to_dict(), "batch_size": 4}) for s in sw]
     return specs
+
+
+def sweep_score(rec: dict[str, Any]) -> float:
+    """What a sweep ranks its points by: the sampled validation bits/byte (a diverged run, ``None``, is worst)."""
+    v = rec.get("val_bpb_sample")
+    return math.inf if v is None else float(v)
+
+
+def widening_needed(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> bool | None:
+    """For a conditional sweep point: whether the best of its sweep's unconditional points is on its edge;
+    ``None`` while any of them is unrecorded (and for a run that is not a widening point)."""
+    if spec.widens is None:
+        return None
+    base = [s for s in specs if s.phase == "sweep" and s.sweep == spec.sweep and s.widens is None]
+    if not base or any(s.name not in records for s in base):
+        return None
+    best = min(base, key=lambda s: (sweep_score(records[s.name]), s.lr))
+    lrs = [s.lr for s in base]
+    return best.lr == (min(lrs) if spec.widens == "down" else max(lrs))
+
+
+def sweep_points(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> list[RunSpec] | None:
+    """The sweep's points a final chooses among: the unconditional ones and the widening point its best
+    needs; ``None`` while that is undecided or any of them is unrecorded."""
+    members = [s for s in specs if s.phase == "sweep" and s.sweep == sweep]
+    decided = [(s, widening_needed(s, records, specs)) for s in members]
+    if not members or any(s.widens is not None and need is None for s, need in decided):
+        return None
+    points = [s for s, need in decided if s.widens is None or need]
+    return None if any(s.name not in records for s in points) else points
+
+
+def needed_specs(specs: list[RunSpec], records: dict[str, dict[str, Any]],
+                 all_specs: list[RunSpec] | None = None) -> list[RunSpec]:
+    """``specs`` without the widening points their sweep turned out not to need (undecided ones stay);
+    ``all_specs``: the grid ``specs`` was selected from (a sweep's other points may be outside the selection)."""
+    return [s for s in specs if widening_needed(s, records, all_specs or specs) is not False]
 
 
 def grid(name: str) -> list[RunSpec]:

@@ -8,13 +8,14 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from studies.experiments import IDENTITY_KEYS, best_lr, needs_probe, resolve
 from studies.experiments_report import ablation_rows, content_adaptive, stable_range
-from studies.grid import GROUPS, grid
+from studies.grid import GROUPS, SWEEP_WIDENING, grid, needed_specs, widening_needed
 from studies.speed import probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +64,53 @@ def test_final_waits_for_its_sweep_and_takes_its_best_lr():
     assert resolve(final, recs, specs).lr == 0.01
     recs["text-grt-sweep-lr0.01"] = {"val_bpb_sample": None}  # diverged: counts as worst
     assert resolve(final, recs, specs).lr == 0.001
+
+
+def test_a_sweep_widens_once_past_the_edge_its_best_lands_on():
+    specs = grid("tiny")
+    names = {s.name: s for s in specs}
+    down, up = names["depth1-dense-sweep-lr0.0001"], names["depth1-dense-sweep-lr0.1"]
+    final = names["depth1-dense-final"]
+    assert (down.widens, up.widens) == ("down", "up")
+    recs = {"depth1-dense-sweep-lr0.001": {"val_bpb_sample": 7.0}}
+    assert widening_needed(up, recs, specs) is None and resolve(up, recs, specs) is None  # undecided
+    assert len(needed_specs(specs, recs)) == len(specs)  # an undecided point still counts
+    recs["depth1-dense-sweep-lr0.01"] = {"val_bpb_sample": 6.5}  # best on the top edge
+    assert widening_needed(up, recs, specs) and widening_needed(down, recs, specs) is False
+    assert resolve(up, recs, specs).lr == 0.1 and resolve(down, recs, specs) is None
+    assert down not in needed_specs(specs, recs) and up in needed_specs(specs, recs)
+    assert resolve(final, recs, specs) is None  # waits for the widening point
+    recs["depth1-dense-sweep-lr0.1"] = {"val_bpb_sample": 6.0}
+    assert resolve(final, recs, specs).lr == 0.1  # and may take it
+    recs["depth1-dense-sweep-lr0.1"] = {"val_bpb_sample": None}  # the widening point diverged
+    assert resolve(final, recs, specs).lr == 0.01
+    recs["depth1-dense-sweep-lr0.01"] = {"val_bpb_sample": None}  # now the bottom edge is best: the other side
+    assert widening_needed(down, recs, specs) and not widening_needed(up, recs, specs)
+    assert resolve(final, recs, specs) is None
+    # the full grid: every depth sweep has both points past SWEEP_LRS, the text-shape sweeps none (widened by hand)
+    full = grid("full")
+    for tag in ("depth4-grt", "depth4-dense", "depth8-grt", "depth8-dense"):
+        w = sorted((s.lr, s.widens) for s in full if s.sweep == tag and s.widens)
+        assert w == [(SWEEP_WIDENING[0], "down"), (SWEEP_WIDENING[1], "up")]
+    assert not any(s.widens for s in full if s.group != "depth")
+    with pytest.raises(ValueError, match="widens"):
+        replace(final, widens="up")
+
+
+def test_the_driver_trains_only_the_widening_point_the_sweep_needs(tmp_path):
+    done = _driver(tmp_path, "run", "--groups", "depth")
+    assert done.returncode == 0, done.stderr
+    recs = _records(tmp_path)
+    base = {n: recs[n] for n in ("depth1-dense-sweep-lr0.001", "depth1-dense-sweep-lr0.01")}
+    best_base = min(base.values(), key=lambda r: r["val_bpb_sample"])
+    need, skip = ("depth1-dense-sweep-lr0.0001", "depth1-dense-sweep-lr0.1")[:: 1 if best_base["lr"] == 1e-3 else -1]
+    assert need in recs and skip not in recs and not (tmp_path / "runs" / skip).exists()
+    points = [*base.values(), recs[need]]
+    assert recs["depth1-dense-final"]["lr"] == min(points, key=lambda r: r["val_bpb_sample"])["lr"]
+    status = subprocess.run([sys.executable, "-m", "studies.experiments", "status", "--grid", "tiny", "--results",
+                             str(tmp_path / "res"), "--runs-dir", str(tmp_path / "runs")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert "1 widening point(s) not needed" in status.stdout, status.stdout
 
 
 def test_wallclock_match_scales_tokens_by_the_probed_speed_ratio():
