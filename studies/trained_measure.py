@@ -314,15 +314,18 @@ def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | 
 def pairwise_js_bits(w: torch.Tensor) -> torch.Tensor:
     r"""``w [B, H, T, T]`` attention rows -> ``[B, H, H, T]`` Jensen-Shannon divergence (bits) between every
     pair of heads' distributions of each query:
-    :math:`\tfrac12\mathrm{KL}(p\Vert m) + \tfrac12\mathrm{KL}(q\Vert m)`, :math:`m = (p+q)/2`, :math:`0\log0 = 0`."""
+    :math:`\tfrac12\mathrm{KL}(p\Vert m) + \tfrac12\mathrm{KL}(q\Vert m)`, :math:`m = (p+q)/2`, :math:`0\log0 = 0`.
+
+    The ratio :math:`a/m` is taken as :math:`2a/(p+q)`: a near one-hot head has subnormal weights, and halving
+    the smallest subnormal rounds to 0, which made :math:`a/m` infinite (a trained 12-block GRT hit it)."""
     p, q = w.unsqueeze(2), w.unsqueeze(1)  # (B, H, 1, T, T), (B, 1, H, T, T)
-    mid = (p + q) / 2
+    total = p + q  # (B, H, H, T, T); >= a wherever a > 0, so never 0 there
 
     def kl(a: torch.Tensor) -> torch.Tensor:
-        return torch.where(a > 0, a * torch.log2(torch.where(a > 0, a, 1.0) / torch.where(a > 0, mid, 1.0)),
-                           0.0).sum(-1)
+        ratio = 2 * torch.where(a > 0, a, 1.0) / torch.where(a > 0, total, 2.0)  # in (0, 2]
+        return torch.where(a > 0, a * torch.log2(ratio), 0.0).sum(-1)
 
-    return 0.5 * kl(p.expand_as(mid)) + 0.5 * kl(q.expand_as(mid))
+    return 0.5 * kl(p.expand_as(total)) + 0.5 * kl(q.expand_as(total))
 
 
 def linear_cka(x: torch.Tensor) -> torch.Tensor:

@@ -215,6 +215,12 @@ def test_js_and_cka_primitives():
     js = pairwise_js_bits(w)  # (2, 3, 3, 5)
     assert bool((js.diagonal(dim1=1, dim2=2).abs() < 1e-15).all()) and bool((js >= -1e-15).all())
     assert bool((js <= 1 + 1e-12).all()) and torch.allclose(js, js.transpose(1, 2))
+    # a near one-hot head's subnormal weight: halving 5e-324 rounds to 0, so a/m must not be computed as a/((p+q)/2)
+    tiny = torch.tensor([[1.0, 5e-324], [1.0, 0.0]], dtype=torch.float64).view(1, 2, 1, 2)  # (B, H, T, T)
+    js_tiny = pairwise_js_bits(tiny)
+    assert bool(torch.isfinite(js_tiny).all()) and float(js_tiny.abs().max()) < 1e-300, js_tiny
+    disjoint = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64).view(1, 2, 1, 2)
+    assert float(pairwise_js_bits(disjoint)[0, 0, 1, 0]) == 1.0  # disjoint supports: exactly 1 bit
     x = torch.randn(50, 3, 4, dtype=torch.float64)
     x[:, 1] = x[:, 0] @ torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64))[0] * 3.0  # rotated, scaled copy
     k = linear_cka(x)
