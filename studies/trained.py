@@ -25,6 +25,7 @@ from torch import nn
 
 from rmsgauge import check_output_file, claims_table, seed_everything, write_claims_json
 from rmsgauge.cli import make_parser, run_main
+from studies.trained_measure import JAC_TOKENS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "shipped dense model when --checkpoint is not given, none otherwise")
     ap.add_argument("--seed", type=int, default=0, help="seed of the 8 held-out validation windows (default 0)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads, in [1, 256] (default 1)")
+    ap.add_argument("--jac-tokens", type=int, default=JAC_TOKENS,
+                    help=f"held-out tokens whose per-token float64 Jacobians the signal and determinant claims take, "
+                         f"spread evenly over the 8 windows, in [1, 4096] (default {JAC_TOKENS}; the experiment "
+                         f"grid's 12-block text-shape run uses 32: its Jacobians cost minutes per token batch)")
     ap.add_argument("--json", metavar="PATH", help="write the claim records here")
     ap.add_argument("--verbose", action="store_true", help="each claim's source, law and details")
     return ap
@@ -89,6 +94,8 @@ def check(args: argparse.Namespace) -> Path | None:
         raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
     if not 1 <= args.threads <= 256:
         raise ValueError(f"--threads must be in [1, 256], got {args.threads}")
+    if not 1 <= args.jac_tokens <= 4096:
+        raise ValueError(f"--jac-tokens must be in [1, 4096], got {args.jac_tokens}")
     for flag, path in (("--checkpoint", args.checkpoint), ("--dense-checkpoint", args.dense_checkpoint)):
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(f"{flag} {path}: no such file")
@@ -110,7 +117,8 @@ def run(args: argparse.Namespace, out: Path | None) -> int:
     corpus = ByteCorpus.load()
     ids = corpus.batch("val", 8, grt.config.block_size, generator=torch.Generator().manual_seed(args.seed))[0]
     claims = run_trained_claims(grt, dense, ids, grt_init=init_copy(grt, "grt", grt_card),
-                                dense_init=None if dense is None else init_copy(dense, "dense", dense_card))
+                                dense_init=None if dense is None else init_copy(dense, "dense", dense_card),
+                                jac_tokens=args.jac_tokens)
     if grt_card is not None and dense_card is not None:
         grt_card["final_val_bpb_full"] = full_split_bpb(grt, corpus)["bpb"]
         dense_card["final_val_bpb_full"] = full_split_bpb(dense, corpus)["bpb"]
@@ -120,7 +128,7 @@ def run(args: argparse.Namespace, out: Path | None) -> int:
     if out is not None:
         write_claims_json(out, claims, tool="studies.trained", checkpoint=args.checkpoint or "shipped grt",
                           dense_checkpoint=dense_path or ("shipped dense" if dense is not None else None),
-                          config=grt.config.to_dict())
+                          config=grt.config.to_dict(), jac_tokens=args.jac_tokens, held_out_seed=args.seed)
         print(f"wrote {out}", file=sys.stderr)
     print(claims_table(claims, verbose=args.verbose))
     return 0 if all(c.holds for c in claims) else 1

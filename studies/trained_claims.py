@@ -280,6 +280,16 @@ def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_
 # ---------------------------------------------------------------------------------------------------
 
 
+def _head_summary(per_block: list[dict[str, Any]]) -> str:
+    """One line for any depth: the lowest head-pair JS and its block, and the blocks with a pair not distinct."""
+    lowest = min(range(len(per_block)), key=lambda i: per_block[i]["min_js_bits"])
+    same = [i for i, b in enumerate(per_block) if not b["all_pairs_distinct"]]
+    where = f" (block {lowest})" if len(per_block) > 1 else ""
+    verdict = (f"all {len(per_block)} blocks' head pairs distinct" if not same
+               else "a head pair not distinct in block " + ", ".join(map(str, same)))
+    return f"min JS {per_block[lowest]['min_js_bits']:.3f} bits{where}; {verdict}"
+
+
 @claim("grt.head_diversity", group=GROUP, title="Each head attends differently: GRT vs dense")
 def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None, *,
                          grt_init: GRT | None = None, dense_init: nn.Module | None = None,
@@ -316,7 +326,7 @@ def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids:
                   "(head 2 a self-attention filter, head 1 spread evenly).",
         stated="heads attend differently",
         measured=measured,
-        summary="min JS " + ", ".join(f"{b['min_js_bits']:.3f}" for b in tr) + " bits",
+        summary=_head_summary(tr),
         tolerance=SE_SIGMAS,
         holds=holds,
         dtype="float64",

@@ -33,9 +33,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_claims_on_a_checkpoint(tiny_run, tmp_path):
     out = tmp_path / "claims.json"
-    res = _cli("--checkpoint", str(tiny_run / "ckpt.pt"), "--json", str(out))
+    res = _cli("--checkpoint", str(tiny_run / "ckpt.pt"), "--json", str(out), "--jac-tokens", "5")
     assert res.returncode in (0, 1), res.stderr
     rec = json.loads(out.read_text())
+    assert rec["jac_tokens"] == 5
+    det = next(c for c in rec["claims"] if c["id"] == "grt.coupled_det_sign_trained")
+    n_proj = 4 * rec["config"]["n_blocks"] + rec["config"]["n_blocks"]  # q, k, v, o per head-token, and the mixer
+    assert det["measured"]["of"] <= 5 * rec["config"]["n_heads"] * n_proj  # 5 Jacobian tokens, not the default 128
     assert [c["id"] for c in rec["claims"]] == list(CLAIM_IDS)  # no dense model given: no trained_vs_dense
     assert all(c["summary"] for c in rec["claims"])
     assert res.stdout.strip().splitlines()[-1].endswith(tuple(("hold", *(f"({c['dtype']})" for c in rec["claims"]))))
@@ -44,6 +48,7 @@ def test_claims_on_a_checkpoint(tiny_run, tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["--checkpoint", "no/such/ckpt.pt"], "no such file"),
     (["--seed", "-1"], "--seed must be in [0, 2**32)"),
+    (["--jac-tokens", "0"], "--jac-tokens must be in [1, 4096]"),
 ])
 def test_bad_input_is_one_line(args, needle):
     res = _cli(*args)
