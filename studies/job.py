@@ -22,10 +22,10 @@ import torch
 from rmsgauge import atomic_write_json, seed_everything
 
 EXIT_DIVERGED = 3
-BLOWUP_FACTOR = 1.1
+BLOWUP_FACTOR = 1.1  # "no blow-up": no logged training-loss average above 1.1 x the loss at step 0
 # Jacobian tokens of the text-shape run's trained claims (the shipped model's use 128): at 12 blocks of width
 # 256 the per-token float64 Jacobians of every projection and FFN cost minutes per token batch
-TRAINED_JAC_TOKENS = 32  # "no blow-up": no logged training-loss average above 1.1 x the loss at step 0
+TRAINED_JAC_TOKENS = 32
 
 
 def _log_records(run_dir: Path) -> list[dict[str, Any]]:
