@@ -65,7 +65,7 @@ def trained_claims_both_shapes(root: Path) -> str:
     lines = ["  ".join(f"{cell:{w}s}" for cell, w in zip(r, widths)) + "  " + r[-1] for r in rows]
     missing = [label for label in shapes if not found[label]]
     if missing:
-        lines.append(f"pending: {', '.join(missing)} (its run has not finished; the grid records it when it does)")
+        lines.append(f"pending: {', '.join(missing)} (no {RESULTS}/trained_claims_*.json of it committed yet)")
     return "\n".join(lines)
 
 
