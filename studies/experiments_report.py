@@ -258,11 +258,15 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
     sweeps = sweep_rows(records)
     if sweeps:
         lines += ["", "lr sweeps (short runs; whole-split bits/byte per lr; > the lr its final run uses)"]
+        finals = {r["variant"]: r for r in records if r.get("phase") == "final"}
         for tag, pts in sweeps.items():
             best = min(pts, key=lambda r: r["val_bpb_full"])
-            edge = " (best on the grid's edge)" if best["lr"] in (pts[0]["lr"], pts[-1]["lr"]) else ""
-            lines.append(f"   {tag:14s} " + ", ".join(f"{'>' if r is best else ''}{r['lr']:g} {r['val_bpb_full']:.3f}"
-                                                     for r in pts) + edge)
+            used = finals[tag]["lr"] if tag in finals else best["lr"]
+            note = " (best on the grid's edge)" if best["lr"] in (pts[0]["lr"], pts[-1]["lr"]) else ""
+            if used != best["lr"]:  # e.g. a widening point trained after its final
+                note += f" (whole-split best: {best['lr']:g})"
+            lines.append(f"   {tag:14s} " + ", ".join(f"{'>' if r['lr'] == used else ''}{r['lr']:g} "
+                                                     f"{r['val_bpb_full']:.3f}" for r in pts) + note)
     lines += ["", "3-4. text shape and depth trend: GRT vs parameter-matched dense, 3M tokens (whole-split bits/byte)",
               f"   {'shape':8s} {'blocks':>6s} {'grt params':>11s} {'grt bpb':>8s} {'grt s':>7s} "
               f"{'dense params':>12s} {'dense bpb':>9s} {'dense s':>7s} {'gap':>8s}"]

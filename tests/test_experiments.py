@@ -87,12 +87,15 @@ def test_a_sweep_widens_once_past_the_edge_its_best_lands_on():
     recs["depth1-dense-sweep-lr0.01"] = {"val_bpb_sample": None}  # now the bottom edge is best: the other side
     assert widening_needed(down, recs, specs) and not widening_needed(up, recs, specs)
     assert resolve(final, recs, specs) is None
-    # the full grid: every depth sweep has both points past SWEEP_LRS, the text-shape sweeps none (widened by hand)
+    # the full grid: every sweep has one point past each edge, and nothing else is conditional
     full = grid("full")
-    for tag in ("depth4-grt", "depth4-dense", "depth8-grt", "depth8-dense"):
+    for tag in ("depth4-grt", "depth4-dense", "depth8-grt", "depth8-dense", "text-grt", "text-dense"):
         w = sorted((s.lr, s.widens) for s in full if s.sweep == tag and s.widens)
-        assert w == [(SWEEP_WIDENING[0], "down"), (SWEEP_WIDENING[1], "up")]
-    assert not any(s.widens for s in full if s.group != "depth")
+        base = [s.lr for s in full if s.sweep == tag and s.phase == "sweep" and not s.widens]
+        assert [x[1] for x in w] == ["down", "up"] and w[0][0] < min(base) < max(base) < w[1][0]
+        if tag.startswith("depth"):
+            assert [x[0] for x in w] == list(SWEEP_WIDENING)
+    assert all(s.phase == "sweep" for s in full if s.widens)
     with pytest.raises(ValueError, match="widens"):
         replace(final, widens="up")
 
@@ -285,3 +288,16 @@ def test_a_run_whose_folder_holds_another_run_is_refused_and_the_rest_go_on(tmp_
     assert "NOT STARTED grt-lr0.001" in out.stderr and "move " in out.stderr
     assert set(_records(tmp_path)) == {"grt-lr0.1", "dense-lr0.001", "dense-lr0.1"}
     assert (theirs / "spec.json").read_bytes() == before  # nothing a user made is overwritten
+
+
+def test_the_sweep_line_marks_the_lr_its_final_used_and_names_a_better_one():
+    from studies.experiments_report import format_tables
+
+    recs = [{"name": f"t-sweep-lr{lr:g}", "phase": "sweep", "variant": "t", "lr": lr, "val_bpb_full": v,
+             "group": "text_shape"} for lr, v in ((1e-3, 3.0), (1e-2, 2.9), (3e-2, 2.8))]
+    recs.append({"name": "t-final", "phase": "final", "variant": "t", "lr": 1e-2, "group": "elsewhere"})
+    line = next(x for x in format_tables(recs) if x.strip().startswith("t "))
+    assert ">0.01 2.900" in line and ">0.03" not in line and "(whole-split best: 0.03)" in line
+    recs[-1]["lr"] = 3e-2
+    line = next(x for x in format_tables(recs) if x.strip().startswith("t "))
+    assert ">0.03 2.800" in line and "whole-split best" not in line
