@@ -285,9 +285,8 @@ def _head_summary(per_block: list[dict[str, Any]]) -> str:
     lowest = min(range(len(per_block)), key=lambda i: per_block[i]["min_js_bits"])
     same = [i for i, b in enumerate(per_block) if not b["all_pairs_distinct"]]
     where = f" (block {lowest})" if len(per_block) > 1 else ""
-    verdict = (f"all {len(per_block)} blocks' head pairs distinct" if not same
-               else "a head pair not distinct in block " + ", ".join(map(str, same)))
-    return f"min JS {per_block[lowest]['min_js_bits']:.3f} bits{where}; {verdict}"
+    verdict = "all pairs distinct" if not same else "a pair alike in block " + ", ".join(map(str, same))
+    return f"min JS {per_block[lowest]['min_js_bits']:.3f} bits{where}, {verdict}"
 
 
 @claim("grt.head_diversity", group=GROUP, title="Each head attends differently: GRT vs dense")
