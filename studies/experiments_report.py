@@ -201,6 +201,10 @@ def verdicts(records: list[dict[str, Any]]) -> list[Claim | str]:
     return [fn(records) for fn in VERDICTS]
 
 
+# the trained GRTs whose trained-model claims are committed (trained_claims_<key>.json): the report's rows
+TRAINED_SHAPES = {"shipped": "shipped GRT, d 128, 2 blocks", "text_shape": "text-shape GRT, d 256, 12 blocks"}
+
+
 def run_all(results: str | Path | None = None) -> list[Claim]:
     """The complete verdicts and the committed trained-model claims (the report's ``studies`` source)."""
     from rmsgauge.claims import Claim as _Claim
@@ -209,15 +213,17 @@ def run_all(results: str | Path | None = None) -> list[Claim]:
     path = root / "runs.json"
     records = json.loads(path.read_text()) if path.is_file() else []
     out = [v for v in verdicts(records) if isinstance(v, _Claim)]
-    for name in ("trained_claims_shipped.json", "trained_claims_text_shape.json"):
-        f = root / name
+    for model, label in TRAINED_SHAPES.items():
+        f = root / f"trained_claims_{model}.json"
         if f.is_file():
             for rec in json.loads(f.read_text())["claims"]:
                 keep = {k: rec[k] for k in ("id", "statement", "stated", "measured", "tolerance", "holds", "dtype",
                                             "exact_law", "source_status", "details") if k in rec}
                 keep["summary"] = rec.get("summary", "")
-                keep["details"] = {"model": name.removeprefix("trained_claims_").removesuffix(".json"),
-                                   **(keep["details"] or {})}
+                keep["details"] = {"model": label, **(keep["details"] or {})}
+                if model != "shipped":  # one claim on two models: a row each, the shipped model's id unchanged
+                    keep["id"] = f"{rec['id']}_{model}"
+                    keep["statement"] = f"[{label}] {rec['statement']}"
                 out.append(_Claim(**keep))
     return out
 

@@ -301,3 +301,16 @@ def test_the_sweep_line_marks_the_lr_its_final_used_and_names_a_better_one():
     recs[-1]["lr"] = 3e-2
     line = next(x for x in format_tables(recs) if x.strip().startswith("t "))
     assert ">0.03 2.800" in line and "whole-split best" not in line
+
+
+def test_the_report_gathers_the_trained_claims_of_both_shapes_as_distinct_rows():
+    from figures.gather import gather
+
+    g = gather(("studies",), log=lambda _: None)  # the committed records: no compute
+    ids = [c.id for c in g.claims]
+    assert len(set(zip(ids, (c.dtype for c in g.claims)))) == len(ids)
+    res = ROOT / "results" / "grt-experiments"
+    for name, suffix in (("trained_claims_shipped.json", ""), ("trained_claims_text_shape.json", "_text_shape")):
+        if (res / name).is_file():
+            want = {c["id"] + suffix for c in json.loads((res / name).read_text())["claims"]}
+            assert want <= set(ids), want - set(ids)
