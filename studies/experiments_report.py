@@ -175,7 +175,9 @@ def space_efficient(records: list[dict[str, Any]]) -> Claim | str:
     rows = [r for r in depth_rows(records) if r["shape"].startswith("depth")]
     complete = [r for r in rows if r["gap"] is not None]
     if len(complete) < 3:
-        return f"pending: {len(complete)} of 3 depth pairs (2, 4, 8 blocks) recorded"
+        so_far = ", ".join(f"{r['n_blocks']}: {r['gap']:+.3f}" for r in sorted(complete, key=lambda r: r["n_blocks"]))
+        return (f"pending: {len(complete)} of 3 depth pairs (2, 4, 8 blocks) recorded"
+                + (f"; GRT - dense bits/byte so far {so_far}" if complete else ""))
     gaps = {r["n_blocks"]: r["gap"] for r in complete}
     depths = sorted(gaps)
     trend = ("shrinks" if all(gaps[a] > gaps[b] for a, b in pairwise(depths))

@@ -314,3 +314,23 @@ def test_the_report_gathers_the_trained_claims_of_both_shapes_as_distinct_rows()
         if (res / name).is_file():
             want = {c["id"] + suffix for c in json.loads((res / name).read_text())["claims"]}
             assert want <= set(ids), want - set(ids)
+
+
+def test_space_efficient_waits_for_three_depths_and_reads_the_trend():
+    from studies.experiments_report import space_efficient
+
+    def pair(n, grt_bpb, dense_bpb):
+        return [{"name": f"depth{n}-{m}-final", "phase": "final", "group": "depth", "variant": f"depth{n}-{m}",
+                 "model": m, "model_config": {"n_blocks" if m == "grt" else "n_layers": n},
+                 "val_bpb_full": v, "params": {"total": 100 * n}, "wall_s": 1.0}
+                for m, v in (("grt", grt_bpb), ("dense", dense_bpb))]
+
+    recs = pair(2, 2.70, 2.60) + pair(4, 2.60, 2.45)
+    partial = space_efficient(recs)
+    assert partial == "pending: 2 of 3 depth pairs (2, 4, 8 blocks) recorded; GRT - dense bits/byte so far " \
+                      "2: +0.100, 4: +0.150"
+    assert space_efficient([]) == "pending: 0 of 3 depth pairs (2, 4, 8 blocks) recorded"
+    c = space_efficient(recs + pair(8, 2.50, 2.30))
+    assert not c.holds and c.measured["trend_with_depth"] == "grows"
+    c = space_efficient(pair(2, 2.5, 2.6) + pair(4, 2.4, 2.45) + pair(8, 2.3, 2.31))
+    assert c.holds and c.measured["trend_with_depth"] == "grows"  # gap -0.10, -0.05, -0.01: toward dense
