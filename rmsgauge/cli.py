@@ -203,6 +203,7 @@ def check_output_dir(name: str, path: str | os.PathLike) -> Path:
 EXIT_FAILURE = 1  # the run could not complete (non-finite loss, corrupt file, disk full, ...)
 EXIT_USAGE = 2  # a flag, config key or path is wrong (argparse's own status for usage errors)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`), as `cat` reports it
 
 
 class Failure(RuntimeError):
@@ -231,13 +232,19 @@ def run_guarded(prog: str, fn: Any, *, debug: bool = False,
                 failure_errors: tuple[type[BaseException], ...] = (Failure,)) -> int:
     """Call ``fn()`` and turn what escapes it into one line on stderr and an exit status: the classes in
     ``failure_errors`` -> 1 (checked first: a failure may subclass ValueError), ``usage_errors`` -> 2,
-    Ctrl-C -> 130, anything else -> 1.  ``debug``: re-raise instead, with the traceback."""
+    Ctrl-C -> 130, a closed stdout pipe -> 141 silently, anything else -> 1.  ``debug``: re-raise instead, with
+    the traceback."""
     import sys
 
     try:
-        return int(fn() or 0)
+        status = int(fn() or 0)
+        sys.stdout.flush()  # a reader that went away shows here, not as a traceback at interpreter exit
+        return status
     except SystemExit:
         raise
+    except BrokenPipeError:  # `| head` read what it wanted: not this command's error, nothing to print
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush goes nowhere
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         if debug:
             raise

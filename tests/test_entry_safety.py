@@ -607,3 +607,22 @@ def test_sigint_while_lm_train_imports_is_one_line():
         pytest.skip("the command finished before the signal (a very fast machine)")
     assert proc.returncode in (130, -2), err
     assert err.strip().endswith("interrupted") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("what", ["while printing", "at the final flush"])
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(what):
+    """`python -m ... | head`: the command stops with 141 (128 + SIGPIPE, as `cat` does), nothing on stderr."""
+    import subprocess
+    import sys
+
+    body = ("lambda: [print('y' * 100) for _ in range(20000)]" if what == "while printing"  # 2 MB: past the buffer
+            else "lambda: (__import__('time').sleep(0.5), print('short'))")  # written after the reader left
+    code = f"import sys; from rmsgauge.cli import run_guarded; sys.exit(run_guarded('prog', {body}))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[1])
+    if what == "while printing":
+        proc.stdout.read(10)
+    proc.stdout.close()  # the reader goes away
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err
