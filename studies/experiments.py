@@ -9,7 +9,7 @@ process on ``--threads`` CPU threads (``python -m studies.job``), and merges eac
 ``RESULTS/runs.json`` (plus its training log under ``RESULTS/logs/``) as it lands.  Run folders live under
 ``--runs-dir`` (checkpoints: not committed); stop with Ctrl-C (the running jobs checkpoint and stop) and run the
 same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded (a
-depth sweep whose best lands on an edge first trains one point a half-decade past it); an equal-wall-clock run
+sweep whose best lands on an edge first trains one point a half-decade past it); an equal-wall-clock run
 waits for its two runs, then the driver measures their models' speed ratio side by side
 (:func:`studies.speed.probe`, saved in ``RESULTS/speed_probes.json``) and sizes its tokens by it.  Progress lines
 give each running job's step and an eta from its own speed since it started.  ``summary`` prints the tables and
