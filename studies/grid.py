@@ -218,7 +218,7 @@ def full_grid() -> list[RunSpec]:
     # holds one of the two slots across sessions while the other works through the rest)
     specs += [text_sweep[3], *text_sweep[:3], *text_sweep[4:]]  # then its widening points and its final
     # last: FFN coupling gives every FFN stage a 256 x 1024 coupling matrix (22M of the variant's 22.5M parameters,
-    # 50x the shipped model), so the fused coupled kernels are GEMM-bound: ~6 s a step beside another run, ~1.6 h
+    # 46x the shipped model), so the fused coupled kernels are GEMM-bound: 4-6 s a step, 4,438 and 4,760 s a run
     slow = ("ffn-coupling-on",)
     for seed in (0, 1):
         for variant, (kind, cfg) in ablation_variants(REFERENCE_SHAPE).items():
