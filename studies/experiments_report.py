@@ -203,8 +203,16 @@ def verdicts(records: list[dict[str, Any]]) -> list[Claim | str]:
     return [fn(records) for fn in VERDICTS]
 
 
-# the trained GRTs whose trained-model claims are committed (trained_claims_<key>.json): the report's rows
-TRAINED_SHAPES = {"shipped": "shipped GRT, d 128, 2 blocks", "text_shape": "text-shape GRT, d 256, 12 blocks"}
+# the trained GRTs whose trained-model claims are committed (trained_claims_<key>.json): the report's rows and
+# the README's columns (tools/readme_blocks.py)
+TRAINED_SHAPES = {"shipped": "shipped GRT (d 128, 2 blocks)", "text_shape": "text-shape GRT (d 256, 12 blocks)"}
+
+
+def committed_trained_claims(results: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each :data:`TRAINED_SHAPES` key -> the claim records of ``results/trained_claims_<key>.json`` ([] where
+    none is committed yet)."""
+    files = {key: results / f"trained_claims_{key}.json" for key in TRAINED_SHAPES}
+    return {key: json.loads(f.read_text())["claims"] if f.is_file() else [] for key, f in files.items()}
 
 
 def run_all(results: str | Path | None = None) -> list[Claim]:
@@ -215,18 +223,17 @@ def run_all(results: str | Path | None = None) -> list[Claim]:
     path = root / "runs.json"
     records = json.loads(path.read_text()) if path.is_file() else []
     out = [v for v in verdicts(records) if isinstance(v, _Claim)]
-    for model, label in TRAINED_SHAPES.items():
-        f = root / f"trained_claims_{model}.json"
-        if f.is_file():
-            for rec in json.loads(f.read_text())["claims"]:
-                keep = {k: rec[k] for k in ("id", "statement", "stated", "measured", "tolerance", "holds", "dtype",
-                                            "exact_law", "source_status", "details") if k in rec}
-                keep["summary"] = rec.get("summary", "")
-                keep["details"] = {"model": label, **(keep["details"] or {})}
-                if model != "shipped":  # one claim on two models: a row each, the shipped model's id unchanged
-                    keep["id"] = f"{rec['id']}_{model}"
-                    keep["statement"] = f"[{label}] {rec['statement']}"
-                out.append(_Claim(**keep))
+    for model, recs in committed_trained_claims(root).items():
+        label = TRAINED_SHAPES[model]
+        for rec in recs:
+            keep = {k: rec[k] for k in ("id", "statement", "stated", "measured", "tolerance", "holds", "dtype",
+                                        "exact_law", "source_status", "details") if k in rec}
+            keep["summary"] = rec.get("summary", "")
+            keep["details"] = {"model": label, **(keep["details"] or {})}
+            if model != "shipped":  # one claim on two models: a row each, the shipped model's id unchanged
+                keep["id"] = f"{rec['id']}_{model}"
+                keep["statement"] = f"[{label}] {rec['statement']}"
+            out.append(_Claim(**keep))
     return out
 
 

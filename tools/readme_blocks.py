@@ -53,12 +53,11 @@ def _claim_cell(c: dict | None) -> str:
 def trained_claims_both_shapes(root: Path) -> str:
     """The text's trained-model claims on the shipped GRT (2 blocks, width 128) beside the text's own shape (12
     blocks, width 256, the experiment grid's 3M-token run): verdict and the claim's one-line summary for each."""
-    shapes = {"shipped GRT (d 128, 2 blocks)": "trained_claims_shipped.json",
-              "text-shape GRT (d 256, 12 blocks)": "trained_claims_text_shape.json"}
-    found: dict[str, dict[str, dict]] = {}
-    for label, name in shapes.items():
-        path = root / RESULTS / name
-        found[label] = {c["id"]: c for c in json.loads(path.read_text())["claims"]} if path.is_file() else {}
+    from studies.experiments_report import TRAINED_SHAPES, committed_trained_claims
+
+    found = {TRAINED_SHAPES[key]: {c["id"]: c for c in recs}
+             for key, recs in committed_trained_claims(root / RESULTS).items()}
+    shapes = list(found)
     ids = list(dict.fromkeys(i for claims in found.values() for i in claims))
     rows = [["claim", *shapes]] + [[i, *(_claim_cell(found[label].get(i)) for label in shapes)] for i in ids]
     widths = [max(len(r[k]) for r in rows) for k in range(len(shapes))]  # the last column is not padded
