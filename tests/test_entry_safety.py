@@ -503,8 +503,10 @@ def test_console_ctrl_c_during_imports_is_one_line(monkeypatch, capsys):
     def interrupted(name):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importlib, "import_module", interrupted)
+    # sys.argv first: pytest resolves a dotted monkeypatch target through importlib.import_module, which the
+    # next line makes raise
     monkeypatch.setattr("sys.argv", ["/usr/bin/rmsgauge-train", "--help"])
+    monkeypatch.setattr(importlib, "import_module", interrupted)
     assert cli.console() == 130
     assert capsys.readouterr().err == "rmsgauge-train: interrupted\n"
 

@@ -118,3 +118,5 @@ def test_ci_runs_exactly_the_readme_test_command():
     test_cmds = [ln.strip() for ln in readme[:15] if "pytest" in ln and ln.strip().startswith("pip install")]
     assert len(test_cmds) == 1, "README's first lines must hold exactly one install+test command"
     assert test_cmds[0] in ci
+    # inside a virtual environment of its own, made fresh by the run: what a newcomer's install gets
+    assert ci.index("-m venv") < ci.index("/bin/activate") < ci.index(test_cmds[0])
