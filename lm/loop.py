@@ -415,7 +415,7 @@ def _train(run: Run, stop_after: int | None) -> dict[str, Any]:
             t_step = time.perf_counter()
             lr = cfg.lr_at(step, total)
             for g in opt.param_groups:
-                g["lr"] = lr
+                g["lr"] = lr * g["lr_mult"]
             x, y = run.sampler.train_batch(step)  # (b, T) each: this rank's shard of the global batch
             _, loss = run.ddp_model(x, y)
             loss.backward()

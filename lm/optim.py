@@ -25,13 +25,41 @@ def decay_split(model: nn.Module) -> tuple[list[str], list[str]]:
     return decay, no_decay
 
 
+def lr_group(name: str, p: torch.Tensor) -> str:
+    """The lr group (:data:`lm.trainconfig.LR_GROUPS`) of parameter ``name``, read off its dotted name (the GRT's
+    and the dense model's own names)."""
+    path = name.lower().split(".")
+    leaf = path[-1]
+    by_leaf = {"angles": "angles", "raw_scales": "scales", "coupling": "coupling", "phases": "embedding_phases",
+               "magnitudes": "embedding_magnitudes", "gain": "norm_gains"}
+    if leaf in by_leaf:
+        return by_leaf[leaf]
+    if "gate" in leaf:
+        return "gates"
+    if any("norm" in part for part in path[:-1]):  # RMSNorm / QK-norm weights
+        return "norm_gains"
+    if any("emb" in part for part in path[:-1]):
+        return "embedding"
+    return "matrices" if p.ndim >= 2 else "norm_gains" if leaf == "weight" else "matrices"
+
+
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    decay, no_decay = decay_split(model)
+    """AdamW with one param group per (lr group, decay): ``lr_mult`` and ``lr_group`` ride in each group, and the
+    loop sets ``group["lr"] = lr_t * group["lr_mult"]`` every step.  With every multiplier 1 the steps are the
+    two-group optimizer's to the bit (AdamW is elementwise: grouping changes no arithmetic)."""
+    decay, _ = decay_split(model)
+    decayed = set(decay)
     params = dict(model.named_parameters())
-    groups = [{"params": [params[n] for n in decay], "weight_decay": cfg.wd, "names": decay},
-              {"params": [params[n] for n in no_decay], "weight_decay": 0.0, "names": no_decay}]
-    groups = [g for g in groups if g["params"]]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)
+    groups: dict[tuple[str, bool], dict] = {}
+    for n, p in params.items():
+        if not p.requires_grad:
+            continue
+        key = (lr_group(n, p), n in decayed)
+        g = groups.setdefault(key, {"params": [], "names": [], "weight_decay": cfg.wd if key[1] else 0.0,
+                                    "lr_group": key[0], "lr_mult": float(cfg.lr_mult.get(key[0], 1.0))})
+        g["params"].append(p)
+        g["names"].append(n)
+    return torch.optim.AdamW(list(groups.values()), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.adam_eps)
 
 
 COMPONENTS = (("norm", ("norm",)), ("gate", ("gate",)), ("embedding", ("emb", "embed")),

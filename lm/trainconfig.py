@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsgauge import (
@@ -11,6 +11,17 @@ from rmsgauge import (
     check_range,
 )
 
+# Structure-aware learning rates: a structured layer's parameters are not a dense matrix's, and one lr for all of
+# them is the wrong-multiplier baseline (Qiu et al. 2024, "Compute Better Spent", arXiv 2406.06248, give each
+# structure its own lr and init multipliers; HazyResearch/butterfly gives its twiddles their own lr).  Every
+# parameter falls in exactly one of these groups (:func:`lm.optim.lr_group`); ``TrainConfig.lr_mult`` scales each
+# group's lr (absent: x1).  The GRT has angles, scales, coupling, embedding phases/magnitudes, gates and norm gains; the
+# dense model matrices, its embedding table and norm gains (it has no gates).
+LR_GROUPS = ("angles", "scales", "coupling", "embedding_phases", "embedding_magnitudes", "gates", "norm_gains",
+             "matrices", "embedding")
+MODEL_LR_GROUPS = {"grt": ("angles", "scales", "coupling", "embedding_phases", "embedding_magnitudes", "gates",
+                           "norm_gains"),
+                   "dense": ("matrices", "embedding", "norm_gains")}
 NO_DECAY_KEYWORDS = ("norm", "angle", "phase", "scale", "gate", "bias")  # see decay_split()
 EQUILIBRIUM_FACTOR = 2.0  # the random-walk model is a statistical law, not an identity: agreement within x2
 RUN_FILES = ("ckpt.pt", "log.jsonl", "summary.json")  # a folder holding any of these holds a run
@@ -44,6 +55,8 @@ class TrainConfig:
     data: str = ""  # "" = the bundled corpus; else a file or a folder of .txt/.md files (read as bytes)
     out_dir: str = "runs/train"
     probe_gauges: bool = True  # the CLI runs the gauge census at start (finds the gauges to monitor)
+    # lr multiplier per parameter group (lm.optim.LR_GROUPS; absent: 1): structure-aware learning rates
+    lr_mult: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _float("train.lr", self.lr, 0.0, 10.0, lo_open=True)
@@ -81,6 +94,17 @@ class TrainConfig:
         if not isinstance(self.probe_gauges, bool):
             raise ValueError(f"train.probe_gauges must be true or false, got {self.probe_gauges!r}")
 
+        if not isinstance(self.lr_mult, dict):
+            raise ValueError(f"train.lr_mult must be a mapping of lr group to multiplier, got {self.lr_mult!r}")
+        for k, v in self.lr_mult.items():
+            if k not in LR_GROUPS:
+                raise ValueError(f"train.lr_mult: unknown lr group {k!r}; the groups are {', '.join(LR_GROUPS)}")
+            _float(f"train.lr_mult.{k}", v, 0.0, 1e4, lo_open=True)
+        peak = self.lr * max([1.0, *self.lr_mult.values()])
+        if peak * self.wd >= 1.0:
+            raise ValueError(f"train.lr * train.lr_mult * train.wd must be in [0, 1) for every group, got "
+                             f"{peak:g} * {self.wd:g} = {peak * self.wd:g}")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -102,7 +126,7 @@ class TrainConfig:
 
 # keys that shape the trajectory: changing them on --resume would not continue the same run
 RESUME_LOCKED = ("lr", "min_lr_frac", "warmup_steps", "schedule", "wd", "beta1", "beta2", "adam_eps", "grad_clip",
-                 "batch_size", "seed", "dtype", "data", "val_fraction")
+                 "batch_size", "seed", "dtype", "data", "val_fraction", "lr_mult")
 
 
 def _float(name: str, v: Any, lo: float | None, hi: float | None = None, **kw) -> None:

@@ -33,13 +33,25 @@ from typing import Any
 
 from rmsgauge import atomic_write_json, atomic_write_text
 from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
-from studies.grid import GRIDS, GROUPS, RunSpec, grid, needed_specs, sweep_points, sweep_score, widening_needed
+from studies.grid import (
+    GRIDS,
+    GROUPS,
+    TUNING_BASE,
+    RunSpec,
+    grid,
+    needed_specs,
+    sweep_points,
+    sweep_score,
+    widening_needed,
+)
+from studies.tuning import best_point, point_key, propose, run_score
 
 DEFAULT_RUNS_DIR = "runs/grt-experiments"
 DEFAULT_RESULTS = "results/grt-experiments"
 POLL_S = 5.0
 # what makes a run the same run on a restart (the rest of a spec is bookkeeping: speed estimates, labels)
-IDENTITY_KEYS = ("model", "model_config", "tokens", "seed", "resolved_lr", "batch_size", "evals", "warmup_frac")
+IDENTITY_KEYS = ("model", "model_config", "tokens", "seed", "resolved_lr", "batch_size", "evals", "warmup_frac",
+                 "lr_mult")
 PROGRESS_S = 60.0
 
 
@@ -103,13 +115,62 @@ def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]
     return min((sweep_score(records[s.name]), s.lr) for s in points)[1]
 
 
+def search_scores(search: str, records: dict[str, dict[str, Any]],
+                  specs: list[RunSpec]) -> dict[tuple, float] | None:
+    """``point_key -> score`` of a tuning search's recorded runs, its global-lr base run included; ``None`` while
+    the base run (when the grid trains it) is unrecorded, so the search never trains that point twice."""
+    scores: dict[tuple, float] = {}
+    base = TUNING_BASE.get(search)
+    if base is not None and base in records:
+        scores[point_key({})] = run_score(records[base])
+    elif base is not None and any(s.name == base for s in specs):
+        return None
+    for s in specs:
+        if s.search == search and s.phase == "search" and s.name in records:
+            scores[point_key(records[s.name].get("lr_mult") or {})] = run_score(records[s.name])
+    return scores
+
+
+def resolve_tuning(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
+                   running: list[RunSpec], prior: dict[str, float] | None) -> RunSpec | None:
+    """A tuning run with its ``lr_mult``: a search slot takes the next point :func:`studies.tuning.propose`
+    gives that no running slot holds (``prior``: the point its folder already holds, kept on a restart); it waits
+    until every earlier slot is recorded or running.  A seed of the best point waits for the whole search."""
+    from lm.trainconfig import MODEL_LR_GROUPS
+
+    slots = [s for s in specs if s.search == spec.search and s.phase == "search"]
+    scores = search_scores(spec.search or "", records, specs)
+    if scores is None:
+        return None
+    if spec.phase == "tuned":
+        if any(s.name not in records for s in slots):
+            return None
+        scored = [(records[s.name].get("lr_mult") or {}, run_score(records[s.name])) for s in slots]
+        base = TUNING_BASE.get(spec.search or "")
+        if base in records:
+            scored.append(({}, run_score(records[base])))
+        return replace(spec, lr_mult=best_point(scored)[0])
+    busy = {s.name: point_key(s.lr_mult) for s in running if s.search == spec.search}
+    if any(s.slot < spec.slot and s.name not in records and s.name not in busy for s in slots):
+        return None
+    todo = [p for p in propose(MODEL_LR_GROUPS[spec.model], scores)[0] if point_key(p) not in busy.values()]
+    if not todo:
+        return None
+    keep = [p for p in todo if prior is not None and point_key(p) == point_key(prior)]
+    return replace(spec, lr_mult=(keep or todo)[0])
+
+
 def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
-            probes: dict[str, dict[str, Any]] | None = None) -> RunSpec | None:
-    """The run with every field fixed (its lr from its sweep, its tokens from a wall-clock match), or ``None``
-    while a run it depends on is not recorded (or, for a wall-clock match, its speed probe not yet measured:
-    :func:`studies.speed.probe`, saved in ``probes`` under the run's name)."""
+            probes: dict[str, dict[str, Any]] | None = None, running: list[RunSpec] | None = None,
+            prior: dict[str, float] | None = None) -> RunSpec | None:
+    """The run with every field fixed (its lr from its sweep, its tokens from a wall-clock match, a tuning run's
+    multipliers from its search), or ``None`` while a run it depends on is not recorded (or, for a wall-clock
+    match, its speed probe not yet measured: :func:`studies.speed.probe`, saved in ``probes`` under the run's
+    name)."""
     if spec.imported:
         return spec  # not trained here: its lr and tokens come from its model card
+    if spec.search is not None:
+        return resolve_tuning(spec, records, specs, running or [], prior)
     if spec.widens is not None and not widening_needed(spec, records, specs):
         return None  # undecided until its sweep's other points are recorded; or not needed
     lr = spec.lr if spec.lr is not None else best_lr(spec.sweep or "", records, specs)
@@ -204,6 +265,13 @@ class Driver:
         skip = busy | set(self.failed) | self.stopped
         return [s for s in needed_specs(self.specs, done, self.all_specs) if s.name not in done and s.name not in skip]
 
+    def prior_point(self, spec: RunSpec) -> dict[str, float] | None:
+        """The lr multipliers a tuning run's folder was started with (a restart keeps them), if any."""
+        path = self.runs_dir / spec.name / "spec.json"
+        if spec.search is None or not path.is_file():
+            return None
+        return json.loads(path.read_text()).get("lr_mult")
+
     def launch(self, spec: RunSpec, lr: float) -> Job:
         run_dir = self.runs_dir / spec.name
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -222,7 +290,8 @@ class Driver:
                                     cwd=Path(__file__).resolve().parents[1], start_new_session=True)
         err.close()
         job.started = time.perf_counter()
-        self.say(f"start {spec.name} ({spec.group}, {spec.model}, lr {lr:g}, {spec.steps()} steps)")
+        mult = f", lr_mult {spec.lr_mult}" if spec.lr_mult else ""
+        self.say(f"start {spec.name} ({spec.group}, {spec.model}, lr {lr:g}{mult}, {spec.steps()} steps)")
         return job
 
     def collect(self, job: Job) -> None:
@@ -271,7 +340,8 @@ class Driver:
                 self.say(f"speed probe for {spec.name}: {p['fast_tok_s']:,.0f} vs {p['reference_tok_s']:,.0f} "
                          f"tokens/s, ratio {p['speed_ratio']:.3f} (the records' own tokens/s gave "
                          f"{p['records_ratio'] or float('nan'):.3f})")
-            fixed = resolve(spec, records, self.all_specs, probes)
+            fixed = resolve(spec, records, self.all_specs, probes, running=[j.spec for j in self.running],
+                            prior=self.prior_point(spec))
             if fixed is None:
                 continue
             try:

@@ -18,6 +18,10 @@ Four groups (``RunSpec.group``):
   (``phase="sweep"``), then 3,000,000 tokens at the best sweep lr (``phase="final"``).
 * ``depth`` -- GRT and parameter-matched dense at 4 and 8 blocks (width 128): sweep, then 3M tokens.  The
   2-block pair is the shipped reference models (3M tokens at their sweep's best lr), measured, not retrained.
+* ``tuning`` -- structure-aware learning rates at the shipped shape, 1M tokens: a coordinate search over each lr
+  group's multiplier (:mod:`studies.tuning`), :data:`TUNING_RUNS` runs for each model (``phase="search"``,
+  names ``tune-<model>-<slot>``), then the best point at seeds 1 and 2 (``phase="tuned"``).  The search's
+  global-lr point is the ablation's seed-0 run of the same model and recipe (:data:`TUNING_BASE`).
 
 A final run's lr is ``None`` with ``sweep`` naming its sweep: the driver starts it once every run of that
 sweep is done, at the lr whose sampled validation bits/byte was lowest.  A best on the sweep's edge says only
@@ -34,7 +38,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-GROUPS = ("ablation", "stability", "text_shape", "depth")
+GROUPS = ("ablation", "stability", "text_shape", "depth", "tuning")
 GRIDS = ("full", "tiny")
 
 REFERENCE_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512}
@@ -45,6 +49,9 @@ REFERENCE_LR = 3e-3  # the shipped recipe's lr (an interior best of its sweep)
 # within the 7 the verdict could only read "not wider" at the grid's ceiling; 3e-1 and 1 say where each one ends
 STABILITY_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 SWEEP_LRS = (1e-3, 3e-3, 1e-2)
+TUNING_RUNS = 16  # per model, equal for both: the GRT's 7 groups get one pass of pairs, dense's 3 several passes
+TUNING_SEEDS = (1, 2)  # fresh seeds at the chosen point: seed 0's score is the minimum the search selected
+TUNING_BASE = {"tune-grt": "shipped-seed0", "tune-dense": "dense-seed0"}  # the global-lr point, already trained
 SWEEP_WIDENING = (3e-4, 3e-2)  # one half-decade past SWEEP_LRS' bottom and top edges: (widens="down", "up")
 # a 12-block stack: the sweep started a factor 3 lower than the others; its best (3e-3, 3.673 bits/byte at 64k
 # tokens) landed on the top edge, so the sweep was widened by one half-decade
@@ -81,6 +88,11 @@ class RunSpec:
     # a conditional sweep point: trained only if the best of its sweep's unconditional points lies on that edge
     # ("down": the lowest lr, "up": the highest); see needed_specs
     widens: str | None = None
+    lr_mult: dict[str, float] = field(default_factory=dict)  # lr multiplier per lr group (lm.trainconfig.LR_GROUPS)
+    # a tuning run: the search it belongs to; ``slot`` its place in the search (phase "search": its lr_mult is
+    # proposed by studies.tuning from the slots before it), 0 for the seeds at the search's best (phase "tuned")
+    search: str | None = None
+    slot: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -103,7 +115,7 @@ class RunSpec:
                 "eval_interval": max(1, steps // self.evals), "eval_batches": 16,
                 "log_interval": max(1, steps // 50), "gauge_interval": 0, "ckpt_interval": ckpt_every,
                 "seed": self.seed, "device": "cpu", "threads": threads, "data": "", "out_dir": out_dir,
-                "probe_gauges": False}
+                "probe_gauges": False, "lr_mult": dict(self.lr_mult)}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -249,11 +261,25 @@ def full_grid() -> list[RunSpec]:
     for kind, cfg in (("grt", shipped), ("dense", matched_dense(shipped))):  # the shipped models' configs
         specs.append(RunSpec(f"depth2-{kind}-final", "depth", f"depth2-{kind}", kind, cfg, 3_000_000, lr=None,
                              phase="final", imported=kind))
+    specs += tuning_specs(REFERENCE_SHAPE, 1_000_000, TUNING_RUNS, TUNING_SEEDS)
     for variant in slow:  # last: the rest of the grid does not wait for them
         kind, cfg = ablation_variants(REFERENCE_SHAPE)[variant]
         specs += [RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
                           est_tok_s=_speed(kind, cfg) / 30) for seed in (0, 1)]
     return specs
+
+
+def tuning_specs(shape: dict[str, Any], tokens: int, runs: int, seeds: tuple[int, ...], **kw: Any) -> list[RunSpec]:
+    """The search slots of each model, then its best point at ``seeds`` (the GRT at ``shape``, dense matched)."""
+    g = _grt(shape)
+    out = []
+    for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
+        tag, est = f"tune-{kind}", _speed(kind, cfg)
+        out += [RunSpec(f"{tag}-{k:02d}", "tuning", tag, kind, cfg, tokens, phase="search", search=tag, slot=k,
+                        est_tok_s=est, **kw) for k in range(1, runs + 1)]
+        out += [RunSpec(f"{tag}-best-seed{s}", "tuning", f"{tag}-best", kind, cfg, tokens, seed=s, phase="tuned",
+                        search=tag, est_tok_s=est, **kw) for s in seeds]
+    return out
 
 
 def tiny_grid() -> list[RunSpec]:
@@ -277,6 +303,7 @@ def tiny_grid() -> list[RunSpec]:
         sw = _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok, 2 * tok, 2,
                               widening=(1e-4, 1e-1) if group == "depth" else None)
         specs += [RunSpec(**{**s.to_dict(), "batch_size": 4}) for s in sw]
+    specs += tuning_specs(shape, tok, 3, (1,), batch_size=4, evals=2)
     return specs
 
 

@@ -149,6 +149,8 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
         return 0
     torch.set_num_threads(threads)
     base = {k: spec[k] for k in ("name", "group", "variant", "phase", "sweep", "model", "seed")}
+    if spec.get("search"):  # a tuning run: its point and its place in the search
+        base.update(lr_mult=spec.get("lr_mult") or {}, search=spec["search"], slot=spec.get("slot", 0))
     model = None
     if spec.get("imported"):
         rec = {**base, **_imported(spec)}

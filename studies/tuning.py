@@ -1,0 +1,113 @@
+r"""Structure-aware learning rates: a coordinate search over each lr group's multiplier, equal runs per model.
+
+The grid's ``tuning`` group trains the shipped shape (1M tokens, global lr 3e-3, seed 0) at points
+``lr_mult = {group: multiplier}`` (:data:`lm.trainconfig.MODEL_LR_GROUPS`: the GRT's seven groups, the dense
+model's three) chosen one after another by :func:`propose`, then the best point at two fresh seeds.  Why: one lr
+for every parameter is the wrong-multiplier baseline for a structured layer (Qiu et al. 2024, arXiv
+2406.06248): an Adam step of lr 1e-2 is half the coupling's init std but 0.16% of an angle's range.
+
+The search (a deterministic function of the scores recorded so far, so a restarted driver proposes the same
+points):
+
+* the multipliers live on a half-decade grid (:data:`GRID`, 0.01 ... 100; every group starts at 1);
+* for each group in turn, the two grid neighbours of the current point are trained (in parallel); if one is
+  strictly better than the current point the search moves there and keeps stepping the same way while that
+  improves, then goes on to the next group;
+* a pass over every group that moves nothing widens the neighbourhood (two grid steps, then three, ...); a move
+  at any reach goes back to the nearest neighbours of the new point;
+* every model gets the same number of runs (:data:`studies.grid.TUNING_RUNS`): the search stops when they are
+  spent, not when it converges, so the model with fewer groups is searched more finely, never given fewer runs.
+
+A run's score is its whole-validation-split bits/byte (a diverged run scores worst).  The point the two seeds
+train is the best recorded point (:func:`best_point`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # half-decade steps, as the lr sweeps'
+
+Point = dict[str, float]
+
+
+def point_key(point: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    """A point's identity: its multipliers other than 1, sorted (``{}`` is the global-lr point)."""
+    return tuple(sorted((g, float(v)) for g, v in point.items() if float(v) != 1.0))
+
+
+def run_score(rec: Mapping[str, Any]) -> float:
+    """What the search ranks by: whole-split bits/byte; a diverged or unmeasured run is worst."""
+    v = rec.get("val_bpb_full")
+    return math.inf if v is None or not math.isfinite(float(v)) else float(v)
+
+
+def _with(point: Point, group: str, value: float) -> Point:
+    out = {g: v for g, v in point.items() if g != group}
+    if value != 1.0:
+        out[group] = value
+    return out
+
+
+def propose(groups: Iterable[str], scores: Mapping[tuple, float]) -> tuple[list[Point], Point]:
+    """``(points to train next, the current point)`` given ``scores`` (``point_key -> score``) of the points
+    trained so far: one or two points (two: a group's pair of neighbours, trainable side by side); ``[]`` when
+    every point of the grid reachable by the rule is scored."""
+    groups = tuple(groups)
+    best: Point = {}
+
+    def score(p: Point) -> float:
+        return scores[point_key(p)]
+
+    if point_key(best) not in scores:
+        return [best], best
+    while True:
+        moved = False
+        for reach in range(1, len(GRID)):
+            for g in groups:
+                i = GRID.index(best.get(g, 1.0))
+                near = [_with(best, g, GRID[j]) for j in (i - reach, i + reach) if 0 <= j < len(GRID)]
+                todo = [p for p in near if point_key(p) not in scores]
+                if todo:
+                    return todo, best
+                cand = min(near, key=lambda p: (score(p), point_key(p)))
+                if score(cand) >= score(best):
+                    continue
+                direction = 1 if cand[g] > best.get(g, 1.0) else -1
+                best, moved = cand, True
+                while 0 <= (j := GRID.index(best[g]) + direction) < len(GRID):
+                    nxt = _with(best, g, GRID[j])
+                    if point_key(nxt) not in scores:
+                        return [nxt], best
+                    if score(nxt) >= score(best):
+                        break
+                    best = nxt
+                if reach > 1:
+                    break  # a wide move: the nearest neighbours of the new point come before any other wide one
+            if moved:
+                break  # back to the nearest neighbours of the new point
+        if not moved:
+            return [], best
+
+
+def best_point(scored: Iterable[tuple[Point, float]]) -> tuple[Point, float]:
+    """The lowest-scoring point (ties: the smaller key, so the choice does not depend on record order)."""
+    return min(((dict(p), s) for p, s in scored), key=lambda ps: (ps[1], point_key(ps[0])))
+
+
+def search_trace(groups: Iterable[str], points: list[Point], scores: list[float]) -> list[dict[str, Any]]:
+    """Replay the search on its recorded runs (in slot order): for each, the group it varied and whether it
+    became the current point -- the table the report prints."""
+    groups = tuple(groups)
+    known: dict[tuple, float] = {}
+    out = []
+    for p, s in zip(points, scores):
+        _, before = propose(groups, known)
+        known[point_key(p)] = s
+        _, after = propose(groups, known)
+        varied = [g for g in groups if p.get(g, 1.0) != before.get(g, 1.0)]
+        out.append({"point": dict(p), "score": s, "varied": varied,
+                    "accepted": point_key(after) == point_key(p)})
+    return out
