@@ -82,9 +82,17 @@ def read_records(results: Path) -> list[dict[str, Any]]:
     path = results / "runs.json"
     if not path.exists():
         return []
-    recs = json.loads(path.read_text())
+    try:
+        recs = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}); it holds the run records: "
+                         f"restore it from git (git checkout -- {path}) or the run folders' record.json") from None
     if not isinstance(recs, list):
         raise ValueError(f"{path} must hold a JSON list of run records")
+    for i, r in enumerate(recs):
+        if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not isinstance(r.get("group"), str):
+            raise ValueError(f"{path}: record {i} is not a run record (an object with a 'name' and a 'group'), got "
+                             f"{json.dumps(r)[:80]}")
     return recs
 
 
@@ -404,8 +412,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> list[RunSpec]:
+    from rmsgauge.cli import check_output_file, check_outputs_against_inputs
+
     specs = grid(args.grid)
     if args.command != "run":
+        if getattr(args, "json", None) is not None:  # the records, logs and probes it reads are never replaced
+            check_output_file("--json", args.json)
+            check_outputs_against_inputs({"--results": args.results, "--runs-dir": args.runs_dir},
+                                         {"--json": args.json})
         return specs
     groups = [g for g in args.groups.split(",") if g]
     bad = [g for g in groups if g not in GROUPS]
@@ -454,7 +468,10 @@ def _work(args: argparse.Namespace, specs: list[RunSpec]) -> int:
     if args.command == "summary":
         from studies.experiments_report import summary
 
-        return summary(Path(args.results), specs, json_path=args.json, verbose=args.verbose)
+        path = Path(args.results) / "runs.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no records yet (python -m studies.experiments run writes them)")
+        return summary(read_records(Path(args.results)), path, specs, json_path=args.json, verbose=args.verbose)
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     Path(args.results).mkdir(parents=True, exist_ok=True)
     lock = (Path(args.runs_dir) / ".driver.lock").open("a")

@@ -117,12 +117,15 @@ def stable_range(rs: list[dict[str, Any]]) -> dict[str, Any]:
             "smallest": min(stable) if stable else None}
 
 
-def stable_by_construction(records: list[dict[str, Any]], n_lrs: int | None = None) -> Claim | str:
-    n_lrs = len(STABILITY_LRS) if n_lrs is None else n_lrs  # a verdict on every model at every lr, never on part
+def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | None = None) -> Claim | str:
+    """``specs``: the grid the records belong to (its stability models and lrs; default the full grid's)."""
+    stab = [s for s in specs or [] if s.group == "stability"]
+    n_lrs = len({s.lr for s in stab}) if stab else len(STABILITY_LRS)  # a verdict on every model at every lr
+    n_models = len({s.variant for s in stab}) if stab else 4
     rows = stability_rows(records)
-    if "grt" not in rows or any(len(rs) < n_lrs for rs in rows.values()) or len(rows) < 2:
+    if "grt" not in rows or any(len(rs) < n_lrs for rs in rows.values()) or len(rows) < min(2, n_models):
         got = sum(len(rs) for rs in rows.values())
-        return f"pending: {got} of {4 * n_lrs} stability runs recorded"
+        return f"pending: {got} of {n_models * n_lrs} stability runs recorded"
     ranges = {v: stable_range(rs) for v, rs in rows.items()}
     g = ranges["grt"]
     dense = {v: r for v, r in ranges.items() if v != "grt"}
@@ -199,8 +202,9 @@ def space_efficient(records: list[dict[str, Any]]) -> Claim | str:
 VERDICTS = (content_adaptive, stable_by_construction, space_efficient)
 
 
-def verdicts(records: list[dict[str, Any]]) -> list[Claim | str]:
-    return [fn(records) for fn in VERDICTS]
+def verdicts(records: list[dict[str, Any]], specs: list[Any] | None = None) -> list[Claim | str]:
+    return [stable_by_construction(records, specs) if fn is stable_by_construction else fn(records)
+            for fn in VERDICTS]
 
 
 # the trained GRTs whose trained-model claims are committed (trained_claims_<key>.json): the report's rows and
@@ -309,7 +313,7 @@ def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, v
     lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {where}", ""]
     lines += format_tables(records, verbose)
     lines.append("")
-    results_v = verdicts(records)
+    results_v = verdicts(records, specs)
     for fn, v in zip(VERDICTS, results_v):
         name = fn.__name__.replace("_", "-")
         lines.append(f"{name:24s} " + (v if isinstance(v, str) else ("HOLDS" if v.holds else "FAILS") + "  "
@@ -317,14 +321,10 @@ def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, v
     return lines, results_v
 
 
-def summary(results: Path, specs: list[Any], json_path: str | None = None, verbose: bool = False) -> int:
-    from rmsgauge import check_output_file
-
-    out = check_output_file("--json", json_path)
-    path = results / "runs.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no records yet (python -m studies.experiments run writes them)")
-    records = json.loads(path.read_text())
+def summary(records: list[dict[str, Any]], path: Path, specs: list[Any], json_path: str | None = None,
+            verbose: bool = False) -> int:
+    """Print the tables and verdicts of ``records`` (read from ``path``); ``json_path``: checked by the caller."""
+    out = None if json_path is None else Path(json_path)
     lines, results_v = summary_lines(records, specs, str(path), verbose)
     print("\n".join(lines))
     if out is not None:

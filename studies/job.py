@@ -84,6 +84,14 @@ def _loss_path(run_dir: Path) -> dict[str, Any]:
             "nonfinite_step": nonfinite}
 
 
+def is_stable(status: str, initial: float, final: float | None, max_train: float | None) -> bool:
+    """A stability run is stable when it finished, its final validation loss is finite and below its step-0
+    validation loss, and no logged training-loss average rose above ``BLOWUP_FACTOR`` x that step-0 loss (the bound
+    is against the start: a run that spiked and recovered still blew up)."""
+    return bool(status == "complete" and final is not None and math.isfinite(final) and math.isfinite(initial)
+                and final < initial and max_train is not None and max_train <= BLOWUP_FACTOR * initial)
+
+
 def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tuple, path: dict[str, Any],
                status: str) -> dict[str, Any]:
     from lm.checkpoint import build_model
@@ -93,10 +101,8 @@ def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tu
     init = build_model(kind, cfg)
     g_init = block_grad_norms(init, *batch)
     g_trained = block_grad_norms(model, *batch) if model is not None else None
-    first, fin, mx = path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"]
-    stable = (status == "complete" and fin is not None and math.isfinite(fin) and fin < first
-              and mx is not None and mx <= BLOWUP_FACTOR * first)
-    return {"stable": bool(stable), "grad_norms_init": g_init, "grad_norms_trained": g_trained,
+    stable = is_stable(status, path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"])
+    return {"stable": stable, "grad_norms_init": g_init, "grad_norms_trained": g_trained,
             "grad_ratio_init": grad_norm_ratio(g_init),
             "grad_ratio_trained": grad_norm_ratio(g_trained) if g_trained else None,
             "stable_rule": f"finite, final val loss < step-0 val loss, every logged train loss <= "

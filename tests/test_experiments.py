@@ -334,3 +334,84 @@ def test_space_efficient_waits_for_three_depths_and_reads_the_trend():
     assert not c.holds and c.measured["trend_with_depth"] == "grows"
     c = space_efficient(pair(2, 2.5, 2.6) + pair(4, 2.4, 2.45) + pair(8, 2.3, 2.31))
     assert c.holds and c.measured["trend_with_depth"] == "grows"  # gap -0.10, -0.05, -0.01: toward dense
+
+
+def test_content_adaptive_spread_is_the_larger_seed_range():
+    # a gap between the two seed ranges: it beats the smaller range but not the larger, so it is no verdict
+    def rec(variant, seed, bpb):
+        return {"name": f"{variant}-seed{seed}", "group": "ablation", "variant": variant, "seed": seed,
+                "model": "grt", "params": {"total": 10}, "val_bpb_full": bpb, "tokens": 100, "tok_per_s": 1.0,
+                "neg_det_fraction": 0.0}
+
+    recs = [rec("shipped", 0, 2.50), rec("shipped", 1, 2.51),  # range 0.01
+            rec("coupling-off", 0, 2.55), rec("coupling-off", 1, 3.05),  # range 0.50, gap +0.295
+            rec("coupling-off-wallclock", 0, 2.90), rec("coupling-off-wallclock", 1, 2.91)]
+    c = content_adaptive(recs)
+    assert c.measured["seed_spread_equal_tokens"] == pytest.approx(0.50)
+    assert not c.holds
+
+
+@pytest.mark.parametrize(("status", "initial", "final", "max_train", "stable"), [
+    ("complete", 5.5, 2.0, 5.0, True),
+    ("complete", 5.5, 2.0, 5.5 * 1.1, True),  # at the bound
+    ("complete", 5.5, 2.0, 6.2, False),  # a spike above 1.1 x the start, though the end is low
+    ("complete", 5.5, 5.6, 5.6, False),  # ended above its start
+    ("complete", 5.5, 2.0, None, False),  # no logged training loss
+    ("complete", 5.5, None, 5.0, False),  # no final evaluation
+    ("complete", 5.5, float("nan"), 5.0, False),
+    ("diverged", 5.5, 2.0, 5.0, False),
+    ("interrupted", 5.5, 2.0, 5.0, False),
+    ("complete", 5.5, 1.0, 2.0, True),  # far below the start: against the final loss the bound would be 1.1
+])
+def test_stability_rule(status, initial, final, max_train, stable):
+    from studies.job import is_stable
+
+    assert is_stable(status, initial, final, max_train) is stable
+
+
+def _exit_status(main, argv):
+    try:
+        return main(argv)
+    except SystemExit as e:  # a usage error leaves through argparse
+        return e.code
+
+
+def test_summary_json_onto_its_own_inputs_is_refused_untouched(tmp_path, capsys):
+    res = tmp_path / "res"
+    (res / "logs").mkdir(parents=True)
+    (res / "runs.json").write_text("[]")
+    (res / "logs" / "x.log.jsonl").write_text("{}\n")
+    from studies.experiments import main
+
+    for target in (res / "runs.json", res / "logs" / "x.log.jsonl", res / "new.json"):
+        before = {p: p.read_bytes() for p in res.rglob("*") if p.is_file()}
+        assert _exit_status(main, ["summary", "--results", str(res), "--json", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert "--json" in err and len(err.strip().splitlines()) == 1, err
+        assert {p: p.read_bytes() for p in res.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    ('[{"x": 1}]', "record 0 is not a run record"),
+    ("[1, 2]", "record 0 is not a run record"),
+    ('[{"name": "a", "group": "ablation"', "is not valid JSON"),
+    ('{"name": "a"}', "must hold a JSON list"),
+])
+def test_malformed_records_are_one_line_naming_the_file(tmp_path, capsys, content, needle):
+    (tmp_path / "runs.json").write_text(content)
+    from studies.experiments import main
+
+    for cmd in ("summary", "status"):
+        code = _exit_status(main, [cmd, "--results", str(tmp_path)])
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert code in (1, 2) and len(lines) == 1 and needle in lines[0], err
+        assert str(tmp_path / "runs.json") in lines[0] and "Traceback" not in err
+
+
+def test_tiny_summary_counts_against_the_tiny_grid():
+    from studies.experiments_report import stable_by_construction
+
+    tiny = grid("tiny")
+    assert stable_by_construction([], tiny) == "pending: 0 of 4 stability runs recorded"
+    assert stable_by_construction([]) == "pending: 0 of 36 stability runs recorded"

@@ -129,6 +129,19 @@ MUTATIONS = [
     Mutation("rmsnorm_jacobian_closed_form", "lm/rmsnorm.py", "return (eye - outer / (n * rho.unsqueeze(-1) ** 2))",
              "return (eye - outer / (rho.unsqueeze(-1) ** 2))", "closed-form Jacobian misses 1/n",
              [pytest("tests/test_gauge.py", "jacobian_null_space")]),
+    Mutation("census_instancenorm_eval_rule", "gauge/census_norms.py", "m.training or not m.track_running_stats",
+             "m.training and not m.track_running_stats",
+             "InstanceNorm's reason says running statistics where it normalizes by its own (the verdict is measured)",
+             [pytest("tests/test_census_families.py", "instancenorm")]),
+    Mutation("stability_bound_against_final", "studies/job.py", "max_train <= BLOWUP_FACTOR * initial",
+             "max_train <= BLOWUP_FACTOR * final",
+             "the blow-up bound measured against the final loss: a run that fell far reads as blown up",
+             [pytest("tests/test_experiments.py", "stability_rule")]),
+    Mutation("content_adaptive_smaller_spread", "studies/experiments_report.py",
+             'spread_tok = max(ship["seed_range"], off["seed_range"])',
+             'spread_tok = min(ship["seed_range"], off["seed_range"])',
+             "the coupling's gap compared with the smaller seed range: a gap inside the noise reads as a verdict",
+             [pytest("tests/test_experiments.py", "spread_is_the_larger")]),
 ]
 
 
