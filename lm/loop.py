@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lm.batches import BatchSampler
+from lm.bpe import load_corpus
 from lm.checkpoint import (
     build_model,
     check_resumable,
@@ -38,7 +39,6 @@ from rmsgauge import (
     seed_everything,
 )
 from rmsgauge.atomic import clean_orphan_tmp
-from rmsgauge.corpus import ByteCorpus
 
 LN2 = math.log(2.0)
 
@@ -113,6 +113,7 @@ class Run:
     opt: torch.optim.Optimizer
     sampler: BatchSampler
     corpus_sha256: str
+    val_tokens_per_byte: float  # 1 for bytes; a BPE corpus's validation tokens per byte (bits/token -> bits/byte)
     out: Path
     log: JsonLog
     bar: Progress
@@ -198,9 +199,12 @@ def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, r
     out = Path(cfg.out_dir)
     if cfg.batch_size % ctx.world:
         raise ValueError(f"train.batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({ctx.world})")
-    validate_model_config(kind, model_cfg)
+    validate_model_config(kind, model_cfg, cfg.tokenizer)
     check_memory(kind, model_cfg, cfg, ctx.device, ctx.world)
-    corpus = ByteCorpus.load(cfg.data or None, cfg.val_fraction)
+    corpus = load_corpus(cfg.data, cfg.val_fraction, cfg.tokenizer, int(model_cfg.vocab_size))
+    if int(corpus.tokens.max()) >= int(model_cfg.vocab_size):
+        raise ValueError(f"the corpus has token ids up to {int(corpus.tokens.max())} but model.vocab_size is "
+                         f"{model_cfg.vocab_size}; raise model.vocab_size")
     T = int(model_cfg.block_size)
     sampler = BatchSampler(corpus, T, cfg.batch_size, cfg.seed, ctx.rank, ctx.world, ctx.device)
     ckpt = load_checkpoint(out / "ckpt.pt", map_location="cpu", trust_unverified=trust_unverified) if resume else None
@@ -235,7 +239,7 @@ def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, r
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ddp_model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    run = Run(ctx, kind, cfg, model, ddp_model, opt, sampler, corpus.sha256, out,
+    run = Run(ctx, kind, cfg, model, ddp_model, opt, sampler, corpus.sha256, tokens_per_byte(corpus), out,
               JsonLog(out / log_name if ctx.is_main else None, start if ckpt is not None else None),
               Progress(total, progress and ctx.is_main, label), hooks, label, total, start,
               int(ckpt["tokens_seen"]) if ckpt is not None else 0,
@@ -284,6 +288,13 @@ def _restore_all(ckpt: dict, model: nn.Module, opt: torch.optim.Optimizer, hooks
                                       f"({type(e).__name__}: {e}); the checkpoint is corrupt") from None
 
 
+def tokens_per_byte(corpus: Any) -> float:
+    """Validation tokens per byte: 1 for a byte corpus, below 1 for BPE (a sampled loss per token, in bits, times
+    this is bits per byte; the whole-split score counts each token's own bytes: lm.scoring)."""
+    fn = getattr(corpus, "tokens_per_byte", None)
+    return 1.0 if fn is None else float(fn("val"))
+
+
 def _hook_name(hook: Any) -> str:
     return getattr(hook, "name", type(hook).__name__)
 
@@ -295,7 +306,8 @@ def run_eval(run: Run, step: int, stop: _StopFlag | None = None) -> None:
     vl = evaluate(run.model, run.sampler, run.cfg.eval_batches, run.ctx)
     if stop is not None:
         stop.busy = "training"
-    rec = {"event": "eval", "step": step, "tokens": step * run.tokens_per_step, "val_loss": vl, "val_bpb": vl / LN2,
+    rec = {"event": "eval", "step": step, "tokens": step * run.tokens_per_step, "val_loss": vl,
+           "val_bpb": vl / LN2 * run.val_tokens_per_byte,
            "train_time_s": run.train_time}  # seconds of training so far: curves against wall-clock
     gates = getattr(run.model, "gates", None)
     if callable(gates):  # the GRT's residual gates [n_blocks, 3] (attn, mixer, ffn): their trajectories

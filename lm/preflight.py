@@ -26,17 +26,21 @@ from rmsgauge.corpus import VOCAB_SIZE
 # ---------------------------------------------------------------------------------------------
 
 
-def validate_model_config(kind: str, cfg: Any) -> None:
-    """What the model configs themselves do not check but training needs: byte vocabulary, finite floats,
-    non-negative epsilons and init scales."""
-    check_model_values(config_to_dict(cfg))
+def validate_model_config(kind: str, cfg: Any, tokenizer: str = "bytes") -> None:
+    """What the model configs themselves do not check but training needs: the byte vocabulary (bytes; BPE: more
+    than the 256 byte symbols), finite floats, non-negative epsilons and init scales."""
+    check_model_values(config_to_dict(cfg), tokenizer)
 
 
-def check_model_values(d: dict[str, Any]) -> None:
+def check_model_values(d: dict[str, Any], tokenizer: str = "bytes") -> None:
     """:func:`validate_model_config` on the config as a dict: run before the config class is built, so an error
     names the key the user set (``model.norm_eps``), not the class's own field."""
-    if d.get("vocab_size") != VOCAB_SIZE:
-        raise ValueError(f"model.vocab_size must be {VOCAB_SIZE} (the tokens are bytes), got {d.get('vocab_size')!r}")
+    v = d.get("vocab_size")
+    if tokenizer == "bytes" and v != VOCAB_SIZE:
+        raise ValueError(f"model.vocab_size must be {VOCAB_SIZE} (the tokens are bytes), got {v!r}")
+    if tokenizer != "bytes" and not (isinstance(v, int) and v > VOCAB_SIZE):
+        raise ValueError(f"model.vocab_size must be an integer above {VOCAB_SIZE} for BPE (the byte alphabet plus "
+                         f"merges), got {v!r}")
     for name, v in d.items():
         if isinstance(v, float):
             lo = 0.0 if any(k in name for k in ("eps", "std")) else None

@@ -52,7 +52,8 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | float64 (float64: for equivalence tests)
     threads: int = 0  # torch CPU threads; 0 leaves torch's default
-    data: str = ""  # "" = the bundled corpus; else a file or a folder of .txt/.md files (read as bytes)
+    data: str = ""  # "" = the bundled corpus; "gcide" (python -m lm.bpe install); else a file or a folder of .txt/.md
+    tokenizer: str = "bytes"  # bytes | bpe (byte-level BPE of model.vocab_size, trained on the training split)
     out_dir: str = "runs/train"
     probe_gauges: bool = True  # the CLI runs the gauge census at start (finds the gauges to monitor)
     # lr multiplier per parameter group (lm.optim.LR_GROUPS; absent: 1): structure-aware learning rates
@@ -87,6 +88,7 @@ class TrainConfig:
             raise ValueError(f"train.device must be one of auto, cpu, cuda, cuda:N; got {self.device!r}")
         _choice("train.dtype", self.dtype, ("float32", "float64"))
         _int("train.threads", self.threads, 0, 1024)
+        _choice("train.tokenizer", self.tokenizer, ("bytes", "bpe"))
         if not isinstance(self.data, str):
             raise ValueError(f"train.data must be a path string (\"\" = the bundled corpus), got {self.data!r}")
         if not isinstance(self.out_dir, str) or not self.out_dir:
@@ -126,7 +128,7 @@ class TrainConfig:
 
 # keys that shape the trajectory: changing them on --resume would not continue the same run
 RESUME_LOCKED = ("lr", "min_lr_frac", "warmup_steps", "schedule", "wd", "beta1", "beta2", "adam_eps", "grad_clip",
-                 "batch_size", "seed", "dtype", "data", "val_fraction", "lr_mult")
+                 "batch_size", "seed", "dtype", "data", "val_fraction", "lr_mult", "tokenizer")
 
 
 def _float(name: str, v: Any, lo: float | None, hi: float | None = None, **kw) -> None:

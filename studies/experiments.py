@@ -51,7 +51,7 @@ DEFAULT_RESULTS = "results/grt-experiments"
 POLL_S = 5.0
 # what makes a run the same run on a restart (the rest of a spec is bookkeeping: speed estimates, labels)
 IDENTITY_KEYS = ("model", "model_config", "tokens", "seed", "resolved_lr", "batch_size", "evals", "warmup_frac",
-                 "lr_mult")
+                 "lr_mult", "data", "tokenizer")
 PROGRESS_S = 60.0
 
 
@@ -139,6 +139,19 @@ def search_scores(search: str, records: dict[str, dict[str, Any]],
     return scores
 
 
+def tuned_point(search: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> dict[str, float] | None:
+    """The best point of a finished tuning search (its base run included); ``None`` until every slot is
+    recorded."""
+    slots = [s for s in specs if s.search == search and s.phase == "search"]
+    if not slots or any(s.name not in records for s in slots):
+        return None
+    scored = [(records[s.name].get("lr_mult") or {}, run_score(records[s.name])) for s in slots]
+    base = TUNING_BASE.get(search)
+    if base in records:
+        scored.append(({}, run_score(records[base])))
+    return best_point(scored)[0]
+
+
 def resolve_tuning(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
                    running: list[RunSpec], prior: dict[str, float] | None) -> RunSpec | None:
     """A tuning run with its ``lr_mult``: a search slot takes the next point :func:`studies.tuning.propose`
@@ -151,13 +164,8 @@ def resolve_tuning(spec: RunSpec, records: dict[str, dict[str, Any]], specs: lis
     if scores is None:
         return None
     if spec.phase == "tuned":
-        if any(s.name not in records for s in slots):
-            return None
-        scored = [(records[s.name].get("lr_mult") or {}, run_score(records[s.name])) for s in slots]
-        base = TUNING_BASE.get(spec.search or "")
-        if base in records:
-            scored.append(({}, run_score(records[base])))
-        return replace(spec, lr_mult=best_point(scored)[0])
+        best = tuned_point(spec.search or "", records, specs)
+        return None if best is None else replace(spec, lr_mult=best)
     busy = {s.name: point_key(s.lr_mult) for s in running if s.search == spec.search}
     if any(s.slot < spec.slot and s.name not in records and s.name not in busy for s in slots):
         return None
@@ -179,6 +187,11 @@ def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSp
         return spec  # not trained here: its lr and tokens come from its model card
     if spec.search is not None:
         return resolve_tuning(spec, records, specs, running or [], prior)
+    if spec.tuned_from is not None:
+        best = tuned_point(spec.tuned_from, records, specs)
+        if best is None:
+            return None
+        spec = replace(spec, lr_mult=best)
     if spec.widens is not None and not widening_needed(spec, records, specs):
         return None  # undecided until its sweep's other points are recorded; or not needed
     lr = spec.lr if spec.lr is not None else best_lr(spec.sweep or "", records, specs)

@@ -22,6 +22,11 @@ Four groups (``RunSpec.group``):
   group's multiplier (:mod:`studies.tuning`), :data:`TUNING_RUNS` runs for each model (``phase="search"``,
   names ``tune-<model>-<slot>``), then the best point at seeds 1 and 2 (``phase="tuned"``).  The search's
   global-lr point is the ablation's seed-0 run of the same model and recipe (:data:`TUNING_BASE`).
+* ``vocab`` -- a real vocabulary: byte-level BPE of :data:`BPE_VOCAB` tokens on the GCIDE corpus (40 MB,
+  :mod:`lm.bpe`; ``python -m lm.bpe install``), the GRT (phase embedding, tied head) against parameter-matched
+  dense (tied head), both with their tuning search's multipliers (``tuned_from``), at two sizes
+  (:data:`BPE_SHAPES`): an lr sweep of 1M tokens, then 3M tokens (2 seeds at the small size).
+* ``long`` -- the small BPE pair, tuned, trained to :data:`LONG_TOKENS_PER_PARAM` tokens per parameter.
 
 A final run's lr is ``None`` with ``sweep`` naming its sweep: the driver starts it once every run of that
 sweep is done, at the lr whose sampled validation bits/byte was lowest.  A best on the sweep's edge says only
@@ -35,10 +40,10 @@ GRT's final ran at its best then, 1e-2, still an edge: its rule point, 3e-2, was
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-GROUPS = ("ablation", "stability", "text_shape", "depth", "tuning")
+GROUPS = ("ablation", "stability", "text_shape", "depth", "tuning", "vocab", "long")
 GRIDS = ("full", "tiny")
 
 REFERENCE_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512}
@@ -52,6 +57,11 @@ SWEEP_LRS = (1e-3, 3e-3, 1e-2)
 TUNING_RUNS = 16  # per model, equal for both: the GRT's 7 groups get one pass of pairs, dense's 3 several passes
 TUNING_SEEDS = (1, 2)  # fresh seeds at the chosen point: seed 0's score is the minimum the search selected
 TUNING_BASE = {"tune-grt": "shipped-seed0", "tune-dense": "dense-seed0"}  # the global-lr point, already trained
+BPE_VOCAB = 8192
+# small: the shipped shape; large: width 256, 4 blocks (the embedding is most of a small model at this vocabulary)
+BPE_SHAPES = {"small": {**REFERENCE_SHAPE, "vocab_size": BPE_VOCAB},
+              "large": {**REFERENCE_SHAPE, "vocab_size": BPE_VOCAB, "d_model": 256, "n_blocks": 4, "d_ff": 1024}}
+LONG_TOKENS_PER_PARAM = 20  # the compute-optimal rule of thumb (Hoffmann et al. 2022)
 SWEEP_WIDENING = (3e-4, 3e-2)  # one half-decade past SWEEP_LRS' bottom and top edges: (widens="down", "up")
 # a 12-block stack: the sweep started a factor 3 lower than the others; its best (3e-3, 3.673 bits/byte at 64k
 # tokens) landed on the top edge, so the sweep was widened by one half-decade
@@ -93,6 +103,9 @@ class RunSpec:
     # proposed by studies.tuning from the slots before it), 0 for the seeds at the search's best (phase "tuned")
     search: str | None = None
     slot: int = 0
+    tuned_from: str | None = None  # a tuning search whose best point gives this run its lr_mult (waits for it)
+    data: str = ""  # TrainConfig.data: "" the bundled bytes, "gcide" the installed BPE corpus (lm.bpe)
+    tokenizer: str = "bytes"  # TrainConfig.tokenizer: bytes | bpe (of model_config's vocab_size)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -114,8 +127,8 @@ class RunSpec:
                 "warmup_steps": min(50, max(1, int(self.warmup_frac * steps))),
                 "eval_interval": max(1, steps // self.evals), "eval_batches": 16,
                 "log_interval": max(1, steps // 50), "gauge_interval": 0, "ckpt_interval": ckpt_every,
-                "seed": self.seed, "device": "cpu", "threads": threads, "data": "", "out_dir": out_dir,
-                "probe_gauges": False, "lr_mult": dict(self.lr_mult)}
+                "seed": self.seed, "device": "cpu", "threads": threads, "data": self.data, "out_dir": out_dir,
+                "probe_gauges": False, "lr_mult": dict(self.lr_mult), "tokenizer": self.tokenizer}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -262,6 +275,8 @@ def full_grid() -> list[RunSpec]:
         specs.append(RunSpec(f"depth2-{kind}-final", "depth", f"depth2-{kind}", kind, cfg, 3_000_000, lr=None,
                              phase="final", imported=kind))
     specs += tuning_specs(REFERENCE_SHAPE, 1_000_000, TUNING_RUNS, TUNING_SEEDS)
+    specs += vocab_specs(BPE_SHAPES, "gcide", SWEEP_LRS, SWEEP_WIDENING, 1_000_000, 3_000_000,
+                         {"small": (0, 1), "large": (0,)}, LONG_TOKENS_PER_PARAM)
     for variant in slow:  # last: the rest of the grid does not wait for them
         kind, cfg = ablation_variants(REFERENCE_SHAPE)[variant]
         specs += [RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
@@ -280,6 +295,41 @@ def tuning_specs(shape: dict[str, Any], tokens: int, runs: int, seeds: tuple[int
         out += [RunSpec(f"{tag}-best-seed{s}", "tuning", f"{tag}-best", kind, cfg, tokens, seed=s, phase="tuned",
                         search=tag, est_tok_s=est, **kw) for s in seeds]
     return out
+
+
+def vocab_specs(shapes: dict[str, dict[str, Any]], data: str, lrs: tuple[float, ...], widening: tuple[float, float],
+                sweep_tokens: int, final_tokens: int, seeds: dict[str, tuple[int, ...]], long_per_param: int,
+                **kw: Any) -> list[RunSpec]:
+    """The BPE comparison at each shape (sweep, widening, finals at ``seeds[shape]``) and the long pair at the
+    first shape; every run takes its model's tuned multipliers."""
+    bpe = {"data": data, "tokenizer": "bpe", **kw}
+    out = []
+    for size, shape in shapes.items():
+        g = _grt(shape)
+        for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
+            tag = f"bpe-{size}-{kind}"
+            for s in _sweep_and_final("vocab", tag, kind, cfg, lrs, sweep_tokens, final_tokens, 12, widening):
+                for seed in (seeds[size] if s.phase == "final" else (0,)):
+                    name = s.name if s.phase != "final" or seed == 0 else f"{s.name}-seed{seed}"
+                    out.append(replace(s, name=name, seed=seed, tuned_from=f"tune-{kind}", **bpe))
+    size = next(iter(shapes))
+    g = _grt(shapes[size])
+    for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
+        tokens = max(final_tokens, long_per_param * (grt_params(cfg) if kind == "grt" else _dense_params(cfg)))
+        out.append(RunSpec(f"long-{kind}", "long", f"long-{kind}", kind, cfg, tokens, lr=None, phase="final",
+                           sweep=f"bpe-{size}-{kind}", tuned_from=f"tune-{kind}", est_tok_s=_speed(kind, cfg),
+                           **{"evals": 48, **bpe}))
+    return out
+
+
+def _dense_params(cfg: dict[str, Any]) -> int:
+    import torch
+
+    from lm.dense import DenseConfig, DenseTransformer
+
+    with torch.device("meta"):
+        m = DenseTransformer(DenseConfig(**cfg))
+    return sum(p.numel() for p in {id(p): p for p in m.parameters()}.values())
 
 
 def tiny_grid() -> list[RunSpec]:
@@ -304,6 +354,9 @@ def tiny_grid() -> list[RunSpec]:
                               widening=(1e-4, 1e-1) if group == "depth" else None)
         specs += [RunSpec(**{**s.to_dict(), "batch_size": 4}) for s in sw]
     specs += tuning_specs(shape, tok, 3, (1,), batch_size=4, evals=2)
+    # BPE on the bundled plays (no install needed): 320 tokens, one shape, two sweep points, a 1-step long pair
+    specs += vocab_specs({"tiny": {**shape, "vocab_size": 320}}, "", (1e-3, 1e-2), (1e-4, 1e-1), tok, tok,
+                         {"tiny": (0,)}, 0, batch_size=4, evals=2)
     return specs
 
 

@@ -113,15 +113,23 @@ SWEEP_NO_DET = "not measured on lr-sweep runs: their only use is the lr choice, 
                "Jacobians cost more than the run"
 
 
-def measure(model: torch.nn.Module | None, kind: str, cfg: Any, det: bool = True) -> dict[str, Any]:
+def run_corpus(spec: dict[str, Any]) -> Any:
+    """The corpus a run trained on (the bundled bytes unless its spec names data and a tokenizer)."""
+    from lm.bpe import load_corpus
+
+    return load_corpus(spec.get("data") or "", 0.1, spec.get("tokenizer") or "bytes",
+                       int(spec["model_config"]["vocab_size"]))
+
+
+def measure(model: torch.nn.Module | None, kind: str, cfg: Any, det: bool = True, corpus: Any = None) -> dict[str, Any]:
     """The full-split bits/byte, gates and (``det``) negative-determinant fraction of a trained model (float32
-    model, float64 Jacobians)."""
+    model, float64 Jacobians) on ``corpus`` (default: the bundled bytes)."""
     from rmsgauge.corpus import ByteCorpus
     from studies.measure import full_split_bpb, gates, held_out_batch, negative_det_fraction
 
     if model is None:
         return {"val_bpb_full": None, "gates": None, "neg_det_fraction": None, "neg_det": None}
-    corpus = ByteCorpus.load()
+    corpus = ByteCorpus.load() if corpus is None else corpus
     full = full_split_bpb(model, corpus)
     if not det:
         return {"val_bpb_full": full["bpb"], "val_full_bytes": full["bytes_scored"], "gates": gates(model),
@@ -156,7 +164,11 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
     torch.set_num_threads(threads)
     base = {k: spec[k] for k in ("name", "group", "variant", "phase", "sweep", "model", "seed")}
     if spec.get("search"):  # a tuning run: its point and its place in the search
-        base.update(lr_mult=spec.get("lr_mult") or {}, search=spec["search"], slot=spec.get("slot", 0))
+        base.update(search=spec["search"], slot=spec.get("slot", 0))
+    if spec.get("search") or spec.get("tuned_from"):
+        base["lr_mult"] = spec.get("lr_mult") or {}
+    if spec.get("tokenizer", "bytes") != "bytes":
+        base.update(data=spec["data"], tokenizer=spec["tokenizer"])
     model = None
     if spec.get("imported"):
         rec = {**base, **_imported(spec)}
@@ -176,7 +188,7 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
                "tok_per_s": summary["tokens_per_s"] if summary else None,
                "val_bpb_sample": summary["final_val_bpb"] if summary else None,
                "params": summary["params"] if summary else None, "status": status, **path,
-               **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep")}
+               **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep", corpus=run_corpus(spec))}
         rec["measure_s"] = time.perf_counter() - t_measure  # this process's seconds after training
         if spec["group"] == "stability":
             batch = held_out_batch(ByteCorpus.load(), int(spec["model_config"]["block_size"]))
