@@ -263,6 +263,16 @@ def _progress(job: Job) -> str:
     return f"{job.spec.name} {step}/{total} ({elapsed:.0f}s{eta})"
 
 
+def _field_default(key: str) -> Any:
+    """A spec field's default: what a run folder started before the field existed was trained with."""
+    from dataclasses import MISSING, fields
+
+    f = next((f for f in fields(RunSpec) if f.name == key), None)
+    if f is None or (f.default is MISSING and f.default_factory is MISSING):
+        return None
+    return f.default if f.default is not MISSING else f.default_factory()
+
+
 class Driver:
     def __init__(self, args: argparse.Namespace, specs: list[RunSpec]) -> None:
         self.args, self.specs = args, specs
@@ -299,7 +309,7 @@ class Driver:
         spec_path = run_dir / "spec.json"
         want = json.loads(json.dumps({**spec.to_dict(), "resolved_lr": lr}))
         old = json.loads(spec_path.read_text()) if spec_path.exists() else None
-        if old is not None and any(old.get(k) != want[k] for k in IDENTITY_KEYS):
+        if old is not None and any(old.get(k, _field_default(k)) != want[k] for k in IDENTITY_KEYS):
             raise ValueError(f"{spec_path} describes a different run than the grid's {spec.name} (the grid changed "
                              f"since it started); move {run_dir} aside to start it again")
         atomic_write_json(spec_path, want)

@@ -415,3 +415,26 @@ def test_tiny_summary_counts_against_the_tiny_grid():
     tiny = grid("tiny")
     assert stable_by_construction([], tiny) == "pending: 0 of 4 stability runs recorded"
     assert stable_by_construction([]) == "pending: 0 of 36 stability runs recorded"
+
+
+def test_a_folder_started_before_a_spec_field_existed_is_the_same_run(tmp_path, monkeypatch):
+    # a run folder written by an older driver lacks the newer identity keys: their defaults are what it trained with
+    import argparse
+
+    from studies import experiments
+
+    spec = next(s for s in grid("tiny") if s.name == "grt-lr0.001")
+    folder = tmp_path / "runs" / spec.name
+    folder.mkdir(parents=True)
+    old = {k: v for k, v in {**spec.to_dict(), "resolved_lr": spec.lr}.items()
+           if k not in ("lr_mult", "data", "tokenizer")}
+    (folder / "spec.json").write_text(json.dumps(old))
+    started = []
+    monkeypatch.setattr(experiments.subprocess, "Popen", lambda *a, **k: started.append(a) or object())
+    args = argparse.Namespace(grid="tiny", runs_dir=str(tmp_path / "runs"), results=str(tmp_path / "res"),
+                              threads=1)
+    experiments.Driver(args, grid("tiny")).launch(spec, spec.lr)
+    assert started
+    other = replace(spec, tokenizer="bpe")
+    with pytest.raises(ValueError, match="describes a different run"):
+        experiments.Driver(args, grid("tiny")).launch(other, spec.lr)
