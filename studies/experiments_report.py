@@ -199,6 +199,65 @@ def space_efficient(records: list[dict[str, Any]]) -> Claim | str:
                  for r in complete})
 
 
+# ------------------------------------------------------------------------------------------------ tuning
+
+
+def _mult_label(point: dict[str, float]) -> str:
+    return ", ".join(f"{g} x{v:g}" for g, v in sorted(point.items())) or "global lr (all x1)"
+
+
+def tuning_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per tuning search: its recorded runs in slot order (the search replayed: which group each varied and
+    whether it became the current point), the best point, and global lr against tuned at fresh seeds."""
+    from lm.trainconfig import MODEL_LR_GROUPS
+    from studies.grid import TUNING_BASE
+    from studies.tuning import best_point, point_key, run_score, search_trace
+
+    by = _by_name(records)
+    out = []
+    for search, base_name in TUNING_BASE.items():
+        slots = sorted((r for r in records if r.get("search") == search and r.get("phase") == "search"),
+                       key=lambda r: r["slot"])
+        if not slots:
+            continue
+        model = slots[0]["model"]
+        runs = ([({}, run_score(by[base_name]))] if base_name in by else []) + \
+            [(r.get("lr_mult") or {}, run_score(r)) for r in slots]
+        trace = search_trace(MODEL_LR_GROUPS[model], [p for p, _ in runs], [v for _, v in runs])
+        best, best_score = best_point(runs)
+        variant = base_name.rsplit("-seed", 1)[0]  # the ablation's global-lr rows: shipped / dense
+        glob = [r["val_bpb_full"] for r in records if r["group"] == "ablation" and r["variant"] == variant
+                and r.get("val_bpb_full") is not None]
+        tuned = [r["val_bpb_full"] for r in records if r.get("search") == search and r.get("phase") == "tuned"
+                 and r.get("val_bpb_full") is not None]
+
+        def stats(v: list[float]) -> dict[str, Any]:
+            return {"n": len(v), "mean": statistics.fmean(v) if v else None,
+                    "range": max(v) - min(v) if len(v) > 1 else None}
+
+        out.append({"search": search, "model": model, "runs": len(slots), "trace": trace, "best": best,
+                    "best_key": point_key(best), "best_search_score": best_score, "global": stats(glob),
+                    "tuned": stats(tuned)})
+    return out
+
+
+def format_tuning(records: list[dict[str, Any]]) -> list[str]:
+    rows = tuning_rows(records)
+    if not rows:
+        return []
+    lines = ["", "5. structure-aware learning rates: coordinate search over each lr group's multiplier, shipped "
+                 "shape, 1M tokens (whole-split bits/byte; * became the current point)"]
+    for r in rows:
+        lines.append(f"   {r['search']} ({r['runs']} search runs recorded):")
+        lines += [f"     {'*' if t['accepted'] else ' '} {t['score']:.4f}  {_mult_label(t['point'])}"
+                  for t in r["trace"]]
+        g, t = r["global"], r["tuned"]
+        lines.append(f"     best {_mult_label(r['best'])}: {r['best_search_score']:.4f} at seed 0 (the search's pick)")
+        lines.append(f"     tuned, {t['n']} fresh seeds: mean {_f(t['mean'])} (range {_f(t['range'])}); global lr, "
+                     f"{g['n']} seeds: mean {_f(g['mean'])} (range {_f(g['range'])})")
+    return lines
+
+
 VERDICTS = (content_adaptive, stable_by_construction, space_efficient)
 
 
@@ -295,6 +354,7 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
                      f"{_f(g.get('val_bpb_full')):>8s} {_f(g.get('wall_s'), '.0f'):>7s} "
                      f"{(d.get('params') or {}).get('total', 0):>12,d} {_f(d.get('val_bpb_full')):>9s} "
                      f"{_f(d.get('wall_s'), '.0f'):>7s} {_f(r['gap'], '+.4f'):>8s}")
+    lines += format_tuning(records)
     if verbose:
         lines += ["", "every run: name, status, lr, tokens, whole-split bpb, sample bpb, tok/s"]
         lines += [f"   {r['name']:36s} {r['status']:9s} {r['lr']:<8g} {r.get('tokens') or 0:>9,} "

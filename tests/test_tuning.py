@@ -194,3 +194,28 @@ def test_the_driver_runs_a_tiny_tuning_search(tmp_path):
     ckpt = torch.load(tmp_path / "r" / "tune-dense-03" / "ckpt.pt", weights_only=False)
     mults = {g["lr_group"]: g["lr_mult"] for g in ckpt["optimizer"]["param_groups"]}
     assert mults == {"matrices": 3.0, "embedding": 1.0, "norm_gains": 1.0}
+
+
+def test_the_report_replays_the_search_and_compares_tuned_with_global_lr():
+    from studies.experiments_report import format_tuning, tuning_rows
+
+    def rec(name, group, variant, bpb, **kw):
+        return {"name": name, "group": group, "variant": variant, "model": "dense", "seed": 0,
+                "val_bpb_full": bpb, **kw}
+
+    recs = [rec("dense-seed0", "ablation", "dense", 3.0), rec("dense-seed1", "ablation", "dense", 3.1),
+            rec("tune-dense-01", "tuning", "tune-dense", 3.2, search="tune-dense", phase="search", slot=1,
+                lr_mult={"matrices": 0.3}),
+            rec("tune-dense-02", "tuning", "tune-dense", 2.8, search="tune-dense", phase="search", slot=2,
+                lr_mult={"matrices": 3.0}),
+            rec("tune-dense-best-seed1", "tuning", "tune-dense-best", 2.9, search="tune-dense", phase="tuned",
+                lr_mult={"matrices": 3.0}),
+            rec("tune-dense-best-seed2", "tuning", "tune-dense-best", 2.7, search="tune-dense", phase="tuned",
+                lr_mult={"matrices": 3.0})]
+    (row,) = tuning_rows(recs)
+    assert row["best"] == {"matrices": 3.0} and row["runs"] == 2
+    assert [t["accepted"] for t in row["trace"]] == [True, False, True]
+    assert row["tuned"]["mean"] == pytest.approx(2.8) and row["tuned"]["range"] == pytest.approx(0.2)
+    assert row["global"]["mean"] == pytest.approx(3.05) and row["global"]["range"] == pytest.approx(0.1)
+    text = "\n".join(format_tuning(recs))
+    assert "matrices x3" in text and "global lr, 2 seeds: mean 3.0500" in text
