@@ -152,6 +152,11 @@ def _template() -> Path:
         save_pretrained_dir(root / "RUN" / "ckpt.pt", root / "HF")
     except ModuleNotFoundError:  # no hf extra: the hf and evaluate draws are skipped
         pass
+    results = root / "R"  # an experiment's records: what studies.experiments summary/status read
+    (results / "logs").mkdir(parents=True)
+    (results / "runs.json").write_text("[]")
+    (results / "speed_probes.json").write_text("{}")
+    (results / "logs" / "a.log.jsonl").write_text("{}\n")
     tasks = root / "tasks"
     tasks.mkdir()
     (tasks / "mc.jsonl").write_text(json.dumps({"q": "The sky is", "choices": ["blue", "red"], "answer": 0}) + "\n")
@@ -182,6 +187,9 @@ IO_CASES = {
                     ("tasks/mc.jsonl", "tasks/mc.yaml", "HF/config.json", "HF/new.json", "tasks/new.json")),
     "figures": ("figures.__main__", ["--checkpoint", "RUN/ckpt.pt", "--only", "grt.fig_gates", "--quick"], "--json",
                 ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256")),
+    "studies.experiments summary": ("studies.experiments", ["summary", "--results", "R", "--runs-dir", "RUN"],
+                                    "--json", ("R/runs.json", "R/speed_probes.json", "R/logs/a.log.jsonl",
+                                               "R/new.json", "RUN/log.jsonl")),
 }
 
 
