@@ -24,13 +24,19 @@ Wan et al. 2021).  The census decides this numerically, for any ``torch.nn.Modul
    whole tensor; BatchNorm/InstanceNorm in training mode one row (filter) per block; GroupNorm one block per group;
    weight normalization one block per slice of ``v``; a weight whose bias also feeds a centring norm is a gauge
    only jointly with its bias (``status == "joint gauge"``, ``joint`` names the bias).
-3. **Why.**  Forward hooks on every normalization module record which module output each norm reads (same
-   storage: views and reshapes of a projection's output count); the reason names the norm, its mode and the size
-   of each set it normalizes over (:mod:`gauge.census_norms`); weight-normalized tensors name the parametrization.
+3. **Why.**  Forward hooks on every normalization module (and the functional and hand-written norms found in the
+   forward) record which module output each norm reads (same storage: views and reshapes of a projection's output
+   count); the reason names the norm, its mode and the size of each set it normalizes over
+   (:mod:`gauge.census_norms`); weight-normalized tensors name the parametrization.
 4. **eps.**  The exact gauges are found with every norm's ``eps`` (``eps``, ``variance_epsilon``, ``epsilon``) set
-   to 0 on the copy.  Norms that refuse 0 (torch's BatchNorm in training) get the smallest normal float64
-   :math:`2^{-1022}`, which the variance absorbs bit for bit (:math:`\mathrm{fl}(v + 2^{-1022}) = v` for every
-   :math:`v \ge 2^{-968}`, checked on the batch), so their arithmetic is exactly eps = 0's.  At the model's own
+   to 0 on the copy, and with the eps of every functional or hand-written norm in the forward dropped, wherever the
+   model keeps it (:mod:`gauge.census_sites`: ``F.rms_norm(..., eps=1e-5)`` in an attention module, ``x *
+   rsqrt(mean(x²) + self.e)`` in a class of any name; each named in the notes and as the reason of the weights it
+   reads).  An eps-named float of a module that none of these accounts for is kept, and said so: the table's
+   header, a note, and the reason of every weight it reads.  Norms that refuse 0 (torch's BatchNorm in training)
+   get the smallest normal float64 :math:`2^{-1022}`, which the variance absorbs bit for bit
+   (:math:`\mathrm{fl}(v + 2^{-1022}) = v` for every :math:`v \ge 2^{-968}`, checked on the batch), so their
+   arithmetic is exactly eps = 0's.  At the model's own
    eps the census measures the reading norm's output deviation next to the exact eps law of :mod:`gauge.laws`,
    with the break scales outside which it exceeds round-off, and the loss deviation (first order in the measured
    output change where that is below 1% of the output, measured otherwise; :mod:`gauge.census_eps`).
@@ -49,6 +55,7 @@ scale-invariant groups; Wan et al., *Spherical Motion Dynamics* (arXiv:2006.0841
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,7 +64,15 @@ import torch
 from torch import nn
 
 from gauge.census_capture import Capture, Progress, capture, randomize_zero_tensors
-from gauge.census_engine import CensusError, Engine, Float64Everywhere, batch_loss_fn, finite_or_raise, loss_from_output
+from gauge.census_engine import (
+    CensusError,
+    Engine,
+    Float64Everywhere,
+    batch_call_error,
+    batch_loss_fn,
+    finite_or_raise,
+    loss_from_output,
+)
 from gauge.census_eps import Probe, eps_losses, eps_report
 from gauge.census_norms import describe, is_norm_module, norm_info, norm_kind, weight_norm_reasons
 from gauge.census_records import Block, CensusResult, EpsReport, TensorCensus, describe_blocks, format_census
@@ -76,6 +91,7 @@ from rmsgauge import check_range, tolerance
 
 DEFAULT_SCALES = (0.37, 0.81, 1.7, 6.3)  # both sides of 1, none a power of two (2^k scaling is exact: proves nothing)
 MODES = ("train", "eval")
+SEED_LIMIT = 2**32  # seeds lie in [0, 2**32), as rmsgauge.seed_everything takes them
 
 __all__ = ["DEFAULT_SCALES", "Block", "CensusError", "CensusResult", "EpsReport", "TensorCensus", "batch_loss_fn",
            "census", "format_census", "is_norm_module", "loss_from_output", "norm_kind"]
@@ -112,6 +128,11 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     """
     if (loss_fn is None) == (batch is None):
         raise ValueError("census needs exactly one of loss_fn (a closure) or batch (an example batch)")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed must be an integer in [0, 2**32 - 1] (rmsgauge.seed_everything's range), got {seed!r}")
+    seed = int(seed)  # a numpy integer too: torch's generators take Python ints only
+    if batch is not None and (why := batch_call_error(model, batch)) is not None:
+        raise CensusError(why)
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be None (the model's own .training flags), 'train' or 'eval'; got {mode!r}")
     scales = _check_scales(scales)
@@ -133,6 +154,14 @@ def _census(model: nn.Module, fn: Callable, scales: tuple[float, ...], partition
             seed: int, mode: str | None, prog: Progress, inplace: bool) -> CensusResult:
     prog.phase("float64 copy")
     eng = Engine(model, fn, seed=seed, mode=mode, inplace=inplace)
+    try:
+        return _census_on(eng, model, scales, partition, own_eps, prog)
+    finally:
+        eng.close()
+
+
+def _census_on(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition: bool, own_eps: str | bool,
+               prog: Progress) -> CensusResult:
     eng.set_eps(zero=True)
     randomized = randomize_zero_tensors(eng)
     prog.phase("capture (one forward) and screen (one backward)")
@@ -154,10 +183,12 @@ def _census(model: nn.Module, fn: Callable, scales: tuple[float, ...], partition
     if own_eps:
         loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure")
     prog.done()
+    zeroed = {**eng.own_eps, **{s.label: s.eps for s in eng.watch.sites.values()}}
+    kept = {f"{n}.{a}" if n else a: v for n, attrs in eng.kept_eps().items() for a, v in attrs.items()}
     return CensusResult(tensors=rows, loss=base, loss_own_eps=loss_own, tolerance=bound,
                         tolerance_terms={"size": cap.size, "depth": cap.depth}, scales=scales,
-                        eps_zeroed=dict(eng.own_eps), randomized=randomized, vectorized=bool(eng.vmap_ok),
-                        model=_model_name(model), mode=eng.mode, notes=_notes(eng, cap))
+                        eps_zeroed=zeroed, randomized=randomized, vectorized=bool(eng.vmap_ok),
+                        model=_model_name(model), mode=eng.mode, notes=_notes(eng, cap), eps_kept=kept)
 
 
 def _model_name(model: nn.Module) -> str:
@@ -255,8 +286,9 @@ def _own_eps(eng: Engine, rows: list[TensorCensus], cap: Capture, bound: float, 
     prog.start("eps report: tensor", len(gauged))
     for r in gauged:
         rd, mname = readers[r.name], owners[r.name]
+        norm = mods.get(rd[0]) if rd and rd[0] not in eng.watch.sites else None  # a site has no module of its own
         pr = Probe(r.name, r.name[len(mname) + 1:] if mname else r.name, mods[mname], own.calls.get(mname),
-                   mods[rd[0]] if rd else None, rd[1] if rd else None, own.norm_io.get(rd[0]) if rd else None,
+                   norm, rd[1] if rd else None, own.norm_io.get(rd[0]) if rd else None,
                    own.grads.get(rd[0]) if rd else None)
         r.eps, vals = eps_report(eng, pr, r.blocks[0], eng.own_eps_of(rd[0]) if rd else None, cs, measure)
         if vals:
@@ -272,6 +304,7 @@ def _own_eps(eng: Engine, rows: list[TensorCensus], cap: Capture, bound: float, 
 def _attach_reasons(eng: Engine, rows: list[TensorCensus], cap: Capture) -> None:
     wn = weight_norm_reasons(eng.model)
     mods = dict(eng.model.named_modules())
+    kept = eng.kept_eps()
     for r in rows:
         if r.name in wn:
             r.reason = wn[r.name]
@@ -279,10 +312,17 @@ def _attach_reasons(eng: Engine, rows: list[TensorCensus], cap: Capture) -> None
         norms = cap.readers.get(cap.owner.get(r.name, ""), [])
         descr = []
         for nrm in norms:
-            m = mods[nrm]
-            e = eng.own_eps.get(nrm)
-            descr.append(describe(norm_info(m), m, cap.norm_io[nrm][0].shape, nrm,
-                                  "torch default" if e is None else f"{e:g}"))
+            shape = cap.norm_io[nrm][0].shape
+            e = eng.own_eps_of(nrm)
+            eps = "torch default" if e is None else f"{e:g}"
+            if nrm in eng.watch.sites:
+                descr.append(eng.watch.sites[nrm].describe(shape, eps))
+            elif nrm in kept:
+                held = ", ".join(f"{a} = {v:g}" for a, v in kept[nrm].items())
+                descr.append(f"{nrm} ({type(mods[nrm]).__name__} keeps {held}: no normalization the census "
+                             f"recognises uses it, so it was not set to 0 and a gauge through it is approximate)")
+            else:
+                descr.append(describe(norm_info(mods[nrm]), mods[nrm], shape, nrm, eps))
         if descr:
             r.reason = "output read by " + ", ".join(descr)
         elif r.blocks:
@@ -292,14 +332,29 @@ def _attach_reasons(eng: Engine, rows: list[TensorCensus], cap: Capture) -> None
                        f"set's shape; {r.reason}"
 
 
+def _listed(names: list[str], most: int = 3) -> str:
+    """``a, b, c and 4 more``: every name counted, none cut."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def _notes(eng: Engine, cap: Capture) -> list[str]:
     notes = []
     mods = dict(eng.model.named_modules())
+    sites = list(eng.watch.sites.values())
     refused = [n for n in eng.own_eps if norm_info(mods[n]).family == "batch" and norm_info(mods[n]).batch_stats]
+    refused += [s.label for s in sites if s.info.family == "batch" and s.info.batch_stats]
     if refused:
-        notes.append(f"BatchNorm in training mode refuses eps = 0 ({', '.join(refused[:3])}"
-                     f"{', ...' if len(refused) > 3 else ''}): run at eps = 2^-1022, which every batch variance here "
-                     f"(>= 2^-968) absorbs bit for bit: exactly eps = 0's arithmetic")
+        notes.append(f"BatchNorm in training mode refuses eps = 0 ({_listed(refused)}): run at eps = 2^-1022, which "
+                     f"every batch variance here (>= 2^-968) absorbs bit for bit: exactly eps = 0's arithmetic")
+    if sites:
+        found = [f"{s.label} (eps {'torch default' if s.eps is None else f'{s.eps:g}'})" for s in sites]
+        notes.append(f"eps found in the forward, not in a norm module's eps attribute, and set to 0 on the copy: "
+                     f"{_listed(found, 4)}")
+    kept = [f"{n or '(model)'}.{a} = {v:g}" for n, attrs in eng.kept_eps().items() for a, v in attrs.items()]
+    if kept:
+        notes.append(f"eps kept (no normalization the census recognises uses it, so it was not set to 0): "
+                     f"{_listed(kept, 4)}; a gauge read through one is approximate, and a 'not a gauge' beside one "
+                     f"may be an approximate gauge its eps breaks")
     if eng.compiled:
         notes.append("torch.compile'd: the original module runs eagerly on the copy (the same function); names keep "
                      "'_orig_mod.'")

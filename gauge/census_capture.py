@@ -17,9 +17,11 @@ from gauge.census_norms import NormInfo, norm_info, rows
 
 @dataclass
 class Capture:
-    """What one forward shows: each norm's first input and output, which norms read each module's output (same
-    storage: views and reshapes count), which module holds each parameter, the largest activation and the number of
-    module calls (``size`` and ``depth`` of the loss tolerance), the loss, and how many dropout modules were on."""
+    """What one forward shows: each norm's first input and output (a norm module, a site the watch found in the
+    forward, keyed by its :attr:`gauge.census_sites.Site.key`, or a module that keeps an eps), which norms read each
+    module's output (same storage: views and reshapes count), which module holds each parameter, the largest
+    activation and the number of module calls (``size`` and ``depth`` of the loss tolerance), the loss, and how many
+    dropout modules were on."""
 
     norm_io: dict[str, tuple[torch.Tensor, torch.Tensor]]
     readers: dict[str, list[str]]
@@ -51,6 +53,7 @@ def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
 
     calls: dict[str, tuple[tuple, dict, Any]] = {}
     live: dict[str, torch.Tensor] = {}  # the outputs whose gradient is wanted, still in the graph
+    readable = set(eng.norms) | set(eng.eps_holders)  # a module holding an eps it keeps reads like a norm
 
     def hook(mod: nn.Module, inp: tuple, kwargs: dict, out: Any) -> None:
         n = names[id(mod)]
@@ -60,17 +63,28 @@ def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
         outs.setdefault(n, []).extend(ts)  # kept alive: no storage is reused within this forward
         stats["depth"] += 1
         stats["size"] = max([stats["size"], *(int(t.numel()) for t in ts)])
-        if n in eng.norms and n not in norm_io and inp and isinstance(inp[0], torch.Tensor) and ts:
+        if n in readable and n not in norm_io and inp and isinstance(inp[0], torch.Tensor) and ts:
             norm_io[n] = (inp[0].detach(), ts[0].detach())
             if n in grads and ts[0].requires_grad:
                 live[n] = ts[0]
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in eng.model.modules()]
+    eng.watch.record = sites = {}  # the first (input, output) of every site the watch finds in this forward
     try:
         loss_t = eng.loss(grad=bool(grads))
     finally:
         for h in handles:
             h.remove()
+        eng.watch.record = None
+    kept = eng.kept_eps()
+    for n in [n for n in norm_io if n not in eng.norms and n not in kept]:
+        del norm_io[n]  # its eps is a site's (or a norm's inside it): that one is the reader
+    infos = {n: norm_info(m) for n, m in eng.norms.items()}
+    infos.update({n: NormInfo("other", type(m).__name__, False, True) for n, m in eng.named(kept).items()})
+    for key, io in sites.items():
+        site = eng.watch.sites[key]
+        if site.host not in eng.norms:  # inside a recognised norm module, that module is the reader
+            norm_io[key], infos[key] = io, site.info
     loss = float(loss_t.detach())
     got: dict[str, torch.Tensor] = {}
     if live and loss_t.requires_grad:
@@ -89,7 +103,6 @@ def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
     for mname, m in eng.model.named_modules():
         for pn, _ in m.named_parameters(recurse=False):
             owner.setdefault(f"{mname}.{pn}" if mname else pn, mname)
-    infos = {n: norm_info(m) for n, m in eng.norms.items()}
     if check:
         _check_exact_variance(eng, norm_io, infos)
     eng.act_bytes = stats["size"] * 8
@@ -101,8 +114,8 @@ def _check_exact_variance(eng: Engine, norm_io: dict[str, tuple[torch.Tensor, to
                           infos: dict[str, NormInfo]) -> None:
     for n, (z, _) in norm_io.items():
         info = infos[n]
-        if info.family == "batch" and info.batch_stats and n in eng.own_eps:
-            r = rows(info, eng.norms[n], z)
+        if info.family == "batch" and info.batch_stats and (n in eng.own_eps or n in eng.watch.sites):
+            r = rows(info, eng.norms.get(n), z)
             v = float(r.var(dim=-1, unbiased=False).min())
             if v < EXACT_VAR_MIN:
                 raise CensusError(f"{n}: a channel's batch variance is {v:.3g}, below 2^-968 where the stand-in "

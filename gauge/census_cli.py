@@ -1,12 +1,14 @@
 """python -m gauge census: which weights of YOUR model are scale gauges (float64, exact at eps = 0, deviation at eps).
 
-  python -m gauge census --model pkg.module:factory [--json PATH] [--all]
+  python -m gauge census --model pkg.module:factory [--set KEY=VALUE] [--json PATH] [--all]
+  python -m gauge census --model gauge.census_cli:dense_qknorm --set n_layers=1
   python -m gauge census --hf LlamaForCausalLM [--set num_key_value_heads=2] [--json PATH]
   python -m gauge census --hf path/to/config_folder [--weights path/to/model.safetensors]
   python -m gauge census --model gauge.census_examples:conv_bn       # conv -> BatchNorm2d, training mode
 
-``--model``: ``factory()`` returns ``(model, batch)`` or ``(model, loss_fn)`` where ``loss_fn(model)`` returns a
-scalar loss (called with the float64 copy), or a model with an ``example_batch()`` method.  ``--hf`` builds a
+``--model``: ``factory(**sets)`` returns ``(model, batch)`` or ``(model, loss_fn)`` where ``loss_fn(model)`` returns
+a scalar loss (called with the float64 copy), or a model with an ``example_batch()`` method; each ``--set KEY=VALUE``
+is a keyword argument of the factory (a key it does not take is refused before it runs).  ``--hf`` builds a
 Hugging Face causal LM (needs the ``hf`` extra: ``pip install -e ".[hf]"``) from a local ``config.json`` folder or
 from a class name with a tiny default config; weights are random unless ``--weights`` names a local file.
 Nothing is ever downloaded (``HF_HUB_OFFLINE=1`` is set before transformers is imported); a ``--hf`` model is
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import inspect
 import json
 import math
 import os
@@ -35,7 +39,7 @@ from typing import Any
 
 import torch
 
-from gauge.census import DEFAULT_SCALES, census, format_census
+from gauge.census import DEFAULT_SCALES, SEED_LIMIT, census, format_census
 from gauge.census_engine import CensusError
 from rmsgauge import atomic_write_json, check_output_file, parse_float_list, seed_everything
 from rmsgauge.cli import EXIT_FAILURE, EXIT_USAGE, check_outputs_against_inputs, make_parser, one_line
@@ -49,6 +53,17 @@ SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")  # token ids a co
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
 
 
+def _seed(value: str) -> int:
+    """argparse ``type=``: an integer seed in ``[0, 2**32)`` (the range of :func:`rmsgauge.seed_everything`)."""
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = None
+    if seed is None or not 0 <= seed < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, {SEED_LIMIT - 1}], got {value!r}")
+    return seed
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = make_parser("python -m gauge census", __doc__)
     src = ap.add_mutually_exclusive_group(required=True)
@@ -57,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a local Hugging Face config folder/file, or a class name such as LlamaForCausalLM")
     ap.add_argument("--weights", metavar="PATH", help="local weights for --hf (.safetensors or a torch state dict)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a Hugging Face config field (repeatable), e.g. --set num_key_value_heads=1")
+                    help="repeatable; with --hf, override a config field (--set num_key_value_heads=1); with --model, "
+                         "pass a keyword argument to the factory (--set n_layers=1); VALUE is read as JSON, else as "
+                         "a string")
     ap.add_argument("--scales", type=parse_float_list, default=list(DEFAULT_SCALES),
                     help="comma-separated c values, none a power of two "
                          f"(default {','.join(map(str, DEFAULT_SCALES))})")
@@ -70,22 +87,46 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--mode", choices=("train", "eval"), default=None,
                     help="run the model in training or eval mode (default: the model's own .training flags)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    ap.add_argument("--seed", type=int, default=0, help="seed for random weights and the example batch (default 0)")
+    ap.add_argument("--seed", type=_seed, default=0,
+                    help=f"seed for random weights and the example batch, an integer in [0, {SEED_LIMIT - 1}] "
+                         f"(default 0)")
     ap.add_argument("--json", metavar="PATH", help="write the census records to PATH (atomically)")
     return ap
 
 
-def load_factory(spec: str) -> tuple[torch.nn.Module, Any, Any]:
-    """``pkg.module:factory`` -> ``(model, batch, loss_fn)`` (one of the last two None)."""
+def _split_spec(spec: str) -> tuple[str, str]:
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
         raise ValueError(f"--model must be 'pkg.module:factory', got {spec!r}")
+    return mod_name, attr
+
+
+def factory_source(spec: str) -> list[str]:
+    """The source files of the module ``--model`` names (its ``.py``, or a package's ``__init__.py``), found without
+    running that module (only its parent packages are imported): inputs that no output may replace."""
+    mod_name, _ = _split_spec(spec)
+    try:
+        found = importlib.util.find_spec(mod_name)
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"--model {spec!r}: cannot import ({e})") from None
+    if found is None:
+        raise ValueError(f"--model {spec!r}: cannot import (no module named {mod_name!r})")
+    files = [found.origin] if found.has_location and found.origin else []
+    return files + ([found.cached] if files and found.cached else [])
+
+
+def load_factory(spec: str, overrides: dict[str, Any] | None = None) -> tuple[torch.nn.Module, Any, Any]:
+    """``pkg.module:factory`` -> ``(model, batch, loss_fn)`` (one of the last two None); ``overrides``: keyword
+    arguments for the factory (``--set``), checked against its signature before it runs."""
+    mod_name, attr = _split_spec(spec)
+    overrides = overrides or {}
     try:
         fn = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"--model {spec!r}: cannot import ({e})") from None
+    _check_overrides(spec, fn, overrides)
     try:
-        out = fn()
+        out = fn(**overrides)
     except Exception as e:  # the user's factory: its failure is one line, not a traceback
         raise CensusError(f"--model {spec!r}: the factory failed ({type(e).__name__}: {one_line(e)[:200]})") from e
     if isinstance(out, torch.nn.Module):
@@ -98,12 +139,40 @@ def load_factory(spec: str) -> tuple[torch.nn.Module, Any, Any]:
     return (model, None, second) if callable(second) and not isinstance(second, torch.Tensor) else (model, second, None)
 
 
+def _check_overrides(spec: str, fn: Any, overrides: dict[str, Any]) -> None:
+    """Every ``--set`` key is a keyword the factory takes, and every parameter it needs is given."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: its own call says what it takes
+        return
+    params = sig.parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        takes = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for key in overrides:
+            if key not in takes:
+                raise ValueError(f"--set {key}: the factory {spec} takes no keyword {key!r} (it takes "
+                                 f"{', '.join(takes) if takes else 'no keyword arguments'})")
+    try:
+        sig.bind(**overrides)
+    except TypeError as e:
+        need = [n for n, p in params.items()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in overrides]
+        if not need:  # positional-only parameters: no --set can give them
+            raise ValueError(f"--model {spec}: the factory cannot take keyword arguments only ({e})") from None
+        raise ValueError(f"--model {spec}: the factory needs {', '.join(need)}; give "
+                         f"{' '.join(f'--set {n}=VALUE' for n in need)}") from None
+
+
 def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as a dict (VALUE read as JSON, else as a string); KEY a Python identifier, each
+    given once."""
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set must be KEY=VALUE, got {item!r}")
+        if not sep or not key.isidentifier():
+            raise ValueError(f"--set must be KEY=VALUE with KEY a name such as num_hidden_layers, got {item!r}")
+        if key in out:
+            raise ValueError(f"--set {key} is given twice; give each key once")
         try:
             out[key] = json.loads(raw)
         except json.JSONDecodeError:
@@ -190,34 +259,36 @@ def _load_weights(model: torch.nn.Module, weights: str) -> None:
 
 
 # the project's own models as --model factories (lazy imports: this entry module may reach up, a library may not)
-def dense_qknorm() -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``--model gauge.census_cli:dense_qknorm``: lm.dense with per-head QK-norm (eps 1e-6), random init."""
-    return _project("dense", qk_norm=True, qk_norm_eps=1e-6)
+def dense_qknorm(d_model: int = 64, n_layers: int = 2) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census_cli:dense_qknorm [--set n_layers=1]``: lm.dense with per-head QK-norm (eps 1e-6), 4
+    heads, random init."""
+    return _project("dense", d_model, n_layers, qk_norm=True, qk_norm_eps=1e-6)
 
 
-def dense_plain() -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def dense_plain(d_model: int = 64, n_layers: int = 2) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``--model gauge.census_cli:dense_plain``: lm.dense without QK-norm."""
-    return _project("dense", qk_norm=False)
+    return _project("dense", d_model, n_layers, qk_norm=False)
 
 
-def grt() -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def grt(d_model: int = 32, n_layers: int = 1) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``--model gauge.census_cli:grt``: a small GRT (one block, 2 heads, short cascades)."""
-    return _project("grt")
+    return _project("grt", d_model, n_layers)
 
 
-def _project(kind: str, **kw: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def _project(kind: str, d_model: int, n_layers: int,
+             **kw: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     seed_everything(0)
     if kind == "dense":
         from lm.dense import DenseConfig, DenseTransformer
 
-        model: torch.nn.Module = DenseTransformer(DenseConfig(d_model=64, n_heads=4, n_layers=2, d_ff=128,
-                                                              block_size=32, **kw))
+        model: torch.nn.Module = DenseTransformer(DenseConfig(d_model=d_model, n_heads=4, n_layers=n_layers,
+                                                              d_ff=2 * d_model, block_size=32, **kw))
     else:
         from grt_model import GRT
         from grt_model.config import GRTConfig
 
-        model = GRT(GRTConfig(vocab_size=256, block_size=32, d_model=32, n_heads=2, n_blocks=1, d_ff=64,
-                              qkvo_stages=3, mixer_stages=1, ffn_stages=3))
+        model = GRT(GRTConfig(vocab_size=256, block_size=32, d_model=d_model, n_heads=2, n_blocks=n_layers,
+                              d_ff=2 * d_model, qkvo_stages=3, mixer_stages=1, ffn_stages=3))
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, HF_BATCH, generator=gen)
     return model, (x, torch.roll(x, -1, dims=1))
@@ -248,16 +319,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     source = args.model or args.hf
     try:
+        overrides = _parse_set(args.set)
+        if args.weights and not args.hf:
+            raise ValueError("--weights needs --hf")
         if args.json:
             check_output_file("--json", args.json)
             hf_path = args.hf if args.hf and Path(args.hf).exists() else None
-            check_outputs_against_inputs({"--weights": args.weights, "--hf": hf_path}, {"--json": args.json})
-        if args.weights and not args.hf:
-            raise ValueError("--weights needs --hf")
+            check_outputs_against_inputs({"--weights": args.weights, "--hf": hf_path,
+                                          "--model": factory_source(args.model) if args.model else None},
+                                         {"--json": args.json})
         if args.model:
-            model, batch, loss_fn = load_factory(args.model)
+            model, batch, loss_fn = load_factory(args.model, overrides)
         else:
-            model, batch = build_hf(args.hf, args.weights, _parse_set(args.set), args.seed)
+            model, batch = build_hf(args.hf, args.weights, overrides, args.seed)
             loss_fn = None
         res = census(model, loss_fn, batch=batch if loss_fn is None else None, scales=args.scales,
                      partition=not args.no_partition, own_eps=not args.no_eps, seed=args.seed, mode=args.mode,

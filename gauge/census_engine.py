@@ -6,7 +6,8 @@ r"""The census's float64 copy of a model and the batched evaluation of its loss 
 - :func:`float64_copy`: the copy, one tensor at a time (no float32 + float64 double copy of a large model), with
   legacy ``torch.nn.utils.weight_norm`` modules and ``torch.compile``'d modules handled.
 - :class:`Engine`: the copy in the mode the user trains it, its loss (re-seeded before every evaluation: a random
-  op draws the same values at every candidate), and ``losses``: many candidate values of one or two parameters in
+  op draws the same values at every candidate, and :class:`gauge.census_sites.EpsWatch` watches it for the norms
+  no module type or name shows), and ``losses``: many candidate values of one or two parameters in
   one ``torch.func.vmap`` of ``functional_call`` where the model allows it, chunked to a memory budget.
 
 **Dropout.**  A dropout mask multiplies entries by 0 or :math:`1/(1-p)`, which commutes with every positive
@@ -21,6 +22,7 @@ import contextlib
 import copy
 import ctypes
 import gc
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -32,6 +34,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from gauge.census_norms import eps_attr, is_norm_module
+from gauge.census_sites import EpsWatch, eps_like_attrs
 
 _LOW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # torch refuses eps = 0 in BatchNorm's training mode; the smallest normal float64 2^-1022 stands in for 0.  The kernel
@@ -47,6 +50,11 @@ _DROPOUTS = {F.dropout, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, F
              torch.dropout_, torch.alpha_dropout_, torch.feature_dropout_, torch.feature_alpha_dropout_}
 _SDPA_DROPOUT_POS = 4  # scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, ...)
 _BN_ARGS = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+
+
+# how to pass a loss for a model that returns logits (one clause of the one-line errors that need it)
+LOSS_FN_HINT = ("pass loss_fn instead, e.g. census(model, lambda m: F.cross_entropy(m(x.double()), y)) (a --model "
+                "factory returns (model, loss_fn))")
 
 
 class CensusError(ValueError):
@@ -132,8 +140,31 @@ def loss_from_output(out: Any) -> torch.Tensor:
         for o in out:
             if isinstance(o, torch.Tensor) and o.numel() == 1 and o.is_floating_point():
                 return o.reshape(())
-    raise CensusError("the model's output holds no scalar loss; pass loss_fn(model) -> scalar tensor instead of "
-                      "batch")
+    what = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
+    raise CensusError(f"the model's output ({what}) holds no scalar loss: census(model, batch=...) needs the model "
+                      f"to return its loss; {LOSS_FN_HINT}")
+
+
+def batch_call_error(model: nn.Module, batch: Any) -> str | None:
+    """Why ``model`` cannot be called with ``batch`` the way :func:`batch_loss_fn` calls it (None: it can, or its
+    signature does not say), read from the signature before any copy or forward."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):  # a builtin or wrapped forward: the call itself will tell
+        return None
+    try:
+        if isinstance(batch, dict):
+            sig.bind(**batch)
+        elif isinstance(batch, (tuple, list)):
+            sig.bind(*batch)
+        else:
+            sig.bind(batch)
+    except TypeError as e:
+        call = "model(**batch)" if isinstance(batch, dict) else "model(*batch)" if isinstance(batch, (tuple, list)) \
+            else "model(batch)"
+        return f"census(model, batch=...) calls {call} and reads the loss from its output, but " \
+               f"{type(model).__name__}.forward does not take this batch ({e}); {LOSS_FN_HINT}"
+    return None
 
 
 def batch_loss_fn(batch: Any) -> Callable[[nn.Module], torch.Tensor]:
@@ -227,17 +258,52 @@ class Engine:
             p.requires_grad_(True)
         self.norms = {n: m for n, m in self.model.named_modules() if is_norm_module(m)}
         self.own_eps = {n: getattr(m, a) for n, m in self.norms.items() if (a := eps_attr(m)) is not None}
+        # every module holding an eps-named float: the ones no recognised norm or found site accounts for are kept
+        self.eps_holders = {n: attrs for n, m in self.model.named_modules() if (attrs := eps_like_attrs(m))}
+        self.watch = EpsWatch()  # functional and hand-written norms, wherever their eps is
+        self.watch.attach(self.model)
         self.vmap_ok: bool | None = None
         self.act_bytes = 0  # the largest activation of one forward (set by the capture): sizes the vmap chunks
 
+    def close(self) -> None:
+        """Remove the watch's hooks (the copy may be the caller's own model, ``inplace``)."""
+        self.watch.detach()
+
     def set_eps(self, zero: bool) -> None:
-        """Every norm's eps to 0 (the exact gauges) or back to its own value."""
+        """Every norm's eps to 0 (the exact gauges) or back to its own value; ``zero`` also drops the eps of every
+        functional and hand-written norm of the forward (:class:`gauge.census_sites.EpsWatch`)."""
         for n, e in self.own_eps.items():
             m = self.norms[n]
             setattr(m, eps_attr(m), 0.0 if zero else e)
+        self.watch.zero = zero
 
     def own_eps_of(self, norm: str) -> float | None:
-        return self.own_eps.get(norm)
+        """The own eps of a norm module, a found site (its key) or a module that kept its eps."""
+        if norm in self.own_eps:
+            return self.own_eps[norm]
+        if norm in self.watch.sites:
+            return self.watch.sites[norm].eps
+        hosted = [s.eps for s in self.watch.sites.values() if s.host == norm]
+        kept = list(self.kept_eps().get(norm, {}).values())
+        return (hosted or kept or [None])[0]
+
+    def named(self, names: Any) -> dict[str, nn.Module]:
+        mods = dict(self.model.named_modules())
+        return {n: mods[n] for n in names}
+
+    def kept_eps(self) -> dict[str, dict[str, float]]:
+        """Module -> ``{attribute: value}`` of the eps-named floats not set to 0: neither a recognised norm's eps
+        attribute nor the eps of a site (or recognised norm) inside that module (a block's copy of the eps it hands
+        to its norms counts as that eps)."""
+        found = [(s.host, s.eps) for s in self.watch.sites.values()] + list(self.own_eps.items())
+        out: dict[str, dict[str, float]] = {}
+        for name, attrs in self.eps_holders.items():
+            own = eps_attr(self.norms[name]) if name in self.own_eps else None
+            for attr, v in attrs.items():
+                inside = any(e == v and (not name or h == name or h.startswith(name + ".")) for h, e in found)
+                if attr != own and not inside:
+                    out.setdefault(name, {})[attr] = v
+        return out
 
     @property
     def mode(self) -> str:
@@ -245,8 +311,10 @@ class Engine:
         return "mixed" if len(flags) > 1 else ("train" if flags.pop() else "eval")
 
     def _run(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` with the global RNG re-seeded (restored after): every evaluation draws the same random values."""
-        with torch.random.fork_rng(devices=[]):
+        """``fn()`` with the global RNG re-seeded (restored after): every evaluation draws the same random values;
+        under the watch, which drops the eps of every norm it finds while the eps are zeroed."""
+        self.watch.reset()
+        with torch.random.fork_rng(devices=[]), self.watch:
             torch.manual_seed(self.seed)
             return fn()
 

@@ -67,6 +67,7 @@ class CensusResult:
     mode: str = ""  # "train", "eval" or "mixed": the module flags the census ran the copy with
     notes: list[str] = field(default_factory=list)  # how the copy differs from the model (dropout, eps, compile)
     seconds: float = 0.0
+    eps_kept: dict[str, float] = field(default_factory=dict)  # "module.attr" -> an eps not set to 0 (see notes)
 
     @property
     def gauges(self) -> list[str]:
@@ -82,6 +83,38 @@ class CensusResult:
 
     def to_json(self) -> dict[str, Any]:
         return json_safe(asdict(self))
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat dict per tensor (the table's columns, every number whole; ``own_eps_*``: the report at the
+        model's eps, None where there is none)."""
+        out = []
+        for t in self.tensors:
+            e = t.eps
+            lo, hi = e.break_scales if e is not None and e.break_scales is not None else (None, None)
+            out.append({"name": t.name, "layer": _layer_of(t.name), "shape": tuple(t.shape), "status": t.status,
+                        "partition": t.partition or (t.joint.split(": ", 1)[-1] if t.joint else ""),
+                        "n_blocks": len(t.blocks), "loss_change": t.loss_change, "radial": t.radial, "joint": t.joint,
+                        "reason": t.reason, "own_eps": None if e is None else e.eps,
+                        "own_eps_loss_change": None if e is None else e.loss_change,
+                        "own_eps_loss_first_order": None if e is None else e.loss_first_order,
+                        "own_eps_output_change": None if e is None else e.output_change,
+                        "own_eps_output_law": None if e is None else e.output_law,
+                        "own_eps_law_agreement": None if e is None else e.law_agreement,
+                        "own_eps_break_lo": lo, "own_eps_break_hi": hi})
+        return out
+
+    def to_dataframe(self) -> Any:
+        """:meth:`to_records` as a ``pandas.DataFrame`` (pandas is optional: only this method needs it)."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("CensusResult.to_dataframe needs pandas (pip install pandas); to_records() gives the "
+                              "same rows as a list of dicts") from None
+        return pandas.DataFrame.from_records(self.to_records())
+
+    def __str__(self) -> str:
+        """The command line's table (:func:`format_census`): ``print(census(model, ...))``."""
+        return format_census(self)
 
 
 def describe_blocks(blocks: list[Block], shape: Sequence[int]) -> str:
@@ -113,18 +146,24 @@ def format_census(res: CensusResult, *, all_tensors: bool = False) -> str:
     every tensor), with the normalization behind it ("why") and a summary line."""
     lines = [f"gauge census of {res.model} ({res.mode} mode; float64; scales c = "
              f"{', '.join(f'{c:g}' for c in res.scales)}; |dL| tolerance {res.tolerance:.2e} from rmsgauge.tolerance("
-             f"size={res.tolerance_terms['size']}, depth={res.tolerance_terms['depth']}); exact gauges at eps = 0)"]
+             f"size={res.tolerance_terms['size']}, depth={res.tolerance_terms['depth']}); exact gauges at eps = 0"
+             f"{' except through the eps kept below' if res.eps_kept else ''})"]
     lines += [f"  note: {n}" for n in res.notes]
     if any(t.eps is not None and t.eps.loss_first_order for t in res.tensors):
         lines.append("  note: ~ max|dL| own: first order in the measured output change of the reading norm "
                      "(|<dL/dy, y_c - y>|, one backward); measure_eps_loss=True / --eps-loss-measured measures it")
     if res.randomized:
         lines.append(f"  all-zero tensors moved to a random point first: {', '.join(res.randomized)}")
-    hdr = f"  {'tensor':<44} {'shape':<14} {'verdict':<13} {'partition':<30} {'max|dL| eps=0':>13} " \
+    shown = [t for t in res.tensors if all_tensors or t.status != "not a gauge" or t.reason]
+    parts = {t.name: t.partition or (t.joint.split(": ", 1)[-1] if t.joint else "") for t in shown}
+    # every cell whole: a column widens to its longest entry (a cut "covering 16 of 2" would misstate a number)
+    wn = max([44, *(len(t.name) for t in shown)])
+    ws = max([14, *(len("x".join(map(str, t.shape))) for t in shown)])
+    wp = max([30, *(len(p) for p in parts.values())])
+    hdr = f"  {'tensor':<{wn}} {'shape':<{ws}} {'verdict':<13} {'partition':<{wp}} {'max|dL| eps=0':>13} " \
           f"{'own eps':>8} {'max|dL| own':>11} {'out dev / eps law':>19}"
     lines += [hdr, "  " + "-" * (len(hdr) - 2)]
     layer = None
-    shown = [t for t in res.tensors if all_tensors or t.status != "not a gauge" or t.reason]
     for t in shown:
         lay = _layer_of(t.name)
         if lay != layer:
@@ -135,8 +174,7 @@ def format_census(res: CensusResult, *, all_tensors: bool = False) -> str:
         dl_own = "-" if e is None else f"{'~' if e.loss_first_order else ''}{e.loss_change:.2e}"
         law = "-" if e is None or e.output_law is None else f"{e.output_change:.2e}/{e.output_law:.2e}"
         dl = "screen" if t.loss_change is None else f"{t.loss_change:.2e}"
-        part = t.partition or (t.joint.split(": ", 1)[-1] if t.joint else "")
-        lines.append(f"  {t.name:<44} {'x'.join(map(str, t.shape)):<14} {t.status:<13} {part[:30]:<30} "
+        lines.append(f"  {t.name:<{wn}} {'x'.join(map(str, t.shape)):<{ws}} {t.status:<13} {parts[t.name]:<{wp}} "
                      f"{dl:>13} {own:>8} {dl_own:>11} {law:>19}")
         if t.joint:
             lines.append(f"      joint: {t.joint}")

@@ -208,6 +208,27 @@ def test_instancenorm_per_filter():
     _check(res, {"body.0.weight": ("gauge", "rows: 4 blocks of 1", why), "body.0.bias": ("unused", "", why)})
 
 
+@pytest.mark.parametrize("track", [False, True])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_instancenorm_in_both_modes_with_and_without_running_statistics(track, mode):
+    """conv 3->4 with bias -> InstanceNorm2d(4, track_running_stats=track).  torch normalizes by each sample's own
+    channel statistics when ``training or not track_running_stats``: in training mode always, in eval mode only
+    without running statistics.  Then each filter is its own gauge and the bias (constant over every set) is unused,
+    and the reason names the 36 positions of each sample's channel.  In eval mode with running statistics it applies
+    (z - running_mean) / sqrt(running_var + eps), an affine map whose coefficients do not move with W: weight and
+    bias are read and neither is a gauge, and the reason says running statistics."""
+    torch.manual_seed(0)
+    model = Head(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.InstanceNorm2d(4, track_running_stats=track)), 4)
+    res = census(model, batch=_img_batch(), mode=mode)
+    if track and mode == "eval":
+        why = "body.1 (InstanceNorm2d in eval mode: normalizes by its running statistics"
+        _check(res, {"body.0.weight": ("not a gauge", "", why), "body.0.bias": ("not a gauge", "", why)})
+        return
+    why = "body.1 (InstanceNorm2d over 36 values: each sample's channel over its 36 positions"
+    _check(res, {"body.0.weight": ("gauge", "rows: 4 blocks of 1", why), "body.0.bias": ("unused", "", why)})
+    assert "running statistics" not in _row(res, "body.0.weight").reason
+
+
 # ------------------------------------------------------------------------------------------------ weight norm
 def test_weight_norm_parametrization():
     """parametrizations.weight_norm(Linear 4->6): weight = g * v / ||v|| with ||v|| per output row (dim 0).  v_r ->
