@@ -14,7 +14,7 @@ Examples::
     python -m figures --list                  # what exists, and which claim each figure supports
     python -m figures --only gauge.forward_invariance,grt   # one figure plus every grt.* figure
     python -m figures --quick --out-dir /tmp/f    # reduced sizes (tests)
-    python -m figures --claims none           # redraw figures, reuse the claims of the last run
+    python -m figures --claims none           # redraw figures, reuse the claims of the last run (if any)
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from figures.context import DEFAULT_OUT, FigureContext
 from figures.gather import ALL_SOURCES
+from figures.report import NO_CLAIMS
 from rmsgauge import check_output_dir, check_output_file, write_claims_json
 from rmsgauge.cli import check_outputs_against_inputs, make_parser, run_main
 
@@ -54,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="torch CPU threads, in [0, 1024]; 0 leaves torch's default (default 0)")
     ap.add_argument("--claims", metavar="SOURCES", default=",".join(ALL_SOURCES),
                     help=f"claim sources to gather, comma-separated from {', '.join(ALL_SOURCES)}, or 'none' "
-                         f"to reuse <out-dir>/claims.json of an earlier run (default: all)")
+                         f"to reuse <out-dir>/claims.json of an earlier run where there is one (without one the "
+                         f"report has no claims and says why) (default: all)")
     ap.add_argument("--no-report", action="store_true", help="draw figures only; do not write REPORT.md/index.html")
     ap.add_argument("--json", metavar="PATH", type=Path, default=None,
                     help="also write the gathered claim records as JSON (atomic)")
@@ -87,9 +89,6 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], tuple[str, ...]]:
     if args.list:
         return names, sources
     _check_paths(args)
-    if raw == "none" and not (args.out_dir / "claims.json").is_file():
-        raise ValueError(f"--claims none reuses {args.out_dir / 'claims.json'} from an earlier run, but there is "
-                         f"none; run without --claims none first")
     if args.checkpoint is not None:
         _check_checkpoint(args)
     return names, sources
@@ -192,6 +191,8 @@ def _work(args: argparse.Namespace, checked: tuple[list[str], tuple[str, ...]], 
         print(f"{sum(bool(p.holds) for p in res.proofs)} of {len(res.proofs)} symbolic proofs hold")
     for src, why in res.missing.items():
         print(f"claims not gathered from {src}: {why}")
+    if not res.claims and not res.missing:
+        print(f"no claims in the report: {NO_CLAIMS}")
     print(f"total {res.seconds:.1f} s; report: {args.out_dir / 'index.html'} and {args.out_dir / 'REPORT.md'}"
           if not args.no_report else f"total {res.seconds:.1f} s")
     return 1 if res.log.failed else 0

@@ -13,7 +13,8 @@ proofs     ``proofs.run_all``              ``list[ProofResult]`` (sympy)
 =========  ======================  =====================================
 
 A source whose module is not importable in this checkout is reported as missing
-(with the reason) rather than failing the whole report.  ``run_all`` functions
+(with the reason) rather than failing the whole report, and so is a source the run
+did not ask for (a partial report says what it left out).  ``run_all`` functions
 are called with the keyword options they declare among ``quick``, ``seed`` and
 ``progress`` (a callable taking one message).
 """
@@ -72,6 +73,8 @@ def gather(sources: tuple[str, ...] = ALL_SOURCES, *, quick: bool = False, seed:
     if unknown:
         raise ValueError(f"unknown claim source(s) {unknown}; allowed: {', '.join(ALL_SOURCES)}")
     g = Gathered(sources=tuple(sources))
+    asked = f"not asked for (--claims {','.join(sources)})"
+    g.missing.update({src: asked for src in ALL_SOURCES if src not in sources})
     for src in sources:
         t0 = time.perf_counter()
         module, attr = CLAIM_SOURCES.get(src, ("proofs", "run_all"))

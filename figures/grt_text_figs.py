@@ -65,13 +65,15 @@ def storage(ctx) -> FigureOutput:
         (f"phases θ  [{V:,}, {cfg.pairs}]", V * cfg.pairs),
         (f"magnitude r  [{V:,}]", V),
     ]
-    fig = new_figure(figsize=(12.0, 4.8))
-    gs = fig.add_gridspec(1, 2, width_ratios=(1.5, 1.0))
+    fig = new_figure(figsize=(12.0, 5.2))
+    gs = fig.add_gridspec(1, 2, width_ratios=(1.4, 1.0))
     ax = fig.add_subplot(gs[0, 0])
     labels = [r[0] for r in dense_rows] + [r[0] for r in grt_rows]
     vals = np.array([r[1] for r in dense_rows] + [r[1] for r in grt_rows], dtype=float)
     cols = ["#9ecae1"] * len(dense_rows) + ["#fdae6b"] * 3 + ["#d94801"] * 2
-    y = np.arange(len(labels))[::-1]
+    # bars top to bottom, one empty row between the groups: each group's heading sits in a gap of its own
+    gap = 1.0
+    y = np.concatenate([np.arange(len(dense_rows))[::-1] + len(grt_rows) + gap, np.arange(len(grt_rows))[::-1]])
     ax.barh(y, vals, color=cols, edgecolor="k", lw=0.5)
     for yi, v in zip(y, vals):
         ax.text(v * 1.15, yi, f"{int(v):,}", va="center", fontsize=7)
@@ -79,10 +81,11 @@ def storage(ctx) -> FigureOutput:
     ax.set_yticks(y)
     ax.set_yticklabels(labels, fontsize=7.5)
     ax.set_xlim(1, vals.max() * 30)
+    ax.set_ylim(-0.6, y[0] + 1.1)
     ax.set_xlabel("numbers stored (log scale)")
-    ax.axhline(len(grt_rows) - 0.5, color="k", lw=0.8)
-    ax.text(1.3, y[0] + 0.45, "standard layer (one block) + embedding", fontsize=8, weight="bold", va="bottom")
-    ax.text(1.3, y[len(dense_rows)] + 0.45, "GRT: each of Q, K, V, O (one block) + phase embedding", fontsize=8,
+    ax.axhline(len(grt_rows) - 0.5 + gap, color="k", lw=0.8)
+    ax.text(1.3, y[0] + 0.5, "standard layer (one block) + embedding", fontsize=8, weight="bold", va="bottom")
+    ax.text(1.3, y[len(dense_rows)] + 0.5, "GRT: each of Q, K, V, O (one block) + phase embedding", fontsize=8,
             weight="bold", va="bottom")
     ax.grid(axis="y", visible=False)
     # one stored weight, sliced out of a freshly initialized Q cascade at the reference size (float64)
@@ -100,9 +103,9 @@ def storage(ctx) -> FigureOutput:
     ax2.bar(np.arange(4 * P), col, color=np.repeat(FEATURE_COLORS, P), width=1.0)
     for b in range(4):
         ax2.bar([b * P + p], [col[b * P + p]], color="k", width=1.0)
-    ax2.set_xlabel(f"row of W[:, {p}] (feature-major: f0 | f1 | f2 | f3, {P} rows each; black: the self 1×4)")
+    ax2.set_xlabel(f"row of W[:, {p}], feature-major: f0 | f1 | f2 | f3\n({P} rows each; black: the self 1×4)")
     ax2.set_ylabel("coupling value (init)")
-    ax2.set_title(f"block 0, stage 0, head 0, pair {p}: θ = {theta:+.3f} rad, (s0, s1) = ({s0:.3f}, {s1:.3f}),\n"
+    ax2.set_title(f"block 0, stage 0, head 0, pair {p}:\nθ = {theta:+.3f} rad, (s0, s1) = ({s0:.3f}, {s1:.3f}),\n"
                   f"and its coupling column W[:, {p}] ({4 * P} numbers)", fontsize=8.5)
     fig.suptitle("Storage half: what a dense layer keeps vs what GRT keeps", weight="bold")
     per_proj = sum(r[1] for r in grt_rows[:3])

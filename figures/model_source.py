@@ -49,9 +49,14 @@ class TrainedModel:
                    f"reproduce: {self.extra.get('reproduce', '?')}")
         else:
             how = "given by --checkpoint"
-        val = "" if self.val_loss is None else (f", validation loss {self.val_loss:.3f} nats/byte = "
-                                                 f"{self.val_loss / math.log(2):.3f} bits/byte")
         tc = self.train_config
+        full = self.extra.get("final_val_bpb_full")  # the model card's headline: every validation byte scored once
+        sample = None if self.val_loss is None else (f"the training log's {tc.get('eval_batches', '?')}-batch "
+                                                      f"sample: {self.val_loss / math.log(2):.3f} bits/byte")
+        if full is not None:
+            val = f", validation {full:.4f} bits/byte on the whole split" + ("" if sample is None else f" ({sample})")
+        else:
+            val = "" if sample is None else f", validation loss {self.val_loss:.3f} nats/byte ({sample})"
         return (f"checkpoint {self.checkpoint} ({how}): GRT d_model={c.d_model}, {c.n_heads} heads of "
                 f"{c.d_head}, {c.n_blocks} blocks, d_ff={c.d_ff}; {self.step} steps of "
                 f"{tc.get('batch_size', '?')}x{c.block_size} bytes = {self.tokens_seen:,} tokens of the bundled "
@@ -103,7 +108,8 @@ def _shipped() -> TrainedModel:
                         train_config=dict(card.get("train_config") or {}),
                         val_loss=None if val is None else float(val), shipped=True,
                         extra={"sha256": card.get("sha256"), "reproduce": card.get("reproduce"),
-                               "final_val_bpb": card.get("final_val_bpb")})
+                               "final_val_bpb": card.get("final_val_bpb"),
+                               "final_val_bpb_full": card.get("final_val_bpb_full")})
 
 
 def trained_model(ctx) -> TrainedModel:

@@ -39,14 +39,15 @@ class _StoredProof:
     dimension: str
 
 
-def _load_stored(out_dir: Path) -> tuple[list[Claim], list[Any]] | None:
+def _load_stored(out_dir: Path) -> tuple[list[Claim], list[Any], dict[str, str]] | None:
+    """The records of an earlier run's ``claims.json``, and what that run left out (source -> why)."""
     p = out_dir / CLAIMS_FILE
     if not p.is_file():
         return None
     d = json.loads(p.read_text(encoding="utf-8"))
     claims = [Claim(**c) for c in d.get("claims", [])]
     proofs = [_StoredProof(**r) for r in d.get("proofs", [])]
-    return claims, proofs
+    return claims, proofs, dict(d.get("missing", {}))
 
 
 def run(names: list[str], ctx: FigureContext, *, claim_sources: tuple[str, ...] = gather_mod.ALL_SOURCES,
@@ -76,7 +77,7 @@ def run(names: list[str], ctx: FigureContext, *, claim_sources: tuple[str, ...] 
     else:
         stored = _load_stored(out_dir)
         if stored is not None:
-            res.claims, res.proofs = stored
+            res.claims, res.proofs, res.missing = stored  # a partial earlier run stays partial, and says so
             res.reused_claims = True
             registry.progress(f"claims: reused {len(res.claims)} records from {out_dir / CLAIMS_FILE}")
     if report:

@@ -283,14 +283,21 @@ def load_corpus(data: str, val_fraction: float, tokenizer: str = "bytes",
     raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
+def build_parser():
+    from rmsgauge.cli import add_subcommand, add_subcommands, make_parser
 
     ap = make_parser("python -m lm.bpe", __doc__)
     sub = add_subcommands(ap)
     p = add_subcommand(sub, "install", "fetch, verify and unpack the corpus (apt-get download: no root needed)")
     p.add_argument("--deb", metavar="PATH", help="a dict-gcide .deb fetched by hand instead of apt-get download")
     add_subcommand(sub, "status", "where the corpus and the cached tokenizers are")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rmsgauge.cli import run_main
+
+    ap = build_parser()
 
     def work(args, _checked) -> int:
         if args.command == "install":

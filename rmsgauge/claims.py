@@ -168,8 +168,7 @@ def write_claims_json(path: str | os.PathLike, claims: list[Claim], **meta: Any)
 
 STATUS_SHORT = {"exact": "exact", "approximate": "approx.", "wrong": "WRONG", "unstated": "unstated",
                 "not_a_source_claim": "ours"}
-STATED_MAX = 18  # the widest "stated" column (its longest formula word)
-MAX_CELL_LINES = 3  # a compact-table cell longer than this ends at a whole value with "... (--verbose)"
+STATED_MIN, VERDICT_MIN, DTYPE_MIN, OURS_MIN = 10, 8, 8, 12  # the narrowest each column is drawn
 
 
 def fmt_value(v: Any, digits: int = 3) -> str:
@@ -194,18 +193,8 @@ def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
 
 
-def _cell(text: str, width: int, max_lines: int | None = MAX_CELL_LINES, *, whole_words: bool = False) -> list[str]:
-    """A table cell: wrapped at spaces; a single name wider than the cell is split so the table keeps its
-    width (the full text is in ``--verbose``), unless ``whole_words`` (a formula stays whole)."""
-    lines = textwrap.wrap(text, width, break_long_words=not whole_words, break_on_hyphens=False) or [""]
-    if max_lines is not None and len(lines) > max_lines:
-        lines = lines[:max_lines]
-        more = "..."
-        if len(lines[-1]) + len(more) + 1 <= width:
-            lines[-1] += " " + more
-        else:
-            lines.append(more)
-    return lines
+def _widest_word(texts: Iterable[str]) -> int:
+    return max((len(w) for t in texts for w in t.split()), default=0)
 
 
 def _groups(claims: Sequence[Claim]) -> list[list[Claim]]:
@@ -244,8 +233,9 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
     """One row per claim id: id, dtypes side by side, stated, ours, verdict with the source status under it.
 
     Where a check runs in several precisions (gauge), each precision gets its own ``ours`` column; otherwise a
-    ``dtype`` column says which precision the record ran in.  Cells wrap at spaces, at most
-    ``MAX_CELL_LINES`` lines, ending at a whole value (``--verbose`` prints everything)."""
+    ``dtype`` column says which precision the record ran in.  Every cell is shown whole, wrapped at spaces: no
+    number or word is cut, and each column is at least as wide as its widest word (a claim whose summary is
+    longer only takes more lines; ``--verbose`` adds the structured values)."""
     groups = _groups(claims)
     if not groups:
         return ["(no claims)"]
@@ -263,19 +253,20 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
         status = STATUS_SHORT.get(g[0].source_status, g[0].source_status)
         rows.append([g[0].id] + ([] if cols else [g[0].dtype]) + [fmt_cell(g[0].stated)] + ours
                     + [f"{verdict} {status}"])
-    n_ours = max(1, len(cols))
-    # "stated" is as wide as its longest word (a formula is one word), so a value is never cut mid-formula
-    stated_w = min(STATED_MAX, max([10] + [len(w) for r in rows for w in r[1 + (not cols)].split()]))
-    fixed = {"claim": max(len(head[0]), max(len(r[0]) for r in rows)), "dtype": 8, "stated": stated_w, "verdict": 8}
-    widths = [fixed.get(h, 0) for h in head]
+    column = list(zip(*rows))  # column k's cells
+    least = {"stated": STATED_MIN, "verdict": VERDICT_MIN, "dtype": DTYPE_MIN}
+    # every column as wide as its widest word (an id is one word): a formula, a number, an id is never cut
+    widths = [max(len(h), least.get(h, OURS_MIN if h.startswith("ours") else 0), _widest_word(column[k]))
+              for k, h in enumerate(head)]
+    ours_at = [k for k, h in enumerate(head) if h.startswith("ours")]
     gaps = 2 * (len(head) - 1)
-    ours_w = max(12, (width - sum(widths) - gaps) // n_ours)  # ids stay whole: the summaries are short
-    widths = [ours_w if w == 0 else w for w in widths]
+    spare = width - gaps - sum(w for k, w in enumerate(widths) if k not in ours_at)
+    share = spare // len(ours_at)  # the "ours" columns share what is left, none narrower than its widest word
+    for k in ours_at:
+        widths[k] = max(widths[k], share)
     out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip(), "-" * min(width, sum(widths) + gaps)]
     for r in rows:
-        cells = [[r[0]]] + [_cell(x, w, whole_words=(h == "stated")) for x, w, h in zip(r[1:-1], widths[1:-1],
-                                                                                     head[1:-1])] \
-            + [_cell(r[-1], widths[-1], None)]
+        cells = [_wrap(x, w) for x, w in zip(r, widths)]
         for i in range(max(map(len, cells))):
             out.append("  ".join((c[i] if i < len(c) else "").ljust(w) for c, w in zip(cells, widths)).rstrip())
     return out

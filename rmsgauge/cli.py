@@ -217,6 +217,91 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        """argparse's parse, after refusing a flag this parser does not know.  Without this check argparse sets
+        an unknown flag aside and reads its value as the next positional (``--d-modle 64`` became the
+        subcommand ``64``: "invalid choice").  A subcommand's parser checks the flags after its name; a
+        forwarding subcommand (another CLI reads its flags) is not checked."""
+        import sys
+
+        argv = list(sys.argv[1:] if args is None else args)
+        if not self.get_default("_cli_forward"):
+            flag = self._first_unknown_flag(argv)
+            if flag is not None:
+                self.error(self._unknown_flag_message(flag))
+        return super().parse_known_args(argv, namespace)
+
+    def _looks_like_flag(self, token: str) -> bool:
+        """A token argparse reads as an option: a prefix character, then not a number (``-1e-6`` is a value)."""
+        return (len(token) > 1 and token[0] in self.prefix_chars and not token[1].isdigit() and token[1] != "."
+                and " " not in token)
+
+    def _known_action(self, flag: str) -> argparse.Action | None:
+        """The action ``flag`` names: exactly, or as argparse's unambiguous long-flag abbreviation."""
+        actions = self._option_string_actions
+        if flag in actions:
+            return actions[flag]
+        if flag[:2] in actions and not flag.startswith("--"):  # -x with its value or more short flags attached
+            return actions[flag[:2]]
+        if self.allow_abbrev and flag.startswith("--"):
+            hits = {actions[o] for o in actions if o.startswith(flag)}
+            if hits:  # several: argparse names them ("ambiguous option"), one: the flag it stands for
+                return next(iter(hits))
+        return None
+
+    def _first_unknown_flag(self, argv: list[str]) -> str | None:
+        """The first token of ``argv`` that is a flag of no action here, reading each known flag's values and
+        stopping at ``--`` or at a subcommand name (its own parser reads the rest)."""
+        commands = {name for a in self._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
+        i = 0
+        while i < len(argv):
+            token = argv[i]
+            i += 1
+            if token == "--" or (token in commands and not self._looks_like_flag(token)):
+                return None
+            if not self._looks_like_flag(token):
+                continue
+            flag, eq, _ = token.partition("=")
+            action = self._known_action(flag)
+            if action is None:
+                return flag
+            if eq or (not flag.startswith("--") and len(flag) > 2):
+                continue  # the value is attached
+            if isinstance(action.nargs, int) or action.nargs is None:
+                i += 1 if action.nargs is None else action.nargs  # argparse itself refuses a missing value
+            elif action.nargs in ("?", "*", "+"):
+                while i < len(argv) and argv[i] != "--" and not self._looks_like_flag(argv[i]):
+                    i += 1
+                    if action.nargs == "?":
+                        break
+        return None
+
+    def _unknown_flag_message(self, flag: str) -> str:
+        """``unknown flag --d-modle; did you mean --d-model?``: the real flag fewest edits away (a swap of two
+        neighbouring letters is one edit), when it is within a third of the typed name's length; between flags as
+        near, one with the same letters (``--modle``: ``--model``, not ``--mode``)."""
+        typed = flag.lstrip(self.prefix_chars)
+        known = sorted({o for a in self._actions for o in a.option_strings if o.startswith("--")})
+        scored = sorted((edit_distance(typed, name := o.lstrip(self.prefix_chars)), sorted(name) != sorted(typed), o)
+                        for o in known)
+        if scored and scored[0][0] <= max(1, len(typed) // 3):
+            return f"unknown flag {flag}; did you mean {scored[0][2]}?"
+        return f"unknown flag {flag}; {self.prog} --help lists the flags"
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Insertions, deletions, substitutions and swaps of two neighbouring characters that turn ``a`` into ``b``
+    (the optimal-string-alignment distance)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
 
 def one_line(message: object) -> str:
     """``message`` on one line: newlines and runs of spaces become single spaces."""
@@ -381,6 +466,20 @@ def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, work: Any,
         return work(args, checked)
 
     return run_guarded(sub.prog, body, debug=bool(getattr(args, "debug", False)), failure_errors=failure_errors)
+
+
+def seconds_since_process_start() -> float | None:
+    """Wall-clock seconds since this process started, interpreter start-up and imports included (a command's own
+    timer starts after its imports, seconds late on a loaded machine); None where the system does not say.  Linux
+    records the start in ``/proc/self/stat`` (field 22, clock ticks since boot)."""
+    import time
+
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()  # the name in (...) may hold spaces
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -420,7 +420,7 @@ CONVERTED = {
     "grt_model": ("grt_model.__main__", "build_parser"), "studies.experiments": ("studies.experiments", "build_parser"),
     "studies.trained": ("studies.trained", "build_parser"), "gauge census": ("gauge.census_cli", "build_parser"),
     "lm.bench": ("lm.bench", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
-    "tools.readme_blocks": ("tools.readme_blocks", "build_parser"),
+    "tools.readme_blocks": ("tools.readme_blocks", "build_parser"), "lm.bpe": ("lm.bpe", "build_parser"),
     "gauge.census_bench": ("gauge.census_bench", "build_parser"), "bench/cuda_check.py": ("bench/cuda_check.py",
                                                                                           "build_parser"),
 }
@@ -628,3 +628,100 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(what):
     with proc.stderr:
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == "", err
+
+
+# ---- An unknown flag is named as unknown, with the nearest real flag ---------------------------------------------
+
+
+def _parser_paths(root: argparse.ArgumentParser,
+                  path: tuple[str, ...] = ()) -> list[tuple[list[str], argparse.ArgumentParser]]:
+    """``(the subcommand names that reach it, parser)`` for ``root`` and every subcommand below it."""
+    out = [(list(path), root)]
+    for a in root._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, p in a.choices.items():
+                out += _parser_paths(p, (*path, name))
+    return out
+
+
+def _swap_last_two(flag: str) -> str:
+    return flag[:-2] + flag[-1] + flag[-2]
+
+
+@pytest.mark.parametrize("name", sorted(CONVERTED))
+def test_every_parser_names_a_misspelled_flag_and_the_real_one(name, capsys):
+    """Each long flag of every parser and subcommand, its last two letters swapped and a value after it (argparse
+    alone read the value as the next positional: ``--d-modle 64`` was "invalid choice: '64'")."""
+    root = _build(*CONVERTED[name])
+    checked = 0
+    for path, p in _parser_paths(root):
+        if p.get_default("_cli_forward"):  # another CLI reads this subcommand's flags (and checks them)
+            continue
+        flags = {o for a in p._actions for o in a.option_strings if o.startswith("--")}
+        for flag in sorted(f for f in flags if len(f) >= 7):
+            typo = _swap_last_two(flag)
+            if any(f.startswith(typo) for f in flags):  # a doubled letter, or an abbreviation of a real flag
+                continue
+            with pytest.raises(SystemExit) as e:
+                root.parse_args([*path, typo, "64"])
+            assert e.value.code == 2
+            assert capsys.readouterr().err == f"{p.prog}: error: unknown flag {typo}; did you mean {flag}?\n"
+            checked += 1
+    assert checked, f"{name}: no long flag to misspell"
+
+
+def test_gauge_names_the_misspelled_flag_of_the_issue(capsys):
+    from gauge.__main__ import main as gauge_main
+
+    with pytest.raises(SystemExit) as e:
+        gauge_main(["--d-modle", "64"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == "python gauge.py: error: unknown flag --d-modle; did you mean --d-model?\n"
+
+
+@pytest.mark.parametrize(("argv", "unknown"), [
+    (["--data", "census", "--zzz-top"], "--zzz-top"),  # a value that is a subcommand's name is still a value
+    (["--json=out.json", "--d-modle=64"], "--d-modle"),
+    (["--eps", "1e-6,torch", "-q"], "-q"),
+])
+def test_unknown_flags_are_found_past_values(argv, unknown, capsys):
+    from gauge.__main__ import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    assert e.value.code == 2 and f"unknown flag {unknown};" in capsys.readouterr().err
+
+
+def test_known_flags_values_and_forwarded_flags_still_parse():
+    from gauge.__main__ import build_parser
+
+    args, rest = build_parser().parse_known_args(["census", "--model", "m", "--frob"])  # census reads its own
+    assert args.command == "census" and rest == ["--model", "m", "--frob"]
+    args = build_parser().parse_args(["--d-mod", "32", "--data", "census", "--c-min=0.5"])  # an abbreviation too
+    assert (args.d_model, args.data, args.c_min, args.command) == (32, "census", 0.5, None)
+
+
+# ---- gauge.py and dynamics.py say how long the whole run took ---------------------------------------------------
+
+SLOW_START_S = 1.5  # a process that spends this long before the command's imports: the time the old line missed
+
+
+@pytest.mark.parametrize(("module", "patched"), [("gauge.__main__", "gauge.__main__"),
+                                                 ("dynamics.__main__", "dynamics.checks")])
+def test_the_elapsed_time_covers_the_process_from_its_start(module, patched):
+    import re
+    import subprocess
+    import sys
+
+    code = (f"import time; time.sleep({SLOW_START_S})\n"
+            "import importlib; from rmsgauge import Claim\n"
+            f"cmd, work = importlib.import_module({module!r}), importlib.import_module({patched!r})\n"
+            "work.run_all = lambda *a, **k: [Claim(id='gauge.example', statement='s', stated=None, measured=0.0, "
+            "tolerance=None, holds=True, summary='x 1')]\n"
+            "raise SystemExit(cmd.main([]))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    header = out.stdout.split("\nclaim ")[0]  # the lines above the table
+    seconds = [float(s) for s in re.findall(r"(\d+(?:\.\d+)?) s\b", header)]
+    assert seconds and max(seconds) >= SLOW_START_S, header
+    assert "since the process started" in header, header

@@ -175,6 +175,60 @@ def test_report_lists_every_claim_with_status_law_and_figure():
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html  # offline
 
 
+def _sidecar(name: str, claims: list[str]) -> dict:
+    return {"name": name, "title": name, "source": "GRT text", "claims": claims, "caption": "c", "svg": f"{name}.svg",
+            "png": f"{name}.png", "interactive": None, "trained": False, "numbers": {}}
+
+
+def _broken_links(html: str) -> list[str]:
+    ids = set(re.findall(r'\bid="([^"]+)"', html))
+    return sorted({h for h in re.findall(r'href="#([^"]+)"', html) if h not in ids})
+
+
+def test_partial_report_says_what_it_left_out_and_links_only_to_what_is_there():
+    side = [_sidecar("grt.mixing", ["grt.mixing", "grt.param_accounting"])]
+    meta = {"command": "python -m figures --only grt.mixing --claims gauge",
+            "missing": {"dynamics": "not asked for (--claims gauge)"},
+            "figures_skipped": {"grt.fig_gates": "lm is not in this checkout"}}
+    claims = [c for c in synthetic_claims() if c.id == "grt.mixing"]
+    html, md = render_html(claims, [], side, meta, {}), render_markdown(claims, [], side, meta)
+    assert _broken_links(html) == []  # grt.param_accounting is cited, but has no row to link to
+    assert "<code>grt.param_accounting</code> <span class=\"muted\">(not in this report)</span>" in html
+    left = html.split('id="left-out"')[1].split("</ul>")[0]
+    assert "claims of dynamics: not asked for (--claims gauge)" in left
+    assert "figure grt.fig_gates: not drawn, lm is not in this checkout" in left
+    absent = [n for n in load_all() if n not in ("grt.mixing", "grt.fig_gates")]
+    assert all(n in left for n in absent) and f"{len(absent)} figure(s) not drawn by this run" in left
+    assert "## Left out of this report" in md and "claims of dynamics: not asked for" in md
+
+
+def test_report_without_claims_says_so_instead_of_an_empty_summary():
+    side = [_sidecar("grt.mixing", ["grt.mixing"])]
+    html, md = render_html([], [], side, {}, {}), render_markdown([], [], side, {})
+    assert "<th>all</th>" not in html and "**all**" not in md  # no "all 0 0"
+    assert '<table class="claims' not in html and '<table class="proofs' not in html  # no empty tables
+    assert "No claim records in this report" in html and "No claim records in this report" in md
+    assert "No proofs in this report" in html and _broken_links(html) == []
+
+
+def test_claims_none_on_a_fresh_folder_draws_and_reports_without_claims(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["--only", "grt.fig_storage", "--claims", "none", "--out-dir", str(out)]) == 0
+    assert "no claims in the report" in capsys.readouterr().out
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert 'id="fig-grt.fig_storage"' in html and "No claim records in this report" in html
+    assert _broken_links(html) == []
+
+
+def test_gather_names_each_source_it_was_not_asked_for(monkeypatch):
+    monkeypatch.setattr(gather_mod, "CLAIM_SOURCES", {"samples": ("report_samples", "synthetic_claims"),
+                                                      "gauge": ("gauge.checks", "run_all")})
+    monkeypatch.setattr(gather_mod, "ALL_SOURCES", ("samples", "gauge", "proofs"))
+    g = gather_mod.gather(("samples",), log=lambda _: None)
+    assert len(g.claims) == len(synthetic_claims())
+    assert g.missing == {"gauge": "not asked for (--claims samples)", "proofs": "not asked for (--claims samples)"}
+
+
 # --------------------------------------------------------------------------------------------- output
 
 
@@ -237,3 +291,55 @@ def test_svg_ids_do_not_depend_on_layout_ulps():
     referenced = set(re.findall(rb'(?:url\(#|href="#)([^")]+)', a))
     assert referenced and referenced <= defined  # every reference still resolves after the renaming
     assert canonical_svg_ids(a) == a  # idempotent
+
+
+# --------------------------------------------------------------------------------------------- legible panels
+
+
+def _text_outside(fig) -> list[str]:
+    """What of ``fig`` reaches past the figure's edge (clipped in the SVG and PNG): each axes' drawn text (its
+    title, labels, tick labels that are drawn, texts), named by the axes' title, and the figure's own texts."""
+    fig.canvas.draw()  # the constrained layout places everything here
+    renderer = fig.canvas.get_renderer()
+    edge = fig.bbox.padded(0.5)  # half a pixel of rounding
+    boxes = [(f"axes {k} ({ax.get_title()!r})", ax.get_tightbbox(renderer)) for k, ax in enumerate(fig.axes)]
+    boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in fig.texts if t.get_text().strip()]
+    return [name for name, b in boxes if not (edge.contains(b.x0, b.y0) and edge.contains(b.x1, b.y1))]
+
+
+def test_storage_panels_keep_their_text_inside_the_figure_and_off_the_bars(tmp_path):
+    fig = load_all()["grt.fig_storage"].fn(FigureContext(out_dir=tmp_path)).fig
+    assert _text_outside(fig) == []
+    renderer = fig.canvas.get_renderer()
+    bars = fig.axes[0]
+    headings = [t for t in bars.texts if t.get_fontweight() == "bold"]
+    assert len(headings) == 2
+    for t in headings:  # each group's heading sits in the gap above its bars, on none of them
+        box = t.get_window_extent(renderer)
+        assert not any(box.overlaps(p.get_window_extent(renderer)) for p in bars.patches), t.get_text()
+
+
+
+
+def test_trained_header_leads_with_the_cards_whole_split_bits_per_byte():
+    from figures.model_source import _shipped
+
+    card = json.loads((Path(__file__).resolve().parents[1] / "lm" / "reference_models" / "grt.json").read_text())
+    prov = _shipped().provenance
+    whole, sample = f"{card['final_val_bpb_full']:.4f} bits/byte on the whole split", f"{card['final_val_bpb']:.3f}"
+    assert whole in prov and prov.index(whole) < prov.index(sample), prov
+
+
+def test_reused_claims_keep_what_the_earlier_run_left_out(tmp_path):
+    """With runner.patch: ``--claims none`` reuses a partial claims.json and the report still names what it lacks."""
+    from report_samples import synthetic_claims
+
+    from figures.__main__ import main
+    from rmsgauge import write_claims_json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    write_claims_json(out / "claims.json", synthetic_claims()[:1], sources=["gauge"],
+                      missing={"dynamics": "not asked for (--claims gauge)"}, proofs=[])
+    assert main(["--only", "grt.mixing", "--claims", "none", "--out-dir", str(out)]) == 0
+    assert "claims of dynamics: not asked for (--claims gauge)" in (out / "index.html").read_text(encoding="utf-8")

@@ -10,10 +10,12 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from table_check import assert_cells_whole  # tests/ is on the path (conftest's folder)
 
 from grt_model import butterfly_pairs
 from grt_model.butterfly import from_pairs, pair_index, stage_stride, to_pairs
 from rmsgauge import Claim, check_range, claims_table, eps_of, seed_everything, tolerance, write_claims_json
+from rmsgauge.claims import WIDTH
 from rmsgauge.corpus import ByteCorpus, decode, encode, load_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +80,34 @@ def test_claim_record_json_and_table(tmp_path):
     assert "HOLDS" in claims_table([c]) and c.test_name == "test_example_claim"
     with pytest.raises(ValueError, match="claim id"):
         Claim(id="nodot", statement="s", stated=None, measured=0, tolerance=None, holds=True)
+
+
+# words a claim's cells are made of: names, formulas, numbers as the records print them
+CELL_WORD = st.one_of(st.from_regex(r"[a-z<>|=;,()]{1,10}", fullmatch=True),
+                      st.floats(-1e6, 1e6, allow_nan=False).map(lambda x: f"{x:.3g}"))
+CELL_TEXT = st.lists(CELL_WORD, min_size=1, max_size=14).map(" ".join)
+
+
+@given(st.lists(st.tuples(CELL_TEXT, CELL_TEXT, st.booleans()), min_size=1, max_size=4), st.booleans())
+def test_claims_table_shows_every_cell_whole(rows, two_dtypes):
+    dtypes = ("float64", "float32") if two_dtypes else ("float64",)
+    claims = [Claim(id=f"gauge.claim_{k}", statement="s", stated=stated, measured=0.0, tolerance=None, holds=holds,
+                    dtype=d, summary=summary) for k, (stated, summary, holds) in enumerate(rows) for d in dtypes]
+    lines = assert_cells_whole(claims)
+    assert all(len(line) <= WIDTH for line in lines), max(lines, key=len)
+
+
+def test_claims_table_keeps_the_gauge_cells_whole():
+    """The gauge rows whose cells were cut with "...": each number and word of them is shown."""
+    rows = [({"||g||": 3.6, "<g,W>": 1e-15}, "<g,W>/(|g||W|) 1.2e-17", "<g,W>/(|g||W|) -1.4e-10"),
+            (None, "neuron 0.00074 head 4.4e-16", "neuron 0.00074 head 0"),
+            ("the weight producing z = xW in a pre-norm block", "4 gauges with QK-norm, 0 without",
+             "4 gauges with QK-norm, 0 without")]
+    claims = [Claim(id=f"gauge.row_{k}", statement="s", stated=stated, measured=0.0, tolerance=None, holds=True,
+                    dtype=d, summary=s)
+              for k, (stated, *ours) in enumerate(rows) for d, s in zip(("float64", "float32"), ours)]
+    lines = assert_cells_whole(claims)
+    assert not any(line.rstrip().endswith("...") for line in lines), lines
 
 
 def test_check_range_names_parameter():

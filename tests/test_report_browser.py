@@ -23,6 +23,7 @@ from report_samples import synthetic_claims, synthetic_proofs  # tests/ is on th
 from figures import FigureContext, load_all, run
 from figures.model_source import write_untrained_checkpoint
 from figures.registry import read_sidecars
+from proofs.core import ProofResult
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 BROWSER = next((p for p in map(shutil.which, BROWSERS) if p), None)
@@ -42,6 +43,41 @@ def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=WALL_TIMEOUT_S, check=False)
 
 
+# The page in a frame of a given width (chromium's window is at least 500 px wide; a frame can be narrower),
+# measured from outside by the frame's parent: verdicts drawn on more than one line (PROVED split letter by
+# letter), links to an anchor the page lacks, and the page's width against the frame's.
+FRAME = """<!DOCTYPE html><html><body style="margin:0">
+<iframe id="page" src="index.html" style="width:{width}px;height:1200px;border:0"></iframe>
+<script>
+var frame=document.getElementById('page'), root=document.documentElement;
+function count(doc, sel, test){{ return Array.prototype.filter.call(doc.querySelectorAll(sel), test).length; }}
+var poll=setInterval(function(){{
+  var doc=frame.contentDocument;
+  if(!doc || doc.readyState!=='complete') return;
+  clearInterval(poll);
+  var verdicts='tr.claim > td:first-child > span, tr.proof > td:first-child > span';
+  root.dataset.verdicts=doc.querySelectorAll(verdicts).length;
+  root.dataset.verdictsWrapped=count(doc, verdicts, function(el){{ return el.getClientRects().length > 1; }});
+  root.dataset.brokenLinks=count(doc, 'a[href^="#"]', function(a){{
+    var id=a.getAttribute('href').slice(1); return id.length > 0 && !doc.getElementById(id); }});
+  root.dataset.pageWidth=doc.documentElement.scrollWidth;
+  root.dataset.frameWidth=frame.contentWindow.innerWidth;
+  root.dataset.measured='yes';
+}}, 100);
+</script></body></html>"""
+
+
+def _measure(out: Path, profile: Path, width: int) -> dict[str, str]:
+    frame = out / f"frame-{width}.html"  # beside the page: the frame reads it as a same-folder file
+    frame.write_text(FRAME.format(width=width), encoding="utf-8")
+    r = _chromium(profile, "--allow-file-access-from-files", f"--window-size={max(width + 100, 600)},1300",
+                  "--dump-dom", frame.as_uri())
+    assert r.returncode == 0, r.stderr[-2000:]
+    attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', re.search(r"<html[^>]*>", r.stdout).group(0)))
+    assert attrs.get("measured") == "yes" and int(attrs["frame-width"]) == width, attrs
+    return attrs
+
+
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     """A fast subset of figures (static GRT figures + two trained-model figures, one with a 3-D view) and the
@@ -56,6 +92,43 @@ def page(tmp_path_factory):
     assert not res.log.failed, res.log.failed
     return {"out": out, "claims": res.claims, "proofs": res.proofs, "sidecars": read_sidecars(out),
             "profile": root / "profile"}
+
+
+# proofs as long as the real ones (python -m proofs): identity and residual text that squeezes the verdict column
+LONG_PROOFS = [
+    ProofResult("dynamics.equilibrium_norm_momentum", "stationary moments: x*^2 = eta^2 G^2 (1+mu q)/((1-mu q)(1-q^2)) "
+                "(decoupled); eta(1+mu)G^2/(2 lam (1-mu)((1+mu) - eta lam/2)) (L2); AdamW x* = eta^2 nu (1-b1)(1+b1 q)"
+                "/((1+b1)(1-b1 q)(1-q^2)) -> eta nu/(2 lam) (Kosson et al.)", True,
+                "decoupled 0; l2 0; adamw 0; adamw small-eta limit 0", "symbolic q, mu, eta, lambda, gamma = "
+                "E||g||^2 (uncorrelated across steps)"),
+    ProofResult("grt.butterfly_permutation", "each stage's pairing is a permutation; the stage rotation "
+                "Pi^T blockdiag(R) Pi is in SO(d)", False, "d=4 stage=0: perm=True orth=True det1=True; " * 12,
+                "concrete d = 4, 8, 16, every stride"),
+]
+
+
+@pytest.fixture(scope="module")
+def partial(tmp_path_factory):
+    """A partial report, as ``--only`` with a claim subset leaves it: three figures, two claims (the figures cite
+    claims the page has no row for), and long proofs."""
+    root = tmp_path_factory.mktemp("partial")
+    out = root / "out"
+    ctx = FigureContext(out_dir=out, quick=True)
+    res = run(["grt.mixing", "grt.fig_storage", "grt.param_accounting"], ctx, claims=synthetic_claims()[:2],
+              proofs=synthetic_proofs() + LONG_PROOFS, command="python -m figures --only grt.mixing --quick")
+    assert not res.log.failed, res.log.failed
+    return {"out": out, "claims": res.claims, "proofs": res.proofs, "profile": root / "profile"}
+
+
+@pytest.mark.parametrize("width", [400, 1600])
+@pytest.mark.parametrize("which", ["page", "partial"])
+def test_verdicts_stay_whole_links_resolve_and_nothing_scrolls_sideways(request, which, width):
+    pg = request.getfixturevalue(which)
+    m = _measure(pg["out"], pg["profile"], width)
+    assert int(m["verdicts"]) == len({c.id for c in pg["claims"]}) + len(pg["proofs"])
+    assert m["verdicts-wrapped"] == "0", f"{m['verdicts-wrapped']} verdicts drawn on more than one line"
+    assert m["broken-links"] == "0", f"{m['broken-links']} links to an anchor the page lacks"
+    assert int(m["page-width"]) <= width, m
 
 
 def test_page_loads_renders_every_image_and_lists_every_claim(page):
