@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -152,6 +153,9 @@ def _template() -> Path:
         save_pretrained_dir(root / "RUN" / "ckpt.pt", root / "HF")
     except ModuleNotFoundError:  # no hf extra: the hf and evaluate draws are skipped
         pass
+    (root / "fuzzmodels.py").write_text(  # a user's model module for gauge census --model fuzzmodels:make
+        "import torch\nfrom torch import nn\n\n\ndef make():\n    m = nn.Sequential(nn.Linear(4, 4, bias=False), "
+        "nn.RMSNorm(4))\n    x = torch.ones(3, 4)\n    return m, lambda mm: mm(x.double()).pow(2).sum()\n")
     results = root / "R"  # an experiment's records: what studies.experiments summary/status read
     (results / "logs").mkdir(parents=True)
     (results / "runs.json").write_text("[]")
@@ -187,6 +191,7 @@ IO_CASES = {
                     ("tasks/mc.jsonl", "tasks/mc.yaml", "HF/config.json", "HF/new.json", "tasks/new.json")),
     "figures": ("figures.__main__", ["--checkpoint", "RUN/ckpt.pt", "--only", "grt.fig_gates", "--quick"], "--json",
                 ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256")),
+    "gauge census": ("gauge.census_cli", ["--model", "fuzzmodels:make", "--quiet"], "--json", ("fuzzmodels.py",)),
     "studies.experiments summary": ("studies.experiments", ["summary", "--results", "R", "--runs-dir", "RUN"],
                                     "--json", ("R/runs.json", "R/speed_probes.json", "R/logs/a.log.jsonl",
                                                "R/new.json", "RUN/log.jsonl")),
@@ -316,7 +321,26 @@ def test_fuzz_input_equals_output(data):
     if module in ("lm.hf_convert", "lm.evaluate"):
         _needs_hf()
     target = data.draw(st.sampled_from(inputs), label="input")
-    _refused_untouched(name, module, [*base, out_flag, target], _sandbox(fixtures=True))
+    _refused_onto_input(name, target)
+
+
+def _refused_onto_input(name: str, target: str) -> None:
+    module, base, out_flag, _ = IO_CASES[name]
+    root = _sandbox(fixtures=True)
+    sys.path.insert(0, str(root))  # the census imports the user's module from where the user stands
+    try:
+        _refused_untouched(name, module, [*base, out_flag, target], root)
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("fuzzmodels", None)
+
+
+@pytest.mark.parametrize(("name", "target"), [(n, t) for n, case in sorted(IO_CASES.items()) for t in case[3]])
+def test_every_output_onto_every_input_is_refused(name, target):
+    """Each pair the draws above sample from, every time: no input of any command is ever written over."""
+    if IO_CASES[name][0] in ("lm.hf_convert", "lm.evaluate"):
+        _needs_hf()
+    _refused_onto_input(name, target)
 
 
 def test_tiny_successful_runs_train_and_sample():
