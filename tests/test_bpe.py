@@ -153,3 +153,11 @@ def test_the_driver_runs_a_tiny_bpe_grid(tmp_path):
     assert math.isfinite(final["val_bpb_full"]) and final["val_full_bytes"] > 0
     ckpt = torch.load(tmp_path / "r" / "bpe-tiny-dense-final" / "ckpt.pt", weights_only=False)
     assert ckpt["train_config"]["tokenizer"] == "bpe" and ckpt["model_config"]["vocab_size"] == 320
+
+
+def test_a_cached_encoding_gives_the_same_tokens(tmp_path):
+    first = _corpus(tmp_path)
+    cached = list((tmp_path / "data" / "tokenizers").glob("*.npz"))
+    assert len(cached) == 1
+    again = _corpus(tmp_path)
+    assert np.array_equal(first.tokens, again.tokens) and first.split_at == again.split_at
