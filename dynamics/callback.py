@@ -11,12 +11,29 @@ and the global RNG are untouched) with a probe batch (``batch=``, or the first `
 Trainer's training set collated by its own collator: no sampler is drawn, so the data order is unchanged), and
 attaches :class:`dynamics.monitor.EquilibriumMonitor` to the Trainer's optimizer, whatever param groups it built
 (wrappers such as accelerate's ``AcceleratedOptimizer`` are unwrapped to the torch optimizer).  Every recorded step
-goes to the JSON-lines file (strict JSON), to a CSV file (one row per step and gauge group) and, when
-``tensorboard=`` names a folder (the ``tensorboard`` package is optional) or passes a writer, to TensorBoard
-scalars ``equilibrium/<group>/{norm,angle,norm_over_eq,angle_over_eq}``.  At ``on_train_end`` the summary is
-appended to the JSON lines and the monitor's table is printed.  Only the main process (``state.is_world_process_zero``)
-watches.  When the learning-rate schedule moves the equilibrium faster than the norm can follow, one warning is
-logged (``transformers`` logging; :func:`dynamics.optlaws.schedule_lag`).
+goes to the JSON-lines file (strict JSON), to a CSV file (one row per step and gauge group, columns
+:data:`CSV_FIELDS`) and, when ``tensorboard=`` names a folder (``pip install 'rmsgauge[monitor]'``) or passes a
+writer, to TensorBoard scalars (:func:`dynamics.monitor.record_scalars`: ``equilibrium/<group>/{norm, eff_lr,
+norm_over_eq, eff_lr_over_eq, norm_over_pred}`` and ``equilibrium/all/...``, no spaces or brackets in a name).
+
+**The Trainer's own log.**  At every logging step of the Trainer (``logging_steps``) the figures of the latest record
+go through ``Trainer.log``, so they sit beside ``loss`` in ``state.log_history`` and reach every logger the Trainer
+reports to (W&B, MLflow, TensorBoard via ``report_to``): ``trainer_log="all"`` the roll-up over the groups
+(``equilibrium/all/{eff_lr_median, eff_lr_over_eq_median, norm_over_eq_median, norm_over_eq_worst,
+at_equilibrium}``), ``"groups"`` every group's too, None nothing.  (A callback is handed the model and optimizer, not
+the Trainer: the Trainer is the one on the call stack whose callback handler holds this callback.)
+
+**Resume.**  The monitor's state rides in the Trainer's checkpoints (``trainer_state.json``: this callback is an
+``ExportableState``) without its history, which the JSON-lines file holds.  ``Trainer.train(resume_from_checkpoint=
+...)`` rebuilds the monitor from the checkpoint's state and the file's records up to the checkpoint's step, appends a
+``{"event": "resume", "step": N}`` line, and the records continue at the run's global step, appended to both files
+(where a step appears twice, the later record holds: the first part ran past its last checkpoint).  A run that
+starts at step 0 onto a file that holds records is refused with one line: a log is never truncated.
+
+At ``on_train_end`` the summary is appended to the JSON lines and the monitor's table is printed
+(:meth:`dynamics.monitor.EquilibriumMonitor.table`: a roll-up over the model, then one row per group, every column
+explained under it).  Only the main process (``state.is_world_process_zero``) watches.  When the learning-rate
+schedule moves the equilibrium faster than the norm can follow, one warning is logged (``transformers`` logging).
 
 ``transformers`` is imported here at module level; ``import dynamics`` does not import this module until
 ``dynamics.EquilibriumCallback`` is asked for.
@@ -25,22 +42,34 @@ logged (``transformers`` logging; :func:`dynamics.optlaws.schedule_lag`).
 from __future__ import annotations
 
 import csv
-import json
-import math
+import inspect
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 from transformers.utils import logging as hf_logging
 
-from dynamics.monitor import DEFAULT_BAND, EquilibriumMonitor, describe_gauges, is_empty
-from rmsgauge import check_range, json_safe
+from dynamics.monitor import (
+    DEFAULT_BAND,
+    EquilibriumMonitor,
+    append_lines,
+    describe_gauges,
+    group_spec,
+    is_empty,
+    read_records,
+    record_scalars,
+    spec_groups,
+    tensorboard_writer,
+)
+from rmsgauge import check_choice, check_range
 
 logger = hf_logging.get_logger(__name__)
 CSV_FIELDS = ("step", "group", "law", "lr", "wd", "norm", "angle", "norm_eq", "angle_eq", "relax_steps", "nu",
-              "lag")
+              "lag", "norm_track", "why")
+TRAINER_LOG = ("all", "groups")
 
 
 def unwrap_optimizer(opt: Any) -> torch.optim.Optimizer:
@@ -64,58 +93,114 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return model
 
 
-class EquilibriumCallback(TrainerCallback):
+class EquilibriumCallback(TrainerCallback, ExportableState):
     """Census + equilibrium monitor for ``transformers.Trainer`` (see the module docstring)."""
 
     def __init__(self, jsonl: str | Path, *, csv_path: str | Path | bool = True, tensorboard: Any = None,
                  batch: Any = None, gauges: Any = None, probe_size: int = 2, interval: int = 1,
-                 band: float = DEFAULT_BAND, per_block: bool = True, print_table: bool = True) -> None:
+                 band: float = DEFAULT_BAND, per_block: bool = True, print_table: bool = True,
+                 trainer_log: str | None = "all") -> None:
         check_range("probe_size", probe_size, 1, None)
+        if trainer_log is not None:
+            check_choice("trainer_log", trainer_log, TRAINER_LOG)
         self.jsonl = Path(jsonl)
         self.csv_path = self.jsonl.with_suffix(".csv") if csv_path is True else (Path(csv_path) if csv_path else None)
         self.batch, self.gauges, self.probe_size = batch, gauges, int(probe_size)
         self.monitor_kw = {"interval": interval, "band": band, "per_block": per_block}
-        self.print_table = print_table
-        self.writer = self._writer(tensorboard)
+        self.print_table, self.trainer_log = print_table, trainer_log
+        self._tensorboard_arg = tensorboard
+        self.writer = tensorboard_writer(tensorboard)
         self.monitor: EquilibriumMonitor | None = None
         self.found: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
         self.table: str | None = None
+        self._trainer: Any = None
+        self._logging = False
         self._done = 0
 
-    @staticmethod
-    def _writer(tb: Any) -> Any:
-        if tb is None or hasattr(tb, "add_scalar"):
-            return tb
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise ValueError("tensorboard: the tensorboard package is not installed (pip install tensorboard); "
-                             "pass tensorboard=None to write JSON lines and CSV only") from None
-        return SummaryWriter(log_dir=str(tb))
+    # ------------------------------------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps (``ExportableState``): the constructor's plain arguments and the monitor's state
+        without its history (the JSON-lines file holds the records)."""
+        tb = self._tensorboard_arg
+        args = {"jsonl": str(self.jsonl), "csv_path": str(self.csv_path) if self.csv_path else False,
+                "tensorboard": str(tb) if isinstance(tb, (str, Path)) else None, "probe_size": self.probe_size,
+                **self.monitor_kw, "print_table": self.print_table, "trainer_log": self.trainer_log}
+        saved = None
+        if self.monitor is not None:
+            mon = self.monitor.state_dict()
+            saved = {"gauges": group_spec(self.monitor.groups), "found": self.found, "records": len(mon["history"]),
+                     "monitor": {k: v for k, v in mon.items() if k != "history"}}
+        return {"args": args, "attributes": {"saved": saved}}
+
+    def _saved(self, state: Any) -> dict[str, Any] | None:
+        """This callback's entry in a resumed Trainer's state (the checkpoint's), None where it holds none."""
+        entries = (getattr(state, "stateful_callbacks", None) or {}).get(type(self).__name__)
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, dict) and entry.get("args", {}).get("jsonl") == str(self.jsonl):
+                return (entry.get("attributes") or {}).get("saved")
+        return None
 
     # ------------------------------------------------------------------------------------------------ events
     def on_train_begin(self, args: Any, state: Any, control: Any, model: nn.Module | None = None,
                        optimizer: Any = None, train_dataloader: Any = None, **kwargs: Any) -> None:
         if not getattr(state, "is_world_process_zero", True) or model is None or optimizer is None:
             return
-        net = unwrap_model(model)
-        spec = self.gauges if self.gauges is not None else self._census(net, train_dataloader, args)
-        self.found = describe_gauges(spec)
+        resumed_at = int(getattr(state, "global_step", 0) or 0)
+        if not resumed_at:
+            for path in (self.jsonl, self.csv_path):
+                if path is not None and path.exists() and path.stat().st_size > 0:
+                    raise ValueError(f"EquilibriumCallback: {path} already holds records and this run starts at step "
+                                     "0; pass a new jsonl= (or csv_path=) or move the file: a log is never truncated "
+                                     "(a run resumed from a checkpoint appends to it)")
+        net, opt = unwrap_model(model), unwrap_optimizer(optimizer)
+        self._trainer = self._running_trainer()
         self.jsonl.parent.mkdir(parents=True, exist_ok=True)
-        if is_empty(spec):
-            logger.warning("EquilibriumCallback: the census found no gauge tensors; nothing to monitor")
-            self.jsonl.write_text(json.dumps(json_safe({"event": "census", **self.found})) + "\n")
-            return
-        self.monitor = EquilibriumMonitor(net, unwrap_optimizer(optimizer), spec, log_path=self.jsonl,
-                                          on_lag=logger.warning, **self.monitor_kw)
-        with self.jsonl.open("a") as f:  # the monitor truncated the file: the census record comes first
-            f.write(json.dumps(json_safe({"event": "census", **self.found})) + "\n")
-        if self.csv_path is not None:
+        saved = self._saved(state) if resumed_at else None
+        if saved is not None:
+            self.found = saved["found"]
+            self.monitor = EquilibriumMonitor(net, opt, spec_groups(saved["gauges"]), tensorboard=self.writer,
+                                              on_lag=logger.warning, **self.monitor_kw)
+            mon = saved["monitor"]
+            history = read_records(self.jsonl, up_to=int(mon["step"])) if self.jsonl.exists() else []
+            if len(history) != saved["records"]:
+                logger.warning(f"EquilibriumCallback: {self.jsonl} holds {len(history)} of the {saved['records']} "
+                               f"records up to step {mon['step']}; the summary covers the records it holds")
+            self.monitor.load_state_dict({**mon, "history": history})
+            append_lines(self.jsonl, [{"event": "resume", "step": resumed_at}])
+        else:
+            spec = self.gauges if self.gauges is not None else self._census(net, train_dataloader, args)
+            self.found = describe_gauges(spec)
+            if resumed_at:
+                logger.warning(f"EquilibriumCallback: the checkpoint at step {resumed_at} holds no monitor state; "
+                               f"the monitor starts afresh at step {resumed_at + 1}")
+                append_lines(self.jsonl, [{"event": "resume", "step": resumed_at}])
+            append_lines(self.jsonl, [{"event": "census", **self.found}])
+            if is_empty(spec):
+                logger.warning("EquilibriumCallback: the census found no gauge tensors; nothing to monitor")
+                return
+            self.monitor = EquilibriumMonitor(net, opt, spec, tensorboard=self.writer, on_lag=logger.warning,
+                                              **self.monitor_kw)
+            self.monitor.step = resumed_at
+        if self.csv_path is not None and not (self.csv_path.exists() and self.csv_path.stat().st_size > 0):
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
             with self.csv_path.open("w", newline="") as f:
                 csv.writer(f).writerow(CSV_FIELDS)
-        self._done = 0
+        self._done = len(self.monitor.history)
+
+    def _running_trainer(self) -> Any:
+        """The Trainer whose callback handler is calling this callback (callbacks are not handed the Trainer)."""
+        frame = inspect.currentframe()
+        try:
+            while frame is not None:
+                obj = frame.f_locals.get("self")
+                handler = getattr(obj, "callback_handler", None)
+                if callable(getattr(obj, "log", None)) and self in getattr(handler, "callbacks", ()):
+                    return obj
+                frame = frame.f_back
+        finally:
+            del frame
+        return None
 
     def _census(self, net: nn.Module, loader: Any, args: Any) -> Any:
         from gauge.census import census  # gauge sits beside dynamics: imported when a run asks
@@ -133,24 +218,25 @@ class EquilibriumCallback(TrainerCallback):
         self._done = len(self.monitor.history)
         if not new:
             return
-        rows = [[rec["step"], name] + [r.get(k) for k in CSV_FIELDS[2:]] for rec in new
-                for name, r in rec["groups"].items()]
+        append_lines(self.jsonl, new)
         if self.csv_path is not None:
+            rows = [[rec["step"], name] + [r.get(k) for k in CSV_FIELDS[2:]] for rec in new
+                    for name, r in rec["groups"].items()]
             with self.csv_path.open("a", newline="") as f:
                 csv.writer(f).writerows(rows)
-        if self.writer is not None:
-            for rec in new:
-                for name, r in rec["groups"].items():
-                    self._scalars(name, r, rec["step"])
 
-    def _scalars(self, name: str, r: dict[str, Any], step: int) -> None:
-        vals = {"norm": r["norm"], "angle": r["angle"]}
-        for key, eq in (("norm", "norm_eq"), ("angle", "angle_eq")):
-            v = r.get(eq)
-            if v is not None and math.isfinite(v) and v > 0:
-                vals[f"{key}_over_eq"] = r[key] / v
-        for k, v in vals.items():
-            self.writer.add_scalar(f"equilibrium/{name}/{k}", v, step)
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+               **kwargs: Any) -> None:
+        """Beside each training log (the one with ``loss``), the latest record's figures through ``Trainer.log``."""
+        if self._logging or self.monitor is None or self._trainer is None or self.trainer_log is None \
+                or not logs or "loss" not in logs or not self.monitor.history:
+            return
+        figures = record_scalars(self.monitor.history[-1], self.monitor.band, groups=self.trainer_log == "groups")
+        self._logging = True
+        try:
+            self._trainer.log(figures)
+        finally:
+            self._logging = False
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.monitor is None:
@@ -159,8 +245,7 @@ class EquilibriumCallback(TrainerCallback):
         self.monitor.detach()
         self.summary = self.monitor.summary()
         self.table = self.monitor.table()
-        with self.jsonl.open("a") as f:
-            f.write(json.dumps(json_safe({"event": "summary", **self.summary})) + "\n")
+        append_lines(self.jsonl, [{"event": "summary", **self.summary}])
         if self.writer is not None and hasattr(self.writer, "flush"):
             self.writer.flush()
         if self.print_table:

@@ -1,10 +1,12 @@
 """The equilibrium monitor's figure, readable with any number of gauge groups.
 
-Up to :data:`FEW` groups: one coloured line per group (norm, angle), its prediction dashed in the same colour, the
-legend outside the axes.  More groups (a real model has one per head and projection): every group is a thin grey
-line of its *ratio to its own prediction* (norm / predicted norm, angle / predicted angle; the raw values where no
-law applies), with the median across groups in black and the 10–90% band shaded, and the group farthest from 1 at
-the end named in colour, so dozens of groups read as one distribution instead of a tangle.
+Up to :data:`FEW` groups: one coloured line per group (norm, angle), its equilibrium at each step's learning rate
+dashed and the norm the laws predict along the run's own schedule dotted, in the same colour, the legend outside the
+axes (the names without the prefix they all share, never cut).  More groups (a real model has one per head and
+projection): every group is a thin grey line of its *ratio to its own prediction* (norm / predicted norm, angle /
+predicted angle; the raw values where no law applies), with the median across groups in black and the 10–90% band
+shaded, and the group farthest from 1 at the end named in colour, so dozens of groups read as one distribution
+instead of a tangle.
 """
 
 from __future__ import annotations
@@ -33,14 +35,16 @@ def _aligned(mon: Any, key: str, ref: str | None) -> tuple[np.ndarray, np.ndarra
 
 def _few(mon: Any, axes: Any) -> None:
     a1, a2 = axes
-    for i, g in enumerate(mon.groups):
+    shown = mon.group_labels()[1]
+    for i, (g, label) in enumerate(zip(mon.groups, shown)):
         col = f"C{i % 10}"
         a1.plot(*mon.series(g.name, "norm"), color=col, lw=1)
         a1.plot(*mon.series(g.name, "norm_eq"), color=col, lw=1, ls="--")
-        a2.plot(*mon.series(g.name, "angle"), color=col, lw=0.8, label=g.name)
+        a1.plot(*mon.series(g.name, "norm_track"), color=col, lw=1, ls=":")
+        a2.plot(*mon.series(g.name, "angle"), color=col, lw=0.8, label=label)
         a2.plot(*mon.series(g.name, "angle_eq"), color=col, lw=1, ls="--")
-    a1.set(xlabel="step", ylabel="||W_I||", title="norm (dashed: predicted equilibrium)")
-    a2.set(xlabel="step", ylabel="angle per step (rad)", yscale="log", title="rotation (dashed: predicted)")
+    a1.set(xlabel="step", ylabel="||W_I||", title="norm (dashed: equilibrium at the lr; dotted: along the schedule)")
+    a2.set(xlabel="step", ylabel="eff lr: angle per step (rad)", yscale="log", title="rotation (dashed: predicted)")
     a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
 
 
@@ -59,7 +63,8 @@ def _many(mon: Any, axes: Any) -> None:
             last = ratio[ok][-1]
             if np.isfinite(last).any():
                 j = int(np.nanargmax(np.abs(np.log(np.abs(last) + 1e-300))))
-                ax.plot(steps, ratio[:, j], color="C3", lw=1, label=f"farthest: {mon.groups[j].name[:40]}")
+                shown = mon.group_labels()[1]
+                ax.plot(steps, ratio[:, j], color="C3", lw=1, label=f"farthest: {shown[j]}")
         ax.axhline(1.0, color="k", lw=0.6, ls=":")
         ylabel = f"{what} / predicted" if not raw.all() else what
         ax.set(xlabel="step", ylabel=ylabel, yscale="log" if what == "angle" else "linear",

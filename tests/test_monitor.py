@@ -196,7 +196,7 @@ def test_partial_gauge_blocks_are_not_merged_into_the_whole_tensor():
     assert [(g.name, g.axis, g.start, g.stop) for g in part] == [("w[rows 0:4]", 0, 0, 4)]
 
 
-# ------------------------------------------------------------------------------------------------ issue 22
+# ------------------------------------------------------------------------------------------------ SGD family
 def test_sgd_predicted_norm_uses_the_mean_square_gradient_statistic():
     """The SGD equilibrium norm needs G^2 = E[(||g_I|| ||W_I||)^2], a mean of *squares*: sqrt(mean G^2) differs from
     mean G by the spread of G (here G varies by tens of percent across batches), so a monitor that averaged the
@@ -223,7 +223,7 @@ def test_sgd_predicted_norm_uses_the_mean_square_gradient_statistic():
 
 
 def test_monitor_sgd_momentum_steps_to_equilibrium_match_simulation():
-    """The issue's case: SGD, momentum 0.9, coupled L2, on the random-walk gauge (one gauge per row).  The monitor's
+    """SGD, momentum 0.9, coupled L2, on the random-walk gauge (one gauge per row).  The monitor's
     predicted steps to equilibrium (the second-moment map iterated from the first recorded state) match the steps
     its groups take, within one relaxation time; the old plain-SGD relaxation (1/(4 lr wd)) was ~1/(1-mu) too long."""
     R, n, lr, wd, mu = 16, 256, 0.1, 0.02, 0.9
@@ -324,3 +324,244 @@ def test_monitor_lion_and_muon_records():
         r = mon.history[-1]["groups"]["w"]
         assert r["law"] == "muon" and r["nu_nominal"] == 8 and r["angle_eq"] == pytest.approx(
             math.acos(1 - 1e-3), rel=tolerance("float64").rtol)
+
+
+# ------------------------------------------------------------------------------------------------ the monitor as a tool
+def _random_walk_run(opt_of, R: int, n: int, steps: int, scale: float, schedule=None,
+                     radial: float = 0.0) -> EquilibriumMonitor:
+    """One gauge per row of W (R, n): each step's gradient is a random direction orthogonal to its row, of norm
+    1/||row|| (the random-walk model the laws are exact for), stepped by the real torch optimizer.  ``radial``
+    adds ``radial * W`` to it: a pull towards 0 the loss of a gauge cannot have (the laws do not describe it)."""
+    holder = nn.Module()
+    gen = torch.Generator().manual_seed(0)
+    holder.w = nn.Parameter(torch.randn(R, n, dtype=torch.float64, generator=gen) * scale)
+    opt = opt_of([holder.w])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule) if schedule is not None else None
+    mon = EquilibriumMonitor(holder, opt, {"w": [(0, r, r + 1) for r in range(R)]})
+    for _ in range(steps):
+        w = holder.w.detach()
+        xi = torch.randn(R, n, dtype=torch.float64, generator=gen)
+        holder.w.grad = (xi - w * (xi * w).sum(1, keepdim=True) / (w * w).sum(1, keepdim=True)) / w.norm(
+            dim=1, keepdim=True) + radial * w
+        opt.step()
+        if sched is not None:
+            sched.step()
+    return mon
+
+
+def test_predictions_follow_the_schedule_the_run_had():
+    """Linear decay to lr/T (the HF Trainer's default): the equilibrium at the last lr is far below the norm, which
+    cannot follow it.  The monitor says so (status, a readable gap), predicts the norm along the schedule the run
+    had (the law's own map stepped with each record's lr), and its steps to equilibrium match the measured ones."""
+    import re
+
+    from dynamics.monitor import LAGGING
+
+    R, n, lr, wd, mu, T = 16, 256, 0.1, 0.02, 0.9, 200
+    mon = _random_walk_run(lambda ps: torch.optim.SGD(ps, lr=lr, momentum=mu, weight_decay=wd), R, n, T, 0.3,
+                           schedule=lambda t: 1 - t / T)
+    s = mon.summary()
+    groups = s["groups"].values()
+    assert all(r["scheduled"] and r["lr_last"] == pytest.approx(lr / T, rel=tolerance("float64").rtol) for r in groups)
+    # the norm the laws predict along the run's schedule is the measured one (random-walk noise and O(1/n))
+    ratio = [r["norm_last"] / r["norm_track"] for r in groups]
+    assert abs(float(np.mean(ratio)) - 1) <= SE_SIGMAS * float(np.std(ratio, ddof=1)) / math.sqrt(R) + 4 / n
+    # while the equilibrium of the last lr is far from it: the norm lags the schedule
+    assert all(abs(r["norm_gap"] ** 2 - 1) > mon.band and r["status"] == LAGGING for r in groups)
+    tau = laws.relaxation_steps("sgdm", "l2", lr, wd, momentum=mu)
+    pred = [r["steps_to_eq_predicted"] for r in groups]
+    meas = [r["steps_to_eq_measured"] for r in groups]
+    assert abs(float(np.median(pred)) - float(np.median(meas))) <= tau, (pred, meas, tau)
+    table = mon.table()
+    assert re.search(r"\|W\| x\d+\.\d above \|W\|\*\(lr\)", table) and "lagging the schedule" in table
+    assert "warning: the learning-rate schedule" in table and not re.search(r"\d{4,}%", table)  # no 11551987%
+
+
+@pytest.mark.parametrize(("steps", "scale", "schedule", "radial", "status"), [
+    (20, 3.0, None, 0.0, "approaching"),  # 20 steps of a relaxation time of ~50 from 3x the norm
+    (200, 0.15, None, 0.0, "at equilibrium"),
+    (300, 0.15, lambda t: 1 - 0.1 * t / 300, 0.0, "tracking the schedule"),  # slow enough to follow
+    (200, 0.15, None, 0.01, "off equilibrium (the law puts it inside the band)"),  # no gauge: an extra pull
+])
+def test_status_says_where_each_group_stands(steps, scale, schedule, radial, status):
+    mon = _random_walk_run(lambda ps: torch.optim.SGD(ps, lr=0.5, weight_decay=0.01), 8, 256, steps, scale,
+                           schedule=schedule, radial=radial)
+    s = mon.summary()
+    assert all(r["status"] == status for r in s["groups"].values()), [r["status"] for r in s["groups"].values()]
+    assert s["model"]["status_counts"] == {status: 8} and f"model, 8 groups: {status} 8" in mon.table()
+
+
+def test_x0_is_the_squared_norm_before_the_first_step():
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5)
+    mon = EquilibriumMonitor(m, opt, _blocks())
+    w0 = m.w.detach().clone()
+    m(torch.randn(16, 8, dtype=torch.float64)).backward()
+    opt.step()
+    for g in mon.groups:
+        norm0 = float(g.view(w0).double().norm())
+        assert mon.stats(g).x0 == norm0**2 and mon.state_dict()["x0"][g.name] == norm0**2  # exactly, float64
+        assert mon.summary()["groups"][g.name]["norm_first"] == math.sqrt(norm0**2)
+        assert float(g.view(m.w.detach()).double().norm()) ** 2 != norm0**2  # the step moved it
+
+
+def _nested(rows: int = 68, heads: int = 2) -> nn.Module:
+    """``model.layers.0.self_attn.q_proj.weight`` (rows, 8), as a Hugging Face model names it."""
+    top = nn.Module()
+    top.model = nn.Module()
+    top.model.layers = nn.ModuleList([nn.Module()])
+    top.model.layers[0].self_attn = nn.Module()
+    top.model.layers[0].self_attn.q_proj = nn.Linear(8, rows, bias=False, dtype=torch.float64)
+    return top
+
+
+def test_table_names_what_users_look_for_and_never_cuts_a_group_apart():
+    from dynamics.monitor import COLUMNS
+
+    torch.manual_seed(0)
+    m = _nested()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    mon = EquilibriumMonitor(m, opt, {name: [(0, 0, 34), (0, 34, 68)]})
+    for _ in range(3):
+        m.model.layers[0].self_attn.q_proj(torch.randn(4, 8, dtype=torch.float64)).pow(2).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    lines = mon.table().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("group "))
+    rows = lines[header + 2: header + 4]
+    assert [r.split()[0] for r in rows] == ["weight[rows", "weight[rows"] and "weight[rows 0:34]" in rows[0] \
+        and "weight[rows 34:68]" in rows[1]  # the shared prefix dropped, the part that tells them apart whole
+    assert any(line.startswith("model, 2 groups:") for line in lines[:header])  # the roll-up comes first
+    assert any("median group: eff lr" in line for line in lines[:header])
+    assert any("worst group:" in line for line in lines[:header])
+    legend = lines[lines.index("columns:") + 1:]
+    assert [line.split("  ")[1].strip() for line in legend] == [h for h, _ in COLUMNS]
+    assert all(head in lines[header] for head, _ in COLUMNS)  # every column printed is explained
+
+
+def test_param_groups_are_read_from_the_optimizer_at_each_record():
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    opt = torch.optim.AdamW([{"params": [m.out]}, {"params": [m.w]}], lr=0.01, weight_decay=0.1)
+    mon = EquilibriumMonitor(m, opt, ["w"])
+    _adamw_steps(m, opt, 1, torch.Generator().manual_seed(1))
+    opt.param_groups.pop()
+    opt.add_param_group({"params": [m.w], "lr": 5e-3, "weight_decay": 0.5})
+    _adamw_steps(m, opt, 1, torch.Generator().manual_seed(2))
+    moved = mon.history[-1]["groups"]["w"]
+    assert (moved["lr"], moved["wd"]) == (5e-3, 0.5)
+    assert moved["angle_eq"] == laws.equilibrium_angle("adamw", "torch", 5e-3, 0.5, betas=(0.9, 0.999))
+    opt.param_groups.pop()
+    _adamw_steps(m, opt, 1, torch.Generator().manual_seed(3))
+    gone = mon.history[-1]["groups"]["w"]
+    assert gone["norm_eq"] is None and gone["angle_eq"] is None and gone["angle"] == 0.0
+    assert mon.summary()["groups"]["w"]["status"] == "not stepped (not in the optimizer)"
+
+
+@pytest.mark.parametrize(("make", "later_lr", "status"), [
+    (lambda ps: torch.optim.AdamW(ps, lr=2.0, weight_decay=1.0), None, "no equilibrium (lr*wd >= 1)"),
+    (lambda ps: torch.optim.SGD(ps, lr=3.0, weight_decay=1.0), None, "no equilibrium (lr*wd >= 1)"),
+    (lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.1), -1e-3, "no law (negative lr)"),
+    (lambda ps: torch.optim.SGD(ps, lr=1e-3, weight_decay=0.1), -1e-3, "no law (negative lr)"),
+    (lambda ps: torch.optim.SGD(ps, lr=1e-3, momentum=0.9, weight_decay=0.1), 0.0, "no motion (lr 0)"),
+])
+def test_a_law_outside_its_domain_never_stops_the_training(make, later_lr, status):
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    opt = make(m.parameters())
+    mon = EquilibriumMonitor(m, opt, _blocks())
+    gen = torch.Generator().manual_seed(1)
+    _adamw_steps(m, opt, 2, gen)
+    if later_lr is not None:
+        for pg in opt.param_groups:
+            pg["lr"] = later_lr
+    _adamw_steps(m, opt, 2, gen)
+    assert [h["step"] for h in mon.history] == [1, 2, 3, 4]
+    s = mon.summary()
+    assert all(r["status"] == status for r in s["groups"].values()), s["groups"]
+    assert all(r["norm_eq"] is None for r in mon.history[-1]["groups"].values())
+    assert status in mon.table()
+
+
+@pytest.mark.parametrize("key", ["G2_sum", "history", "last_law"])
+def test_loading_a_state_without_a_key_names_it(key):
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1)
+    mon = EquilibriumMonitor(m, opt, ["w"])
+    _adamw_steps(m, opt, 1, torch.Generator().manual_seed(1))
+    state = mon.state_dict()
+    del state[key]
+    with pytest.raises(ValueError, match=rf"^monitor state: missing key '{key}'") as e:
+        EquilibriumMonitor(m, opt, ["w"]).load_state_dict(state)
+    assert "\n" not in str(e.value)
+
+
+def test_a_log_that_exists_is_appended_to_or_refused_never_truncated(tmp_path):
+    from dynamics.monitor import EquilibriumLogWarning, read_records
+
+    def monitor(log):
+        torch.manual_seed(0)
+        m = HeadNormToy()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5)
+        return m, opt, EquilibriumMonitor(m, opt, _blocks(), log_path=log)
+
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("a user's own lines\n")
+    with pytest.raises(ValueError, match=r"^log_path: .*mine.jsonl exists and holds no equilibrium record") as e:
+        monitor(mine)
+    assert mine.read_text() == "a user's own lines\n" and "\n" not in str(e.value)
+    # uninterrupted, and resumed the documented way: a new monitor on the same log, then load_state_dict
+    m, opt, full = monitor(tmp_path / "full.jsonl")
+    _adamw_steps(m, opt, 6, torch.Generator().manual_seed(1))
+    log = tmp_path / "eq.jsonl"
+    m, opt, first = monitor(log)
+    gen = torch.Generator().manual_seed(1)
+    _adamw_steps(m, opt, 3, gen)
+    first.detach()
+    before = log.read_text()
+    resumed = EquilibriumMonitor(m, opt, _blocks(), log_path=log)
+    assert log.read_text() == before  # building it wipes nothing
+    resumed.load_state_dict(first.state_dict())
+    _adamw_steps(m, opt, 3, gen)
+    assert log.read_text().startswith(before)
+    assert [r["step"] for r in read_records(log)] == [1, 2, 3, 4, 5, 6]
+    assert read_records(log) == read_records(tmp_path / "full.jsonl")
+    assert json.loads(log.read_text().splitlines()[3]) == {"event": "resume", "step": 3}
+    # a fresh monitor onto that run's log: the file is left as it is, the training goes on
+    whole = log.read_text()
+    m, opt, fresh = monitor(log)
+    with pytest.warns(EquilibriumLogWarning, match="did not resume it"):
+        _adamw_steps(m, opt, 2, torch.Generator().manual_seed(1))
+    assert log.read_text() == whole and len(fresh.history) == 2
+    # a state that is not the run the log holds
+    other = EquilibriumMonitor(m, opt, _blocks(), log_path=tmp_path / "full.jsonl")
+    state = fresh.state_dict()
+    state["history"] = [{**state["history"][-1], "step": 99}]
+    with pytest.raises(ValueError, match=r"holds no record of step 99"):
+        other.load_state_dict(state)
+
+
+def test_monitor_writes_tensorboard_scalars_with_plain_names():
+    import re
+
+    class Writer:
+        def __init__(self) -> None:
+            self.scalars: list[tuple[str, float, int]] = []
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            self.scalars.append((tag, value, step))
+
+    torch.manual_seed(0)
+    m = HeadNormToy()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.5)
+    writer = Writer()
+    mon = EquilibriumMonitor(m, opt, _blocks(), tensorboard=writer)
+    _adamw_steps(m, opt, 2, torch.Generator().manual_seed(1))
+    tags = {t for t, _, _ in writer.scalars}
+    assert "equilibrium/w/rows_0-4/eff_lr_over_eq" in tags and "equilibrium/all/norm_over_eq_median" in tags
+    assert all(re.fullmatch(r"[A-Za-z0-9_./-]+", t) for t in tags) and {s for _, _, s in writer.scalars} == {1, 2}
+    r = mon.history[-1]["groups"]["w[rows 0:4]"]
+    assert ("equilibrium/w/rows_0-4/eff_lr", r["angle"], 2) in writer.scalars

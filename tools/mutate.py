@@ -142,6 +142,10 @@ MUTATIONS = [
              'spread_tok = min(ship["seed_range"], off["seed_range"])',
              "the coupling's gap compared with the smaller seed range: a gap inside the noise reads as a verdict",
              [pytest("tests/test_experiments.py", "spread_is_the_larger")]),
+    Mutation("monitor_x0_after_step", "dynamics/monitor.py", "self._x0.setdefault(g.name, norm0**2)",
+             "self._x0.setdefault(g.name, norm**2)",
+             "the monitor's first squared norm x0 read after the first step instead of before it",
+             [pytest("tests/test_monitor.py", "x0_is_the_squared_norm_before_the_first_step")]),
 ]
 
 
