@@ -11,7 +11,8 @@ optimizer                                    law                  predicted from
 ==========================================  ===================  ==================================================
 ``torch.optim.SGD`` (momentum, Nesterov,     ``sgd|sgdm|nesterov  :mod:`dynamics.heavyball` (closed forms where
 dampening, coupled ``weight_decay``)         /l2``                they exist: :func:`dynamics.laws.fixed_point_l2`)
-``torch.optim.AdamW``, ``Adam(decoupled)``   ``adamw/torch``      :func:`dynamics.laws.adamw_equilibrium_norm`
+``torch.optim.AdamW``, ``Adam(decoupled)``   ``adamw/torch``      :func:`dynamics.laws.adamw_equilibrium_norm`,
+                                                                  :func:`dynamics.laws.adamw_steps_to_equilibrium`
 ``torch.optim.Adam(weight_decay > 0)``       ``adam/l2``          none (:data:`dynamics.laws.ADAM_L2_WHY`)
 a class named ``Lion`` (:mod:`dynamics.lion`) ``lion``             :mod:`dynamics.scalefree` (arcsine series)
 ``torch.optim.Muon``                         ``muon``             :mod:`dynamics.scalefree` with measured
@@ -134,17 +135,23 @@ def _sgd(pg: Mapping[str, Any], lr: float, wd: float) -> Law:
 
 # ------------------------------------------------------------------------------------------------ predictions
 def predict(law: Law, st: GroupStats) -> dict[str, Any]:
-    """``angle_eq``, ``norm_eq``, ``relax_steps``, ``angle_rw`` (None where the law gives none)."""
+    """``angle_eq``, ``norm_eq``, ``relax_steps``, ``angle_rw`` (None where the law gives none).
+
+    Hyperparameters outside a law's range (a negative lr, lr * weight_decay >= 1, a beta outside [0, 1)): a one-line
+    ``ValueError`` naming the parameter and its range (:func:`dynamics.laws.decoupled_decay`), never a math domain
+    error or a number no law gives."""
     out: dict[str, Any] = {"angle_eq": None, "norm_eq": None, "relax_steps": None, "angle_rw": None}
+    if law.kind in ("adamw", "lion", "muon") or (law.kind == "heavyball" and law.rule is not None):
+        laws.decoupled_decay(law.lr, law.wd, "l2" if law.kind == "heavyball" else "torch")
     if law.kind == "heavyball":
         out.update(_heavyball(law, st))
     elif law.kind == "adamw":
-        b1 = law.betas[0]
+        b1, b2 = law.betas
         out["angle_eq"] = laws.equilibrium_angle("adamw", "torch", law.lr, law.wd, betas=law.betas)
-        out["norm_eq"] = laws.adamw_equilibrium_norm(law.lr, law.wd, st.numel, b1)
+        out["norm_eq"] = laws.adamw_equilibrium_norm(law.lr, law.wd, st.numel, b1, beta2=b2)
         out["relax_steps"] = laws.relaxation_steps("adamw", "torch", law.lr, law.wd)
         if law.lr > 0 and st.norm0 > 0:  # AdamW's random-walk angle at the current norm (valid in the transient)
-            out["angle_rw"] = laws.random_walk_angle(law.lr, st.norm0, st.numel, b1, law.d)
+            out["angle_rw"] = laws.random_walk_angle(law.lr, st.norm0, st.numel, b1, law.d, beta2=b2)
     elif law.kind in ("lion", "muon"):
         out.update(_scale_free(law, st))
     elif law.kind == "adafactor":
@@ -201,8 +208,8 @@ def steps_to_equilibrium(law: Law, st: GroupStats, band: float) -> tuple[float, 
     """``(enter, settle)`` predicted from the first recorded state with the law held fixed, or None.
 
     The SGD family iterates :class:`dynamics.heavyball.HeavyBall` from the recorded momentum state; a fresh AdamW /
-    Lion iterates its transient map (:mod:`dynamics.scalefree`); a resumed one, and Muon, the linear
-    :math:`q^{2t}` approach."""
+    Lion iterates its transient map (:func:`dynamics.laws.adamw_transient`,
+    :func:`dynamics.scalefree.lion_trajectory`); a resumed one, and Muon, the linear :math:`q^{2t}` approach."""
     pred = predict(law, st)
     norm = pred.get("norm_eq")
     if norm is None or not math.isfinite(norm):
@@ -211,7 +218,7 @@ def steps_to_equilibrium(law: Law, st: GroupStats, band: float) -> tuple[float, 
     if law.kind == "heavyball":
         return law.rule.steps_to_equilibrium(st.x0, st.G2, band, st.y0, st.z0) if law.rule is not None else None
     if st.fresh and law.kind == "adamw":
-        return sf.adamw_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
+        return laws.adamw_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
     if st.fresh and law.kind == "lion":
         return sf.lion_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
     if law.kind == "muon" and law.momentum > 0.0:

@@ -16,10 +16,12 @@ every step.  Our construction (own implementation):
    iterates are exactly :math:`\varphi^*` apart and the norm is the held :math:`\rho_I` (its norm at construction);
 4. every other parameter gets the base optimizer's step untouched, in its own param group, bit for bit.
 
-:math:`\varphi^*` is the base optimizer's exact equilibrium angle at the param group's current lr (read every step, so
-schedules carry over): AdamW :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1 q)`, :math:`q = 1-\eta\lambda` (small-d
-limit: Kosson et al.'s :math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}`); SGD with momentum and coupled L2
-:math:`\cos\varphi^* = 1-\eta\lambda/(1+\mu)` (Wan et al., arXiv:2006.08419); Lion
+:math:`\varphi^*` is the base optimizer's equilibrium angle at the param group's current lr (read every step, so
+schedules carry over): AdamW :math:`\cos\varphi^* = q + A(1-q^2)/(1+2qA)`, :math:`q = 1-\eta\lambda`, with the
+correlation sum :math:`A` of :func:`dynamics.laws.adamw_update_moments` at the group's betas (:math:`\beta_2 \to 1`:
+:math:`(q+\beta_1)/(1+\beta_1 q)`; small-d limit: Kosson et al.'s :math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}`;
+:math:`\beta_2 = 0.95` turns 0.5% less); SGD with momentum and coupled L2 :math:`\cos\varphi^* = 1-\eta\lambda/(1+\mu)`
+(Wan et al., arXiv:2006.08419; with Nesterov or dampening the general map of :mod:`dynamics.heavyball`); Lion
 :math:`\cos\varphi^* = q + A(1-q^2)/(1+2qA)` with :math:`A` its sign-correlation series (:mod:`dynamics.scalefree`;
 REQ's :math:`\sqrt{\pi/2}\sqrt{2\eta\lambda}\sigma` is its linearized small-d form).  A unit whose tangent step is
 exactly zero (no gradient) does not move.
@@ -29,7 +31,13 @@ names parameters (exact names or ``fnmatch`` patterns) with their own hyperparam
 ``no_decay`` names parameters (embeddings, norm gains, biases) that the base optimizer steps without decay.  Every
 name and pattern must match; a gauge cannot be in ``no_decay`` (its decay sets its angle).  Errors are one line
 naming the parameter and its allowed range: NaN / inf / non-positive lr, negative weight decay, lr * weight_decay
-at or above 1, unknown names, a parameter in two groups.
+at or above 1, a momentum, dampening, beta or eps outside its range, unknown names, a parameter in two groups.  Every
+param group's hyperparameters are checked again at each step (a scheduler or a hand edit of ``param_groups`` may
+have moved them): a NaN momentum or eps is refused, not carried into the weights.
+
+**Checkpoints.**  :meth:`RotationalOptimizer.state_dict` holds the base optimizer's state and the held norms
+(``"rotational_held"``: one tensor of unit norms per gauge group), so a run resumed from it continues bit for bit;
+:meth:`~RotationalOptimizer.load_state_dict` refuses a dict without them, or with other gauge groups or unit counts.
 """
 
 from __future__ import annotations
@@ -44,11 +52,15 @@ from torch import nn
 
 import dynamics.laws as laws
 import dynamics.scalefree as sf
+from dynamics.heavyball import HeavyBall
 from dynamics.lion import Lion
-from dynamics.monitor import GaugeGroup, gauge_groups
+from dynamics.monitor_groups import GaugeGroup, gauge_groups
 from rmsgauge import check_range
 
 KINDS = {"sgd": torch.optim.SGD, "sgdm": torch.optim.SGD, "adamw": torch.optim.AdamW, "lion": Lion}
+
+
+HELD_KEY = "rotational_held"  # the state dict's entry for the held norms (group name -> (units,) tensor)
 
 
 def check_hparams(where: str, lr: Any, wd: Any, *, gauge: bool) -> None:
@@ -56,6 +68,36 @@ def check_hparams(where: str, lr: Any, wd: Any, *, gauge: bool) -> None:
     check_range(f"{where}lr", lr, 0.0, None, lo_open=True)
     check_range(f"{where}weight_decay", wd, 0.0, None, lo_open=gauge)
     check_range(f"{where}lr * weight_decay", lr * wd, 0.0, 1.0, hi_open=True)
+
+
+def check_group(kind: str, pg: Mapping[str, Any], *, gauge: bool) -> None:
+    """One-line ``ValueError`` for any hyperparameter of a param group outside the range its law and the base step
+    need: lr and weight decay (:func:`check_hparams`; the decay that sets the angle, ``rot_wd``, and the one the base
+    applies), the momentum and dampening of SGD, the betas of AdamW and Lion, AdamW's eps."""
+    where = _where(pg)
+    check_hparams(where, pg.get("lr"), pg.get("rot_wd", pg.get("weight_decay")), gauge=gauge)
+    check_hparams(where, pg.get("lr"), pg.get("weight_decay"), gauge=False)
+    if kind in ("sgd", "sgdm"):
+        check_range(f"{where}momentum", pg.get("momentum"), 0.0, 1.0, hi_open=True)
+        check_range(f"{where}dampening", pg.get("dampening", 0.0), 0.0, 1.0, hi_open=True)
+        if not isinstance(pg.get("nesterov", False), bool):
+            raise ValueError(f"{where}nesterov must be True or False, got {pg.get('nesterov')!r}")
+        return
+    betas = pg.get("betas")
+    if not isinstance(betas, Sequence) or len(betas) != 2:
+        raise ValueError(f"{where}betas must be a pair (beta1, beta2), got {betas!r}")
+    check_range(f"{where}betas[0]", betas[0], 0.0, 1.0, hi_open=True)
+    check_range(f"{where}betas[1]", betas[1], 0.0, 1.0, hi_open=True)
+    if kind == "adamw":
+        check_range(f"{where}eps", pg.get("eps"), 0.0, None)
+        if pg.get("amsgrad"):
+            raise ValueError(f"{where}amsgrad must be False: AMSGrad's running max of v-hat has no equilibrium angle")
+
+
+def _where(pg: Mapping[str, Any]) -> str:
+    """The error prefix of a param group: ``""`` for the defaults, ``"groups[i]."`` for the caller's groups."""
+    i = pg.get("group_index", -1)
+    return "" if i < 0 else f"groups[{i}]."
 
 
 def _match(names: Sequence[str], patterns: Iterable[str], what: str) -> set[str]:
@@ -89,11 +131,18 @@ class RotationalOptimizer(torch.optim.Optimizer):
         self.param_groups = self.base.param_groups
         self.state = self.base.state
         self._pg = {id(p): pg for pg in self.param_groups for p in pg["params"]}
+        self._gauge_ids = {id(named[g.param]) for g in self.groups}
+        self.check_groups()
         with torch.no_grad():
             self.held = {g.name: self._units(g, named[g.param].detach()).norm(dim=1) for g in self.groups}
         zero = [g.name for g in self.groups if bool((self.held[g.name] == 0).any())]
         if zero:
             raise ValueError(f"gauge units with zero norm cannot rotate: {zero}")
+
+    def check_groups(self) -> None:
+        """:func:`check_group` on every param group (at construction and before each step)."""
+        for pg in self.param_groups:
+            check_group(self.kind, pg, gauge=any(id(p) in self._gauge_ids for p in pg["params"]))
 
     def _param_groups(self, named: dict[str, torch.Tensor], defaults: dict[str, Any],
                       groups: Sequence[Mapping[str, Any]], no_decay: Iterable[str]) -> list[dict[str, Any]]:
@@ -135,15 +184,16 @@ class RotationalOptimizer(torch.optim.Optimizer):
     # ------------------------------------------------------------------------------------------ the angle
     def rotational_angle(self, pg: dict[str, Any]) -> float:
         """:math:`\\varphi^*` for a param group at its current lr (the base optimizer's exact equilibrium angle)."""
-        i = pg.get("group_index", -1)
+        check_group(self.kind, pg, gauge=True)  # a scheduler or a hand edit may have moved any of them
         lr, wd = pg["lr"], pg["rot_wd"]
-        check_hparams("" if i < 0 else f"groups[{i}].", lr, wd, gauge=True)  # a scheduler may have moved lr
         if self.kind == "lion":
             d = lr * wd
             return math.acos(float(sf.equilibrium_cos(d, sf.lion_correlation_sum(d, *pg["betas"]))))
         if self.kind == "adamw":
             return laws.equilibrium_angle("adamw", "torch", lr, wd, betas=tuple(pg["betas"]))
-        mu = float(pg.get("momentum", 0.0) or 0.0)
+        mu, damp, nesterov = float(pg["momentum"]), float(pg.get("dampening", 0.0)), pg.get("nesterov", False)
+        if nesterov or damp:  # the general heavy-ball law (dynamics.heavyball) for what torch's SGD also does
+            return math.acos(HeavyBall(lr=lr, l2=wd, momentum=mu, nesterov=nesterov, dampening=damp).equilibrium_cos())
         return laws.equilibrium_angle("sgdm" if mu > 0 else "sgd", "l2", lr, wd, momentum=mu)
 
     def held_norm(self, param: str, axis: int | None = None, start: int = 0, stop: int | None = None) -> float:
@@ -169,6 +219,7 @@ class RotationalOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> Any:
+        self.check_groups()  # before the base moves anything: a bad value never reaches the weights
         before = {n: self._named[n].detach().clone() for n in {g.param for g in self.groups}}
         loss = self.base.step(closure)
         for g in self.groups:  # a handful of groups per layer; the units of a group in one vectorized pass
@@ -186,13 +237,30 @@ class RotationalOptimizer(torch.optim.Optimizer):
         return loss
 
     def state_dict(self) -> dict[str, Any]:
-        return self.base.state_dict()
+        """The base optimizer's state dict plus the held norms (``"rotational_held"``): a resumed run holds the
+        norms it held, not the norms of its loaded weights (equal only to round-off, which the next steps carry)."""
+        return {**self.base.state_dict(), HELD_KEY: {name: h.clone() for name, h in self.held.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.base.load_state_dict(state_dict)
+        held = state_dict.get(HELD_KEY)
+        if not isinstance(held, Mapping):
+            raise ValueError(f"state_dict has no {HELD_KEY!r} (the held norms of the gauge units): save it with "
+                             f"RotationalOptimizer.state_dict()")
+        if set(held) != set(self.held):
+            raise ValueError(f"state_dict[{HELD_KEY!r}] holds gauge groups {sorted(held)}, this optimizer has "
+                             f"{sorted(self.held)}")
+        bad = [n for n, h in held.items() if not isinstance(h, torch.Tensor) or h.shape != self.held[n].shape]
+        if bad:
+            raise ValueError(f"state_dict[{HELD_KEY!r}]: the unit counts of {bad} differ from this optimizer's "
+                             f"(per_neuron and the gauge blocks must match the saved run)")
+        for saved, pg in zip(state_dict.get("param_groups", ()), self.param_groups):  # before anything is loaded
+            check_group(self.kind, {**saved, "params": pg["params"]},
+                        gauge=any(id(p) in self._gauge_ids for p in pg["params"]))
+        self.base.load_state_dict({k: v for k, v in state_dict.items() if k != HELD_KEY})
         self.param_groups = self.base.param_groups
         self.state = self.base.state
         self._pg = {id(p): pg for pg in self.param_groups for p in pg["params"]}
+        self.held = {n: held[n].to(device=h.device, dtype=h.dtype, copy=True) for n, h in self.held.items()}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.base.zero_grad(set_to_none=set_to_none)
@@ -226,6 +294,7 @@ def rotational_adamw(model: nn.Module, gauges: Any, *, lr: float, betas: tuple[f
     check_hparams("", lr, weight_decay, gauge=True)
     check_range("betas[0]", betas[0], 0.0, 1.0, hi_open=True)
     check_range("betas[1]", betas[1], 0.0, 1.0, hi_open=True)
+    check_range("eps", eps, 0.0, None)
     return RotationalOptimizer(model, gauges, "adamw", per_block=per_block, per_neuron=per_neuron, groups=groups,
                                no_decay=no_decay, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 

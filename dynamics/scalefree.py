@@ -19,7 +19,9 @@ per e-fold, for every optimizer here, whatever its momentum.
 * **AdamW**: :math:`u = \hat m/(\sqrt{\hat v}+\epsilon)`, an EMA of :math:`\tilde g = g/\sqrt{\hat v}` whose
   entries have unit mean square once :math:`\hat v` tracks :math:`g^2` (:math:`\mathbb E\lVert\tilde g\rVert^2 = C`,
   the entry count): :math:`\nu = C(1-\beta_1)/(1+\beta_1)`, :math:`r_k = \beta_1^k`, :math:`A = \beta_1/(1-q\beta_1)`.
-  This is :func:`dynamics.laws.fixed_point_adamw` and :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1q)`.
+  This is :func:`dynamics.laws.fixed_point_adamw` and :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1q)` in the
+  :math:`\beta_2 \to 1` limit; the finite window's terms and the transient are in
+  :func:`dynamics.laws.adamw_update_moments` and :func:`dynamics.laws.adamw_transient`.
 * **Lion** (Chen et al., arXiv:2302.06675): :math:`u_t = \operatorname{sign}(c_t)`,
   :math:`c_t = \beta_1 m_{t-1} + (1-\beta_1)g_t`, :math:`m_t = \beta_2 m_{t-1} + (1-\beta_2) g_t`: every entry is
   :math:`\pm1`, so :math:`\nu = C` exactly.  Each entry of :math:`c` is Gaussian for Gaussian gradient noise, with
@@ -82,16 +84,6 @@ def steps_to_equilibrium(x0: float, x_star: float, d: float, band: float) -> flo
     if d <= 0.0 or not math.isfinite(x_star):
         return math.inf
     return float(math.ceil(math.log(band * x_star / gap) / (2.0 * math.log1p(-d))))
-
-
-def ema_correlation_sum(d: float, beta: float) -> float:
-    r""":math:`A = \sum_k q^{k-1}\beta^k = \beta/(1-q\beta)` for an EMA's :math:`r_k = \beta^k` (AdamW's momentum)."""
-    return beta / (1.0 - (1.0 - d) * beta)
-
-
-def adamw_nu(numel: int, beta1: float) -> float:
-    r"""AdamW's stationary :math:`\mathbb E\lVert u\rVert^2 = C(1-\beta_1)/(1+\beta_1)`."""
-    return numel * (1.0 - beta1) / (1.0 + beta1)
 
 
 def lion_sign_correlations(beta1: float, beta2: float, k: np.ndarray) -> np.ndarray:
@@ -245,43 +237,3 @@ def grow_until_settled(trajectory: Callable[[int], np.ndarray], x_star: float, t
             enter, settle = band_times(traj, x_star, band)
             return (enter if math.isfinite(enter) else n + rest), (n + rest if rest else settle)
         n = min(2 * n, cap)
-
-
-def adamw_trajectory(x0: float, lr: float, wd: float, numel: int, betas: tuple[float, float],
-                     steps: int) -> np.ndarray:
-    r"""Mean-field :math:`x_0 .. x_T` of a fresh AdamW on a gauge (random-walk model), momentum, bias corrections
-    and the lag of :math:`\hat v` included.
-
-    Per-entry gradient mean square :math:`s_t \propto 1/x_t` (the gauge's :math:`g \propto 1/\lVert W\rVert`), so
-    :math:`\mathbb E\lVert g/\sqrt{\hat v}\rVert^2 = C s_t/\hat v_t` with :math:`\hat v_t` the bias-corrected EMA of
-    :math:`s`; with :math:`Y = \langle W_t, m_{t-1}\rangle`, :math:`Z = \lVert m_{t-1}\rVert^2`,
-    :math:`c_1 = 1-\beta_1^t`:
-    :math:`\lVert m_t\rVert^2 = \beta_1^2Z + (1-\beta_1)^2Cs_t/\hat v_t`,
-    :math:`x' = q^2x - 2\eta q\beta_1Y/c_1 + \eta^2\lVert m_t\rVert^2/c_1^2`,
-    :math:`Y' = q\beta_1Y - \eta\lVert m_t\rVert^2/c_1`.  Its fixed point is :func:`dynamics.laws.fixed_point_adamw`
-    with :math:`\nu = C`; :math:`\epsilon \ll \sqrt{\hat v}` assumed.
-    """
-    b1, b2 = betas
-    q = 1.0 - lr * wd
-    X, Y, Z, V = float(x0), 0.0, 0.0, 0.0
-    out = np.empty(steps + 1)
-    out[0] = X
-    for t in range(1, steps + 1):  # nonlinear (v-hat lags 1/x): sequential, a dozen flops per step
-        s = 1.0 / X
-        V = b2 * V + (1.0 - b2) * s
-        n_t = numel * s * (1.0 - b2**t) / V
-        mm = b1 * b1 * Z + (1.0 - b1) ** 2 * n_t
-        c1 = 1.0 - b1**t
-        X, Y, Z = q * q * X - 2.0 * lr * q * b1 * Y / c1 + lr * lr * mm / (c1 * c1), q * b1 * Y - lr * mm / c1, mm
-        out[t] = X
-    return out
-
-
-def adamw_steps_to_equilibrium(x0: float, lr: float, wd: float, numel: int, betas: tuple[float, float],
-                               band: float) -> tuple[float, float]:
-    """``(enter, settle)`` steps of a fresh AdamW from :func:`adamw_trajectory` (:func:`grow_until_settled`)."""
-    d = lr * wd
-    x_star = float(fixed_point(lr, d, adamw_nu(numel, betas[0]), ema_correlation_sum(d, betas[0])))
-    tau = max(relaxation_steps(d), 1.0 / (1.0 - betas[1]))
-    first = math.ceil(steps_to_equilibrium(x0, x_star, d, band) + 4.0 * tau)
-    return grow_until_settled(lambda n: adamw_trajectory(x0, lr, wd, numel, betas, n), x_star, tau, band, first)

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from dynamics.monitor import EquilibriumMonitor, describe_gauges, is_empty
+from dynamics.monitor import EquilibriumMonitor
+from dynamics.monitor_groups import describe_gauges, is_empty
 
 
 class TrainHook:

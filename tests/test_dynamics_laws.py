@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynamics import laws
+from dynamics import laws, optlaws
 from dynamics.context import SE_SIGMAS
 from dynamics.heavyball import HeavyBall, heavy_ball_factor_closed
 from dynamics.noise_sim import noise_run, settle_step, tail_stats
@@ -113,3 +113,48 @@ def test_sgd_family_law_against_simulation(name):
     if rule.momentum > 0 and rule.l2 > 0:
         old = laws.steps_to_equilibrium(x0, xs, laws.relaxation_factor(rule.lr * rule.l2), BAND)
         assert old - measured > 3 * tau, (name, old, measured)
+
+
+RANGE_CASES = [  # inputs torch accepts (or a scheduler sets) that no law describes: one line naming the parameter
+    (lambda: laws.equilibrium_angle("adamw", "torch", 2.0, 0.6), r"^lr \* weight_decay must be in \[0, 1\), got 1.2"),
+    (lambda: laws.equilibrium_angle("adamw", "torch", -0.1, 0.1), r"^lr must be in \[0, inf\), got -0.1$"),
+    (lambda: laws.equilibrium_angle("sgdm", "l2", 3.0, 1.0), r"^lr \* weight_decay must be in \[0, 1\), got 3.0$"),
+    (lambda: laws.equilibrium_angle("sgd", "source", 0.1, 1.5), r"^weight_decay must be in \[0, 1\), got 1.5$"),
+    (lambda: laws.equilibrium_angle("sgdm", "torch", 0.1, 0.1, momentum=math.nan),
+     r"^momentum must be in \[0, 1\), got nan$"),
+    (lambda: laws.equilibrium_angle("adamw", "torch", 0.1, 0.1, betas=(0.9, 1.0)),
+     r"^betas\[1\] must be in \[0, 1\), got 1.0$"),
+    (lambda: laws.equilibrium_angle("adam", "torch", 0.1, 0.1), r"^optimizer must be one of sgd, sgdm, adamw"),
+    (lambda: laws.adamw_equilibrium_norm(2.0, 0.6, 100), r"^lr \* weight_decay must be in \[0, 1\), got 1.2"),
+    (lambda: laws.equilibrium_norm("sgd", "l2", 3.0, 1.0, numel=8, G2=1.0), r"^lr \* weight_decay must be in"),
+    (lambda: laws.relaxation_steps("adamw", "torch", -0.1, 0.1), r"^lr must be in \[0, inf\), got -0.1$"),
+    (lambda: laws.relaxation_steps("sgdm", "l2", 2.0, 0.6), r"^lr \* weight_decay must be in \[0, 1\), got 1.2"),
+    (lambda: laws.random_walk_angle(-1e-3, 1.0, 10), r"^lr must be in \[0, inf\), got -0.001$"),
+    (lambda: laws.equilibrium_cos_l2(0.5, 4.0), r"^lr \* weight_decay must be in \[0, 1\), got 2.0$"),
+]
+
+
+@pytest.mark.parametrize(("call", "message"), RANGE_CASES)
+def test_a_law_outside_its_range_is_one_line_naming_the_parameter(call, message):
+    with pytest.raises(ValueError, match=message) as e:
+        call()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda ps: torch.optim.SGD(ps, lr=3.0, weight_decay=1.0), r"^lr \* weight_decay must be in \[0, 1\), got 3.0$"),
+    (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=20.0),
+     r"^lr \* weight_decay must be in \[0, 1\), got 2.0$"),
+    (lambda ps: torch.optim.AdamW(ps, lr=2.0, weight_decay=0.6), r"^lr \* weight_decay must be in \[0, 1\), got 1.2"),
+])
+def test_the_monitors_laws_refuse_a_decay_no_law_describes(make, message):
+    # the monitor's entry point (dynamics.optlaws): a one-line ValueError, never a math domain error
+    w = torch.nn.Parameter(torch.ones(4, 4, dtype=torch.float64))
+    opt = make([w])
+    law = optlaws.resolve(opt, opt.param_groups[0], w)
+    stats = optlaws.GroupStats(numel=16, rows=4, shape=(4, 4), x0=16.0, norm0=4.0, G2=1.0)
+    with pytest.raises(ValueError, match=message):
+        optlaws.predict(law, stats)
+    opt.param_groups[0]["lr"] = -0.1  # torch refuses a negative lr at construction, not in a hand-edited group
+    with pytest.raises(ValueError, match=r"^lr must be in "):
+        optlaws.predict(optlaws.resolve(opt, opt.param_groups[0], w), stats)
