@@ -27,6 +27,11 @@ Four groups (``RunSpec.group``):
   dense (tied head), both with their tuning search's multipliers (``tuned_from``), at two sizes
   (:data:`BPE_SHAPES`): an lr sweep of 1M tokens, then 3M tokens (2 seeds at the small size).
 * ``long`` -- the small BPE pair, tuned, trained to :data:`LONG_TOKENS_PER_PARAM` tokens per parameter.
+* ``fair_depth`` -- the depth verdict again with both models tuned: 2 / 4 / 8 blocks, an lr sweep of 1M tokens
+  each, then 3M tokens at seeds 0 and 1.
+* ``stability_tuned`` -- the 12-block stability grid for the tuned GRT and the tuned dense QK-norm model.
+* the ablation's ``coupling-off-matched``: coupling off, deepened to the shipped GRT's parameter count (12 blocks:
+  512,164 parameters against 492,550), the content-adaptive verdict's parameter-matched control.
 
 A final run's lr is ``None`` with ``sweep`` naming its sweep: the driver starts it once every run of that
 sweep is done, at the lr whose sampled validation bits/byte was lowest.  A best on the sweep's edge says only
@@ -43,7 +48,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-GROUPS = ("ablation", "stability", "text_shape", "depth", "tuning", "vocab", "long")
+GROUPS = ("ablation", "stability", "text_shape", "depth", "tuning", "fair_depth", "vocab", "long", "stability_tuned")
 GRIDS = ("full", "tiny")
 
 REFERENCE_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512}
@@ -62,6 +67,9 @@ BPE_VOCAB = 8192
 BPE_SHAPES = {"small": {**REFERENCE_SHAPE, "vocab_size": BPE_VOCAB},
               "large": {**REFERENCE_SHAPE, "vocab_size": BPE_VOCAB, "d_model": 256, "n_blocks": 4, "d_ff": 1024}}
 LONG_TOKENS_PER_PARAM = 20  # the compute-optimal rule of thumb (Hoffmann et al. 2022)
+FAIR_DEPTHS = (2, 4, 8)
+# coupling-off GRT blocks nearest the shipped 492,550 parameters: 11 blocks 470,881, 12 blocks 512,164
+COUPLING_OFF_MATCHED_BLOCKS = 12
 SWEEP_WIDENING = (3e-4, 3e-2)  # one half-decade past SWEEP_LRS' bottom and top edges: (widens="down", "up")
 # a 12-block stack: the sweep started a factor 3 lower than the others; its best (3e-3, 3.673 bits/byte at 64k
 # tokens) landed on the top edge, so the sweep was widened by one half-decade
@@ -185,6 +193,10 @@ def ablation_variants(shape: dict[str, Any]) -> dict[str, tuple[str, dict[str, A
         "mixer-coupling-off": ("grt", _grt(shape, mixer_coupling=False)),
         "coupling-off": ("grt", _grt(shape, qkvo_coupling=False, mixer_coupling=False)),
         "ffn-coupling-on": ("grt", _grt(shape, ffn_coupling=True)),
+        # coupling off, deepened to the shipped parameter count (COUPLING_OFF_MATCHED_BLOCKS): the content-adaptive
+        # verdict's control at equal parameters, not only at equal tokens and seconds
+        "coupling-off-matched": ("grt", _grt({**shape, "n_blocks": COUPLING_OFF_MATCHED_BLOCKS}, qkvo_coupling=False,
+                                             mixer_coupling=False)),
         "feature-rms": ("grt", _grt(shape, coupling_norm="feature_rms")),
         "no-rope": ("grt", _grt(shape, rope=False)),
         # stride d_head: the mixer's rotations pair head h with head h XOR 1 (crossing heads in the wiring
@@ -245,9 +257,10 @@ def full_grid() -> list[RunSpec]:
     # last: FFN coupling gives every FFN stage a 256 x 1024 coupling matrix (22M of the variant's 22.5M parameters,
     # 46x the shipped model), so the fused coupled kernels are GEMM-bound: 4-6 s a step, 4,438 and 4,760 s a run
     slow = ("ffn-coupling-on",)
+    later = ("coupling-off-matched",)  # after the tuning search: the fair comparison comes first
     for seed in (0, 1):
         for variant, (kind, cfg) in ablation_variants(REFERENCE_SHAPE).items():
-            if variant not in slow:
+            if variant not in slow + later:
                 specs.append(RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
                                      est_tok_s=_speed(kind, cfg)))
     for seed in (0, 1):  # the coupling's verdict at equal wall-clock: coupling-off trained for the shipped's time
@@ -275,8 +288,13 @@ def full_grid() -> list[RunSpec]:
         specs.append(RunSpec(f"depth2-{kind}-final", "depth", f"depth2-{kind}", kind, cfg, 3_000_000, lr=None,
                              phase="final", imported=kind))
     specs += tuning_specs(REFERENCE_SHAPE, 1_000_000, TUNING_RUNS, TUNING_SEEDS)
+    specs += fair_depth_specs(REFERENCE_SHAPE, FAIR_DEPTHS, SWEEP_LRS, SWEEP_WIDENING, 1_000_000, 3_000_000, (0, 1))
     specs += vocab_specs(BPE_SHAPES, "gcide", SWEEP_LRS, SWEEP_WIDENING, 1_000_000, 3_000_000,
                          {"small": (0, 1), "large": (0,)}, LONG_TOKENS_PER_PARAM)
+    kind, cfg = ablation_variants(REFERENCE_SHAPE)["coupling-off-matched"]
+    specs += [RunSpec(f"coupling-off-matched-seed{seed}", "ablation", "coupling-off-matched", kind, cfg, 1_000_000,
+                      seed=seed, est_tok_s=_speed(kind, cfg)) for seed in (0, 1)]
+    specs += stability_tuned_specs(STABILITY_SHAPE, STABILITY_LRS, 200 * 16 * STABILITY_SHAPE["block_size"])
     for variant in slow:  # last: the rest of the grid does not wait for them
         kind, cfg = ablation_variants(REFERENCE_SHAPE)[variant]
         specs += [RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
@@ -322,6 +340,30 @@ def vocab_specs(shapes: dict[str, dict[str, Any]], data: str, lrs: tuple[float, 
     return out
 
 
+def fair_depth_specs(shape: dict[str, Any], depths: tuple[int, ...], lrs: tuple[float, ...],
+                     widening: tuple[float, float], sweep_tokens: int, final_tokens: int, seeds: tuple[int, ...],
+                     **kw: Any) -> list[RunSpec]:
+    """GRT and matched dense at each depth, both with their tuning search's multipliers: sweep, then finals."""
+    out = []
+    for n_blocks in depths:
+        g = _grt({**shape, "n_blocks": n_blocks})
+        for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
+            for s in _sweep_and_final("fair_depth", f"fair-depth{n_blocks}-{kind}", kind, cfg, lrs, sweep_tokens,
+                                      final_tokens, 24, widening):
+                for seed in (seeds if s.phase == "final" else (0,)):
+                    name = s.name if s.phase != "final" or seed == seeds[0] else f"{s.name}-seed{seed}"
+                    out.append(replace(s, name=name, seed=seed, tuned_from=f"tune-{kind}", **kw))
+    return out
+
+
+def stability_tuned_specs(shape: dict[str, Any], lrs: tuple[float, ...], tokens: int, **kw: Any) -> list[RunSpec]:
+    """The stability grid's GRT and dense QK-norm model with their tuned multipliers."""
+    variants = stability_variants(shape)
+    return [RunSpec(f"{v}-tuned-lr{lr_label(lr)}", "stability_tuned", f"{v}-tuned", *variants[v], tokens, lr=lr,
+                    tuned_from=f"tune-{variants[v][0]}", est_tok_s=_speed(*variants[v]), **{"evals": 4, **kw})
+            for v in ("grt", "dense") for lr in lrs]
+
+
 def _dense_params(cfg: dict[str, Any]) -> int:
     import torch
 
@@ -357,6 +399,8 @@ def tiny_grid() -> list[RunSpec]:
     # BPE on the bundled plays (no install needed): 320 tokens, one shape, two sweep points, a 1-step long pair
     specs += vocab_specs({"tiny": {**shape, "vocab_size": 320}}, "", (1e-3, 1e-2), (1e-4, 1e-1), tok, tok,
                          {"tiny": (0,)}, 0, batch_size=4, evals=2)
+    specs += fair_depth_specs(shape, (1,), (1e-3, 1e-2), (1e-4, 1e-1), tok, tok, (0, 1), batch_size=4, evals=2)
+    specs += stability_tuned_specs(shape, (1e-3,), tok, batch_size=4, evals=2)
     return specs
 
 
