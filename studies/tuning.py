@@ -102,12 +102,12 @@ def search_trace(groups: Iterable[str], points: list[Point], scores: list[float]
     became the current point -- the table the report prints."""
     groups = tuple(groups)
     known: dict[tuple, float] = {}
-    out = []
+    befores, currents = [], []
     for p, s in zip(points, scores):
-        _, before = propose(groups, known)
+        befores.append(propose(groups, known)[1])
         known[point_key(p)] = s
-        _, after = propose(groups, known)
-        varied = [g for g in groups if p.get(g, 1.0) != before.get(g, 1.0)]
-        out.append({"point": dict(p), "score": s, "varied": varied,
-                    "accepted": point_key(after) == point_key(p)})
-    return out
+        currents.append(point_key(propose(groups, known)[1]))
+    # accepted: the point became the current one, then or later (one of a pair moves once its partner is scored)
+    return [{"point": dict(p), "score": s, "varied": [g for g in groups if p.get(g, 1.0) != b.get(g, 1.0)],
+             "accepted": point_key(p) in currents[i:]}
+            for i, (p, s, b) in enumerate(zip(points, scores, befores))]

@@ -146,6 +146,8 @@ def test_best_point_and_trace():
     assert best_point(zip(pts, [3.0, 3.1, 2.9])) == ({"a": 3.0}, 2.9)
     trace = search_trace(["a"], pts, [3.0, 3.1, 2.9])
     assert [t["accepted"] for t in trace] == [True, False, True]
+    # the first of a pair is the better one: it becomes current once its partner is scored
+    assert [t["accepted"] for t in search_trace(["a"], pts, [3.0, 2.8, 2.9])] == [True, True, False]
     assert [t["varied"] for t in trace] == [[], ["a"], ["a"]]
 
 
