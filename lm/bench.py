@@ -18,7 +18,11 @@ compare across runs on a shared machine):
 * **model** -- the trainer's real step (forward, cross-entropy, backward, ``clip_grad_norm_``, AdamW) of a whole
   GRT against the dense model matched in parameters (:func:`lm.sizing.param_matched_width`), at compare's
   small preset (:func:`lm.sizing.grt_config`) and at the reference widths (d 256, 4 heads, d_ff 1024; 2 blocks,
-  byte vocabulary, context 256), batch ``--tokens`` / context tokens.
+  byte vocabulary, context 256), batch ``--tokens`` / context tokens;
+* **sample** -- ``python -m lm.sample``'s generation of ``--sample-bytes`` bytes (300, its default) from ``"\n"`` at
+  its default temperature and top-k, on the shipped GRT and dense models (context 64: the window fills and slides):
+  the KV-cached sampler, the uncached one (every byte re-reads the window) and Hugging Face ``generate`` on the
+  same model, per byte; the target compares the cached sampler with ``generate`` on the same bytes.
 
 Each cascade case runs the reference (explicit Givens and scale matrices, :func:`reference_cascade`;
 at ``--ref-tokens`` tokens, it is slow by design), the eager backend, the fused backend, and the dense
@@ -79,6 +83,7 @@ from lm.bench_cases import (  # re-exported: the cases' building blocks are part
     bench_mixer,
     bench_model,
     bench_qkvo,
+    bench_sample,
     cascade_flops,
     roofline,
     saved_bytes,
@@ -88,8 +93,8 @@ from rmsgauge import Claim, check_output_file, claims_table, parse_dtype, write_
 from rmsgauge.cli import check_choice, make_parser, run_main
 
 __all__ = ["CASES", "IMPLS", "TARGETS", "WIDTHS", "BenchConfig", "Row", "bench_block", "bench_ffn", "bench_mixer",
-           "bench_model", "bench_qkvo", "cascade_flops", "claims_and_floors", "claims_from", "format_table", "main",
-           "roofline", "run", "saved_bytes", "targets_table"]
+           "bench_model", "bench_qkvo", "bench_sample", "cascade_flops", "claims_and_floors", "claims_from",
+           "format_table", "main", "roofline", "run", "saved_bytes", "targets_table"]
 
 # ---------------------------------------------------------------------------------------------------
 # Report
@@ -113,6 +118,7 @@ TARGETS = {  # the issues' targets (11, 21): id -> (target, "le" | "ge")
     "bench.peak_memory_vs_dense": (1.5, "le"),
     "bench.trainer_shipped_vs_dense": (0.6, "ge"),
     "bench.trainer_text_vs_dense": (0.6, "ge"),
+    "bench.sample_vs_hf": (1.5, "le"),
 }
 
 
@@ -181,6 +187,20 @@ def _component_claims(c: _Claims, rows: list[Row]) -> None:
               tps[worst], tps, floors[worst])
 
 
+def _sample_claims(c: _Claims, rows: list[Row]) -> None:
+    ratios, uncached = {}, {}
+    for case in sorted({x.case for x in rows if x.case.startswith("sample-")}):
+        r = {x.impl: x for x in rows if x.case == case}
+        if {"cached", "hf"} <= r.keys() and r["hf"].extra.get("same_bytes"):
+            ratios[case] = r["cached"].step_us / r["hf"].step_us
+            uncached[f"{case} uncached"] = _ratio(rows, case, "uncached", "hf")
+    if ratios:
+        worst = max(ratios, key=ratios.get)
+        c.add("bench.sample_vs_hf", "python -m lm.sample (KV cache) generates its 300 bytes, the context window "
+              "filled and sliding, in at most 1.5x the time Hugging Face generate takes for the same bytes (worst "
+              "model)", ratios[worst], ratios | uncached)
+
+
 def _trainer_claims(c: _Claims, trainer: list[TrainerRow]) -> None:
     for shape, what in (("shipped", "the shipped shape (width 128, 4 heads, 2 blocks, d_ff 512, context 64)"),
                         ("text", "the text's shape (width 256, 4 heads, 12 blocks, d_ff 1024, context 64)")):
@@ -202,6 +222,7 @@ def claims_and_floors(rows: list[Row], dtype: str, trainer: list[TrainerRow] | N
     ``holds`` = the target met) and each one's floor (the roofline's best value of the ratio; nan: none)."""
     c = _Claims(dtype)
     _component_claims(c, rows)
+    _sample_claims(c, rows)
     _trainer_claims(c, trainer or [])
     return c.out, c.floors
 
@@ -229,7 +250,7 @@ def format_table(rows: list[Row], roof: dict[str, float], cfg: BenchConfig, mach
              f"roofline: copy {roof.get('copy_GBps', math.nan):.1f} GB/s (DRAM), "
              f"{roof.get('l2_copy_GBps', math.nan):.1f} GB/s (L2-resident), matmul "
              f"{roof.get('matmul_GFLOPs', math.nan):.1f} GFLOP/s  (measured in this run)", ""]
-    hdr = (f"{'case':<10}{'impl':<8}{'tokens':>7}{'fwd us/tok':>12}{'f+b us/tok':>12}{'x dense':>9}{'x ref':>9}"
+    hdr = (f"{'case':<13}{'impl':<9}{'tokens':>7}{'fwd us/tok':>12}{'f+b us/tok':>12}{'x dense':>9}{'x ref':>9}"
            f"{'saved KB/tok':>13}{'fwd FLOP/tok':>14}{'floor us':>10}")
     lines += [hdr, "-" * len(hdr)]
     for r in rows:
@@ -237,7 +258,7 @@ def format_table(rows: list[Row], roof: dict[str, float], cfg: BenchConfig, mach
         ref = next((x for x in rows if x.case == r.case and x.impl == "reference"), None)
         xd = r.step_us / dense.step_us if dense else math.nan
         xr = ref.step_us / r.step_us if ref and r.impl != "reference" else math.nan
-        lines.append(f"{r.case:<10}{r.impl:<8}{r.tokens:>7}{r.fwd_us:>12.2f}{r.step_us:>12.2f}{xd:>9.2f}{xr:>9.1f}"
+        lines.append(f"{r.case:<13}{r.impl:<9}{r.tokens:>7}{r.fwd_us:>12.2f}{r.step_us:>12.2f}{xd:>9.2f}{xr:>9.1f}"
                      f"{r.saved_bytes / 1024:>13.2f}{r.flops:>14.3g}{r.floor_us:>10.2f}"
                      + (f"  {r.notes}" if r.notes else ""))
     lines.append("x dense: forward+backward time over the dense layer's; x ref: the reference's time over this "
@@ -267,7 +288,7 @@ def run(cfg: BenchConfig, trainer: TrainerConfig | None = None
     _log("roofline: copy bandwidth and matmul rate ...")
     roof = roofline(cfg)  # every case's floor reads against it, so it is always measured
     for case, fn in (("qkvo", bench_qkvo), ("mixer", bench_mixer), ("ffn", bench_ffn), ("block", bench_block),
-                     ("model", bench_model)):
+                     ("model", bench_model), ("sample", bench_sample)):
         if case in cfg.only:
             rows += fn(cfg, roof)
     return rows, roof, trows
@@ -293,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", type=parse_dtype, default="float32", help="float32 (default; how the model trains) "
                     "or float64")
     ap.add_argument("--block-seq", type=int, default=BenchConfig.block_seq, help="block benchmark sequence length")
+    ap.add_argument("--sample-bytes", type=int, default=BenchConfig.sample_bytes,
+                    help=f"bytes the sample case generates, in [1, 100000] (default {BenchConfig.sample_bytes})")
     ap.add_argument("--seed", type=int, default=0, help="seed of the inputs and parameters")
     ap.add_argument("--trainer", action="store_true", help="also train the GRT and its parameter-matched dense "
                     "model with python -m lm.train at 1 and 2 threads (the issue-21 targets; a few minutes)")
@@ -330,7 +353,8 @@ def check(a: argparse.Namespace) -> tuple[BenchConfig, TrainerConfig | None]:
     """Every flag and the output path, before any work (a ``ValueError`` here: one error line, exit 2)."""
     for flag, v, lo, hi in (("--tokens", a.tokens, 1, 1 << 20), ("--ref-tokens", a.ref_tokens, 1, 256),
                             ("--repeats", a.repeats, 1, 100), ("--warmup", a.warmup, 0, 10),
-                            ("--threads", a.threads, 0, 1024), ("--block-seq", a.block_seq, 1, 4096)):
+                            ("--threads", a.threads, 0, 1024), ("--block-seq", a.block_seq, 1, 4096),
+                            ("--sample-bytes", a.sample_bytes, 1, 100_000)):
         if not lo <= v <= hi:  # integers: the bounds printed as integers
             raise ValueError(f"{flag} must be in [{lo}, {hi}], got {v}")
     only = () if a.only.strip() == "none" else tuple(s.strip() for s in a.only.split(",") if s.strip())
@@ -348,7 +372,7 @@ def check(a: argparse.Namespace) -> tuple[BenchConfig, TrainerConfig | None]:
     check_output_file("--json", a.json)
     threads = a.threads or torch.get_num_threads()
     cfg = BenchConfig(a.tokens, a.ref_tokens, a.repeats, a.warmup, threads, only, a.dtype, a.seed, a.block_seq,
-                      a.widths)
+                      a.widths, a.sample_bytes)
     return cfg, trainer
 
 

@@ -2,6 +2,9 @@ r"""The cases of ``python -m lm.bench`` (the command, its report and its targets
 roofline, one cascade against the reference, eager and dense layers, one block's training step, the whole
 model's training step.  The trainer case (whole runs of ``python -m lm.train``) is :mod:`lm.bench_trainer`.
 
+The sample case times ``lm.sample.generate`` (KV cache, and without it) against Hugging Face ``generate`` on the
+same model and bytes.
+
 The cascade and block cases run at the text's widths (``--widths reference``: d 256, 4 heads of 64, d_ff 1024,
 as the README's table) or at the shipped models' (``--widths shipped``: d 128, 4 heads of 32, d_ff 512); stage
 counts are the text's (Q/K/V/O 11, mixer 1, FFN 21 + 21).
@@ -23,7 +26,7 @@ from torch import nn
 
 from rmsgauge import seed_everything
 
-CASES = ("roofline", "qkvo", "mixer", "ffn", "block", "model")
+CASES = ("roofline", "qkvo", "mixer", "ffn", "block", "model", "sample")
 IMPLS = ("reference", "eager", "fused", "dense")
 WIDTHS = {"reference": (256, 4, 1024), "shipped": (128, 4, 512)}  # name -> (d_model, n_heads, d_ff) of the cases
 
@@ -40,6 +43,7 @@ class BenchConfig:
     seed: int = 0
     block_seq: int = 256  # sequence length of the block benchmark (tokens = batch * block_seq)
     widths: str = "reference"  # the cascade and block cases' widths: a key of WIDTHS
+    sample_bytes: int = 300  # bytes the sample case generates (lm.sample's default), past the shipped context
 
     @property
     def d_model(self) -> int:
@@ -355,4 +359,67 @@ def bench_model(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
             rows.append(Row(f"model-{preset[:3]}", impl, n, 1e6 * t_fwd / n, 1e6 * t_step / n, math.nan, fl,
                             _floor_us(fl, 0.0, roof), f"{n_params(model):,} params, d {model.config.d_model}",
                             {"params": n_params(model), "d_model": model.config.d_model}))
+    return rows
+
+
+def _sample_model(kind: str) -> tuple[nn.Module, str]:
+    """The shipped model of ``kind`` (verified against its card), or, where none is shipped, its recipe's shape
+    freshly initialized (sampling costs the same either way)."""
+    from lm.checkpoint import build_model, config_from_dict
+    from lm.recipes import get_recipe
+    from lm.reference import load_reference, shipped_names
+
+    if kind in shipped_names():
+        return load_reference(kind), "shipped"
+    seed_everything(0)
+    cfg = config_from_dict(kind, get_recipe(f"reference-{kind}").model_config)
+    return build_model(kind, cfg).eval(), "recipe shape, untrained"
+
+
+def bench_sample(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
+    """Sampling ``cfg.sample_bytes`` bytes from ``"\\n"`` at lm.sample's defaults (temperature 0.8, top-k 40), the
+    context window filled and sliding, per byte: ``lm.sample.generate`` with its KV cache (``cached``), without it
+    (``uncached``: every byte re-reads the window) and Hugging Face ``generate`` on the wrapped model (``hf``), on
+    the shipped GRT and dense models; each row notes whether its bytes equal the cached sampler's."""
+    from lm.sample import generate
+
+    try:
+        from lm.hf import wrap
+    except ModuleNotFoundError:
+        wrap = None
+    rows = []
+    n = cfg.sample_bytes
+    prompt = torch.tensor([[10]])
+    for kind in ("grt", "dense"):
+        model, what = _sample_model(kind)
+        model = model.to(cfg.torch_dtype())
+        block = int(model.config.block_size)
+
+        def project(cached: bool, model=model) -> torch.Tensor:
+            return generate(model, prompt, n, temperature=0.8, top_k=40, kv_cache=cached,
+                            generator=torch.Generator().manual_seed(cfg.seed))
+
+        impls: dict[str, Callable[[], torch.Tensor]] = {"cached": lambda p=project: p(True),
+                                                       "uncached": lambda p=project: p(False)}
+        if wrap is not None:
+            hf = wrap(model)
+
+            def hf_generate(hf=hf) -> torch.Tensor:
+                torch.manual_seed(cfg.seed)  # HF draws from the default generator: the same stream
+                return hf.generate(prompt, max_new_tokens=n, do_sample=True, temperature=0.8, top_k=40)
+
+            impls["hf"] = hf_generate
+        ref = None
+        for impl, fn in impls.items():
+            _log(f"sample: {kind} ({what}, context {block}) {impl}: {n} bytes ...")
+            out = fn()
+            ref = out if ref is None else ref
+            repeats = max(1, min(cfg.repeats, 3))  # each repeat generates every byte: a few suffice
+            t = _median_time(fn, repeats, 0)  # the call above warmed it up
+            same = torch.equal(out, ref)
+            rows.append(Row(f"sample-{kind}", impl, n, 1e6 * t / n, 1e6 * t / n, math.nan, math.nan, math.nan,
+                            f"{what}, context {block}, {n / t:.1f} bytes/s, bytes {'=' if same else '!='} cached",
+                            {"seconds": t, "bytes_per_s": n / t, "same_bytes": same, "context": block}))
+        if wrap is None:
+            rows[-1].notes += "; no hf row: transformers is not installed (pip install -e '.[hf]')"
     return rows

@@ -33,6 +33,7 @@ import io
 import os
 import pickle
 import random
+import re
 import zipfile
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
@@ -177,16 +178,29 @@ def _sidecar(digests: list[str], name: str) -> str:
     return "".join(f"{d}  {name}\n" for d in digests)
 
 
+_SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
 def read_checksums(path: str | os.PathLike) -> list[str] | None:
-    """The sha256 digests the sidecar of ``path`` accepts, or None when there is no sidecar."""
+    """The sha256 digests the sidecar of ``path`` accepts, or None when there is no sidecar.  A sidecar that names
+    no digest (empty) or holds a line that is not ``<64 hex digits>  <name>`` is a :class:`CheckpointError`
+    naming it."""
     side = checksum_path(path)
     if not side.exists():
         return None
     try:
-        digests = [ln.split()[0].lower() for ln in side.read_text().splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError, IndexError) as e:
+        lines = [ln for ln in side.read_text().splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{side}: unreadable checksum file ({e})") from None
-    return digests
+    if not lines:
+        raise CheckpointError(f"{side}: the checksum file is empty (it must hold the sha256 of "
+                              f"{Path(path).name}); the checkpoint cannot be verified: restore the file, or delete "
+                              f"it and pass --trust-unverified if you know where the checkpoint comes from")
+    bad = next((ln for ln in lines if not _SHA256_RE.match(ln.split()[0])), None)
+    if bad is not None:
+        raise CheckpointError(f"{side}: line {bad[:40]!r} is not a sha256sum line (64 hex digits, two spaces, the "
+                              f"file name); the checksum file is corrupt")
+    return [ln.split()[0].lower() for ln in lines]
 
 
 def write_checksummed(path: str | os.PathLike, data: bytes) -> Path:
@@ -379,14 +393,23 @@ SUMS_NAME = "SHA256SUMS"  # sha256sum format, one line per file of the folder
 def write_folder_sums(folder: str | os.PathLike) -> Path:
     """``folder/SHA256SUMS`` over every file in ``folder`` (``sha256sum -c`` can check it)."""
     folder = Path(folder)
-    lines = [f"{sha256_file(p)}  {p.relative_to(folder).as_posix()}\n"
-             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != SUMS_NAME]
+    lines = [f"{sha256_file(folder / name)}  {name}\n" for name in folder_entries(folder)]
     return atomic_write_bytes(folder / SUMS_NAME, "".join(lines).encode())
 
 
+def folder_entries(folder: str | os.PathLike) -> list[str]:
+    """Every entry of ``folder`` below it that is not a plain folder (files, links, anything else), as relative
+    POSIX paths, ``SHA256SUMS`` left out: what the sums must cover."""
+    folder = Path(folder)
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if (p.is_symlink() or not p.is_dir()) and p.relative_to(folder).as_posix() != SUMS_NAME)
+
+
 def verify_folder(folder: str | os.PathLike, required: tuple[str, ...], *, trust_unverified: bool = False) -> bool:
-    """Check every file ``folder/SHA256SUMS`` lists (``required`` must be among them).  Returns True when verified,
-    False when there is no SHA256SUMS and the user vouched for the folder; otherwise :class:`CheckpointError`."""
+    """Check that ``folder/SHA256SUMS`` lists every file of the folder (``required`` among them), each with its
+    sha256: a file it does not list is refused like a changed one (the folder holds code that
+    ``trust_remote_code`` runs).  Returns True when verified, False when there is no SHA256SUMS and the user vouched
+    for the folder; otherwise :class:`CheckpointError`."""
     folder = Path(folder)
     sums = folder / SUMS_NAME
     if not sums.is_file():
@@ -396,15 +419,25 @@ def verify_folder(folder: str | os.PathLike, required: tuple[str, ...], *, trust
                               f"(python -m lm.hf export writes one); pass --trust-unverified to use it anyway")
     listed: dict[str, str] = {}
     try:
-        for ln in sums.read_text().splitlines():
-            if ln.strip():
-                digest, name = ln.split(None, 1)
-                listed[name.strip().lstrip("*")] = digest.lower()
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        lines = sums.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{sums}: unreadable checksum file ({e})") from None
+    for ln in filter(str.strip, lines):
+        digest, _, name = ln.partition(" ")
+        name = name.strip().lstrip("*")  # sha256sum's "<digest>  <name>", or " *<name>" in binary mode
+        parts = Path(name).parts
+        if not _SHA256_RE.match(digest) or not name or Path(name).is_absolute() or ".." in parts:
+            raise CheckpointError(f"{sums}: line {ln[:60]!r} is not a sha256sum line (64 hex digits, two spaces, "
+                                  f"the name of a file inside the folder); the checksum file is corrupt")
+        listed[Path(name).as_posix()] = digest.lower()
     missing = [n for n in required if n not in listed]
     if missing:
         raise CheckpointError(f"{sums}: does not list {missing}; the folder was changed after it was written")
+    unlisted = [n for n in folder_entries(folder) if n not in listed]
+    if unlisted:
+        raise CheckpointError(f"{folder}: {unlisted[:3]}{' and more' if len(unlisted) > 3 else ''} not listed in "
+                              f"{SUMS_NAME}; every file of the folder must be covered (a file added or taken off the "
+                              f"list after the export is refused like a changed one): remove it or export again")
     for name, digest in listed.items():
         path = folder / name
         if not path.is_file():

@@ -2,10 +2,12 @@
 
     python -m lm.evaluate --model-dir DIR --tasks hellaswag,arc_easy,piqa [--num-fewshot N] [--json PATH]
     python -m lm.evaluate --model-dir DIR --tasks my_task --include-path my_tasks/   # local task YAML
+    python -m lm.evaluate --reference grt --tasks hellaswag                         # a shipped model by name
 
-``DIR`` is a ``save_pretrained`` directory (``python -m lm.hf export``).  The harness's own ``hf``
-model type does the work (:class:`lm_eval.models.huggingface.HFLM`, backend ``causal``); this
-command only imports :mod:`lm.hf` first so ``AutoModelForCausalLM`` knows the two model types.
+``DIR`` is a ``save_pretrained`` directory (``python -m lm.hf export``); ``--reference NAME`` is a shipped model,
+verified against its model card and wrapped in memory (:func:`lm.hf.wrap`, the same classes an export writes).
+The harness's own ``hf`` model type does the work (:class:`lm_eval.models.huggingface.HFLM`, backend ``causal``);
+this command only imports :mod:`lm.hf` first so ``AutoModelForCausalLM`` knows the two model types.
 The plain harness CLI works too, with ``--model hf --model_args pretrained=DIR,trust_remote_code=True``
 (the directory's shim imports the project).
 
@@ -14,8 +16,9 @@ an empty context and the first window of a rolling (perplexity) request are cond
 prefix token ``"\\n"`` (byte 10), the tokenizer's BOS; longer inputs are left-truncated to
 ``block_size`` by the harness.  Requests run in float32 on ``--device`` (default ``cpu``).
 
-**Before any work** the folder's files are checked against its ``SHA256SUMS`` (none: refused unless
-``--trust-unverified``), every task is loaded and every document rendered (text, target, choices; a target
+**Before any work** the folder's files are checked against its ``SHA256SUMS``, which must list every one of them
+(none: refused unless ``--trust-unverified``; :func:`lm.hf_convert.verify_export`), or the shipped model against its
+card, every task is loaded and every document rendered (text, target, choices; a target
 index inside the choices), so a broken task, an empty data file or a bad JSONL line is one line naming the
 task and the document, and ``--json`` may not be one of the inputs (the folder, ``--include-path``, a task's
 data file).
@@ -40,6 +43,7 @@ from typing import Any
 
 import torch
 
+from lm.reference import NAMES, load_model, model_inputs
 from rmsgauge import Claim, atomic_write_json, check_output_file, check_range, json_safe, tolerance
 from rmsgauge.cli import check_outputs_against_inputs, make_parser, one_line, run_main
 from rmsgauge.corpus import encode
@@ -141,22 +145,31 @@ def check_task(name: str, task: Any, limit: int | None = None) -> None:
                                  f"choices (an index in [0, {len(choices) - 1}] or a choice's text)")
 
 
-def evaluate(model_dir: str | os.PathLike, tasks: list[str], *, include_path: str | os.PathLike | None = None,
-             include_defaults: bool = True, num_fewshot: int | None = None, batch_size: int = 1,
-             device: str = "cpu", limit: int | None = None, log_samples: bool = False,
-             bootstrap_iters: int = 0, task_manager: Any = None) -> dict[str, Any]:
-    """Run harness ``tasks`` on ``model_dir``; returns the harness's results dict (``results``, ``samples`` ...).
+def evaluate(model_or_dir: str | os.PathLike | torch.nn.Module, tasks: list[str], *,
+             include_path: str | os.PathLike | None = None, include_defaults: bool = True,
+             num_fewshot: int | None = None, batch_size: int = 1, device: str = "cpu", limit: int | None = None,
+             log_samples: bool = False, bootstrap_iters: int = 0, task_manager: Any = None) -> dict[str, Any]:
+    """Run harness ``tasks`` on ``model_or_dir`` (a ``save_pretrained`` folder, or a project module such as a
+    shipped model, wrapped in memory); returns the harness's results dict (``results``, ``samples`` ...).
 
     ``bootstrap_iters=0`` skips the harness's bootstrap standard errors (slow, and random); pass e.g.
     1000 for error bars.  ``include_defaults=False`` indexes only ``include_path`` (fast; local tasks only).
     """
     lm_eval, HFLM, TaskManager = _require_harness()
-    if not Path(model_dir).is_dir():
-        raise FileNotFoundError(f"--model-dir {model_dir} is not a directory (write one with python -m lm.hf export)")
     if not tasks:
         raise ValueError("--tasks must name at least one task")
-    model = HFLM(pretrained=str(model_dir), backend="causal", device=device, batch_size=batch_size,
-                 dtype="float32")
+    if isinstance(model_or_dir, torch.nn.Module):
+        from lm.hf import ByteTokenizer, wrap
+
+        hf = wrap(model_or_dir.float().to(device).eval())
+        tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
+        model = HFLM(pretrained=hf, tokenizer=tok, backend="causal", batch_size=batch_size)
+    elif not Path(model_or_dir).is_dir():
+        raise FileNotFoundError(f"--model-dir {model_or_dir} is not a directory (write one with python -m lm.hf "
+                                f"export)")
+    else:
+        model = HFLM(pretrained=str(model_or_dir), backend="causal", device=device, batch_size=batch_size,
+                     dtype="float32")
     manager = task_manager or TaskManager(include_path=str(include_path) if include_path else None,
                                           include_defaults=include_defaults)
     return lm_eval.simple_evaluate(model=model, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit,
@@ -258,7 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "folder, and check that the harness's log-likelihoods equal the model's own (exit 1 if not). "
                     "Exit status 2: a usage error, a task that does not load or render (nothing written).",
                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model-dir", required=True, help="folder written by python -m lm.hf export")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model-dir", help="folder written by python -m lm.hf export")
+    src.add_argument("--reference", metavar="NAME", choices=NAMES,
+                     help=f"a shipped model by name ({', '.join(NAMES)}), verified against its model card")
     p.add_argument("--tasks", required=True, help="comma-separated harness task names")
     p.add_argument("--include-path", help="folder of extra task YAML files (local data_files)")
     p.add_argument("--only-include-path", action="store_true",
@@ -274,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(args: argparse.Namespace) -> tuple[list[str], Any]:
+def _check(args: argparse.Namespace) -> tuple[list[str], Any, Any]:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     check_range("--batch-size", args.batch_size, 1, 4096)
     check_range("--bootstrap-iters", args.bootstrap_iters, 0, 10_000_000)
@@ -288,7 +304,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Any]:
         raise ValueError("--only-include-path needs --include-path FOLDER")
     if args.include_path and not Path(args.include_path).is_dir():
         raise ValueError(f"--include-path {args.include_path} is not a folder")
-    if not Path(args.model_dir).is_dir():
+    if args.model_dir is not None and not Path(args.model_dir).is_dir():
         raise ValueError(f"--model-dir {args.model_dir} is not a folder (write one with python -m lm.hf export)")
     if not (args.device == "cpu" or args.device == "cuda" or (args.device.startswith("cuda:")
                                                              and args.device[5:].isdigit())):
@@ -296,15 +312,20 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Any]:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device} but CUDA is not available on this machine; use --device cpu")
     check_output_file("--json", args.json)
-    inputs = {"--model-dir": args.model_dir, "--include-path": args.include_path}
+    inputs = {"--model-dir": args.model_dir, "--include-path": args.include_path,
+              "--reference": model_inputs(reference=args.reference) if args.reference else None}
     check_outputs_against_inputs(inputs, {"--json": args.json})
-    from lm.checkpoint import verify_folder
+    if args.reference:
+        module, _ = load_model(reference=args.reference, device=args.device)
+    else:
+        from lm.hf_convert import verify_export
 
-    verify_folder(args.model_dir, ("config.json", "model.safetensors"), trust_unverified=args.trust_unverified)
+        verify_export(args.model_dir, trust_unverified=args.trust_unverified)
+        module = None
     manager, loaded = load_tasks(tasks, include_path=args.include_path, include_defaults=not args.only_include_path,
                                  limit=args.limit)
     check_outputs_against_inputs({**inputs, "a task's data file": _data_files(loaded)}, {"--json": args.json})
-    return tasks, manager
+    return tasks, manager, module
 
 
 def _data_files(loaded: dict[str, Any]) -> list[str]:
@@ -317,9 +338,9 @@ def _data_files(loaded: dict[str, Any]) -> list[str]:
     return out
 
 
-def _work(args: argparse.Namespace, checked: tuple[list[str], Any]) -> int:
-    tasks, manager = checked
-    results = evaluate(args.model_dir, tasks, include_path=args.include_path,
+def _work(args: argparse.Namespace, checked: tuple[list[str], Any, Any]) -> int:
+    tasks, manager, module = checked
+    results = evaluate(args.model_dir if module is None else module, tasks, include_path=args.include_path,
                        include_defaults=not args.only_include_path, num_fewshot=args.num_fewshot,
                        batch_size=args.batch_size, device=args.device, limit=args.limit,
                        bootstrap_iters=args.bootstrap_iters, log_samples=True, task_manager=manager)
@@ -327,12 +348,14 @@ def _work(args: argparse.Namespace, checked: tuple[list[str], Any]) -> int:
 
     from lm.hf import load_pretrained
 
-    claim = harness_claim(load_pretrained(args.model_dir).model.float().eval(), results)
+    direct = load_pretrained(args.model_dir).model if module is None else module
+    claim = harness_claim(direct.float().eval(), results)
     sys.stdout.write(make_table(results) + "\n")
     sys.stdout.write(f"[{'HOLDS' if claim.holds else 'FAILS'}] {claim.id}: {claim.measured['requests']} requests, "
                      f"max |harness - direct| / tolerance = {claim.measured['max_error_over_tolerance']:.3g}\n")
     if args.json:
-        atomic_write_json(args.json, json_safe({"model_dir": str(args.model_dir), "tasks": tasks,
+        atomic_write_json(args.json, json_safe({"model_dir": args.model_dir, "reference": args.reference,
+                                                "tasks": tasks,
                                                 "results": results["results"],
                                                 "versions": results.get("versions", {}),
                                                 "n-samples": results.get("n-samples", {}),

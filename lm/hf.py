@@ -13,11 +13,12 @@ rest works unchanged):
   under ``model.``); ``forward(input_ids, labels=...)`` returns ``CausalLMOutputWithPast`` with the
   usual shifted next-token loss when ``labels`` are given.
 * :class:`ByteTokenizer`: UTF-8 bytes, ids 0..255, exactly :func:`rmsgauge.corpus.encode`.  The
-  models have no special tokens, so ``"\n"`` (byte 10) doubles as BOS/EOS/PAD: the project's
-  document separator (``load_text`` joins files with it) and its sampler's empty prompt.  It is
-  never added to an encoding, and decoding keeps it even with ``skip_special_tokens=True`` (every
-  id is a real byte).  Generation does not stop on it (``eos_token_id`` is unset in the
-  generation config), like ``lm.sample``.
+  models have no special tokens, so ``"\n"`` (byte 10) doubles as BOS/EOS/PAD (the tokenizer's and
+  ``config.json``'s ids): the project's document separator (``load_text`` joins files with it) and
+  its sampler's empty prompt.  It is never added to an encoding, and decoding keeps it even with
+  ``skip_special_tokens=True`` (every id is a real byte).  Generation does not stop on it and never
+  takes a prompt's ``"\n"`` for padding (``eos_token_id`` and ``pad_token_id`` are unset in the
+  generation config, :data:`GENERATION_DEFAULTS`), like ``lm.sample``.
 * Converters (:mod:`lm.hf_convert`, which imports this module, never the other way):
   :func:`save_pretrained_dir` (project checkpoint /
   module / shipped reference -> ``save_pretrained`` directory in safetensors, with ``SHA256SUMS``) and
@@ -32,9 +33,10 @@ installed project (no model code is copied into the directory).
 
 **Logits.**  Without a cache and without padding, ``forward`` calls the project module itself:
 the logits are the project's, bit for bit.  With a KV cache or a padding mask it runs
-:func:`_forward_incremental`: the project module's own forward with only its attention step handed to a
-cached one (:func:`grt_model.attention.attention_override`), so a change to a block changes the Hugging Face
-model too (tested: a patched block changes both paths; cached = uncached to float tolerance).
+:func:`lm.sample.cached_forward` (the project sampler's own): the project module's own forward with only its
+attention step handed to a cached one (:func:`grt_model.attention.attention_override`), so a change to a block
+changes the Hugging Face model too (tested: a patched block changes both paths; cached = uncached to float
+tolerance).
 
 **KV cache: valid inside one context window, impossible across a slide.**  Both models are
 per-token everywhere except attention: the dense block's projections, norms and MLP, and the
@@ -45,7 +47,8 @@ tokens never change while the sequence grows, and caching them is exact -- the G
 are no obstacle.  Once the sequence exceeds ``block_size``, ``lm.sample`` re-reads the last
 ``block_size`` tokens from position 0: every token's rotary position shifts and every deeper
 layer's keys depend on a context that lost its first token, so no cached entry stays valid and
-each further step recomputes the whole window (what :meth:`prepare_inputs_for_generation` does).
+each further step recomputes the whole window (what :meth:`prepare_inputs_for_generation` does, and
+``lm.sample.generate`` with the same :class:`lm.sample.KVCache`).
 
 **Sampling agrees with** ``lm.sample.generate``: HF applies temperature, then top-k (the same
 ``logits < k-th largest`` rule), then softmax and ``torch.multinomial`` on the default CPU
@@ -67,8 +70,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grt_model.attention import attention_override
-from grt_model.rope import apply_rope, rope_angles
 from lm.checkpoint import (
     MODEL_KINDS,
     build_model,
@@ -77,6 +78,7 @@ from lm.checkpoint import (
     default_model_config,
     model_classes,
 )
+from lm.sample import KVCache, cached_forward
 from rmsgauge.corpus import VOCAB_SIZE
 
 try:
@@ -84,6 +86,7 @@ try:
         AutoConfig,
         AutoModelForCausalLM,
         AutoTokenizer,
+        GenerationConfig,
         GenerationMixin,
         PretrainedConfig,
         PreTrainedModel,
@@ -98,6 +101,8 @@ except ImportError as e:  # the extra is optional: say which one to install
     raise ModuleNotFoundError(f"lm.hf needs the Hugging Face extra: pip install -e \".[hf]\" ({e})") from e
 
 NEWLINE_ID = 10  # "\n": BOS/EOS/PAD of the byte tokenizer (see the module docstring)
+# generate() runs to max_new_tokens and never infers padding from "\n" bytes, like lm.sample
+GENERATION_DEFAULTS = {"do_sample": False, "bos_token_id": NEWLINE_ID, "pad_token_id": None, "eos_token_id": None}
 MODEL_TYPES = {"grt": "rmsgauge-grt", "dense": "rmsgauge-dense"}
 
 
@@ -116,10 +121,11 @@ class _ProjectHFConfig(PretrainedConfig):
     hidden_size: int = 0
     num_attention_heads: int = 0
     num_hidden_layers: int = 0
+    # "\n" is the byte tokenizer's BOS, EOS and pad (module docstring); the generation config leaves pad and EOS
+    # unset (GENERATION_DEFAULTS): generate() would stop at the first "\n" and mask every "\n" of a prompt as padding
     bos_token_id: int | None = NEWLINE_ID
-    # no pad id: generate() would mask every "\n" of a prompt as padding (a padded batch passes its attention_mask)
-    pad_token_id: int | None = None
-    eos_token_id: int | None = None  # generation runs to max_new_tokens, like lm.sample
+    pad_token_id: int | None = NEWLINE_ID
+    eos_token_id: int | None = NEWLINE_ID
     tie_word_embeddings: bool = False  # the project ties inside its own module; HF must not tie anything
 
     def __post_init__(self, **kwargs: Any) -> None:
@@ -152,76 +158,6 @@ class DenseHFConfig(_ProjectHFConfig):
 
 
 # ---------------------------------------------------------------------------------------------------
-# KV cache
-# ---------------------------------------------------------------------------------------------------
-
-
-class WindowKVCache:
-    """Per-layer keys/values (after rotary) of the tokens seen so far in the current window.
-
-    Deliberately not a ``transformers.Cache``: the model owns its cache (``generate`` only hands it
-    back), so its one non-standard rule -- empty it when the window slides -- lives in this module.
-    """
-
-    is_compileable = False
-    is_croppable = False
-
-    def __init__(self, n_layers: int) -> None:
-        self.keys: list[torch.Tensor | None] = [None] * n_layers
-        self.values: list[torch.Tensor | None] = [None] * n_layers
-
-    @property
-    def is_linear(self) -> list[bool]:
-        return [False] * len(self.keys)
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        k = self.keys[layer_idx]
-        return 0 if k is None else int(k.shape[-2])
-
-    def reset(self) -> None:
-        self.keys = [None] * len(self.keys)
-        self.values = [None] * len(self.values)
-
-    def update(self, k: torch.Tensor, v: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``[B, H, t, dh]`` keys/values; returns everything cached for ``layer``."""
-        if self.keys[layer] is not None:
-            k = torch.cat([self.keys[layer], k], dim=-2)
-            v = torch.cat([self.values[layer], v], dim=-2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """``softmax(q k^T / sqrt(dh)) v`` over the keys ``allowed`` ``[B, 1, Tq, Tk]`` lets each query see."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
-
-
-def _rope_at(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotary on ``x [B, H, T, dh]`` at absolute ``positions [B, T]`` (the project's own angle table)."""
-    table = rope_angles(int(positions.max()) + 1, x.shape[-1], base, dtype=x.dtype, device=x.device)  # (Tmax, P)
-    return apply_rope(x, table[positions].unsqueeze(1))  # angles (B, 1, T, P) broadcast over heads
-
-
-def _forward_incremental(model: nn.Module, idx: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
-                         cache: WindowKVCache | None) -> torch.Tensor:
-    """The project model's own forward with its attention step handed to a cached, masked one
-    (:func:`grt_model.attention.attention_override`); ``[B, T, V]`` logits.  Keys and values come from ``cache``
-    plus the new tokens, positions are absolute, visibility is ``allowed``; every other layer (norms, gates,
-    mixer, FFN, the residual order) is the model's own code."""
-
-    def attend(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if module.rope:
-            q, k = _rope_at(q, positions, module.rope_base), _rope_at(k, positions, module.rope_base)
-        if cache is not None:
-            k, v = cache.update(k, v, module.layer_index)
-        return _attend(q, k, v, allowed)
-
-    with attention_override(attend):
-        logits, _ = model(idx)
-    return logits
-
-
-# ---------------------------------------------------------------------------------------------------
 # Models
 # ---------------------------------------------------------------------------------------------------
 
@@ -236,6 +172,7 @@ class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.kind = config.kind
         self.model = build_model(self.kind, config.project()) if model is None else model
+        self.generation_config = GenerationConfig(**GENERATION_DEFAULTS)
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -244,13 +181,13 @@ class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model brings its own WindowKVCache (see the module docstring)
+        return False  # the model brings its own KVCache (see the module docstring)
 
     def get_input_embeddings(self) -> nn.Module:
         return self.model.tok_emb if self.kind == "dense" else self.model.embed
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, cache: WindowKVCache | None = None,
+                position_ids: torch.Tensor | None = None, cache: KVCache | None = None,
                 labels: torch.Tensor | None = None, use_cache: bool | None = None,
                 return_dict: bool | None = None, **kwargs: Any) -> CausalLMOutputWithPast:
         if input_ids is None:
@@ -275,13 +212,13 @@ class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
             logits, _ = self.model(input_ids)  # the project's own forward: its logits exactly
         else:
             if cache is None and use_cache:
-                cache = WindowKVCache(self.config.num_hidden_layers)
+                cache = KVCache(self.config.num_hidden_layers)
             q_idx = torch.arange(past, past + T, device=input_ids.device)
             k_idx = torch.arange(past + T, device=input_ids.device)
             allowed = (k_idx[None, :] <= q_idx[:, None])[None] & mask.bool()[:, None, :]  # (B, T, past+T)
             # a padding query sees no real key; letting it see itself keeps its (unused) row finite
             allowed = allowed | (k_idx[None, :] == q_idx[:, None])[None]
-            logits = _forward_incremental(self.model, input_ids, position_ids, allowed[:, None], cache)
+            logits = cached_forward(self.model, input_ids, cache, positions=position_ids, allowed=allowed[:, None])
         loss = None
         if labels is not None:
             # HF convention: labels are the inputs; position t predicts label t+1; -100 is ignored
@@ -290,7 +227,7 @@ class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache if use_cache else None)
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, next_sequence_length: int | None = None,
-                                      cache: WindowKVCache | None = None,
+                                      cache: KVCache | None = None,
                                       attention_mask: torch.Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
         block = self.config.max_position_embeddings
         use_cache = kwargs.get("use_cache", True)

@@ -5,16 +5,17 @@ conversion runs), so ``python -m lm.hf --help`` works without the ``hf`` extra a
 one line naming ``pip install -e ".[hf]"``.
 
 **Nothing certified that was not checked.**  An export writes ``SHA256SUMS`` over the files it wrote (from a
-checksum-verified checkpoint or an in-memory module); an import checks the folder's files against it before
-and after loading, and only then writes the checkpoint's sha256.  A folder without ``SHA256SUMS`` is refused
-unless ``--trust-unverified``, and then the checkpoint is written *without* a checksum (it stays unverified:
-loading it needs ``--trust-unverified`` again).  Likewise an export of an unverified checkpoint writes no
-``SHA256SUMS``.
+checksum-verified checkpoint or an in-memory module); an import checks the folder against it before and after
+loading -- every file of the folder must be listed (one it does not list is refused like a changed one) with its
+sha256, and the loader shim must be the project's own text -- and only then writes the checkpoint's sha256.  A
+folder without ``SHA256SUMS`` is refused unless ``--trust-unverified``, and then the checkpoint is written
+*without* a checksum (it stays unverified: loading it needs ``--trust-unverified`` again).  Likewise an export of
+an unverified checkpoint writes no ``SHA256SUMS``.
 
 **Nothing overwritten.**  An export goes to a new (or empty) folder, written under a temporary name and renamed
-into place; an import refuses an existing checkpoint path (``--force`` moves it and its ``.sha256`` aside to
-``<path>.replaced-<time>``) and a run folder's ``ckpt.pt`` (importing would mix two models in one run), and
-neither may write inside its input.
+into place, the folder and its files at the user's umask like every other output; an import refuses an existing
+checkpoint path (``--force`` moves it and its ``.sha256`` aside to ``<path>.replaced-<time>``) and a run folder's
+``ckpt.pt`` (importing would mix two models in one run), and neither may write inside its input.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from lm.checkpoint import (
 )
 from lm.errors import CheckpointError
 from lm.trainconfig import RUN_FILES
+from rmsgauge.atomic import current_umask
 from rmsgauge.cli import (
     add_subcommand,
     add_subcommands,
@@ -89,6 +91,7 @@ def save_pretrained_dir(source: str | os.PathLike | nn.Module | dict[str, Any], 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         _write_pretrained(model, tmp)
+        _user_modes(tmp)
         if verified:
             write_folder_sums(tmp)
         if out.exists():
@@ -100,16 +103,20 @@ def save_pretrained_dir(source: str | os.PathLike | nn.Module | dict[str, Any], 
     return out
 
 
-def _write_pretrained(model: nn.Module, out: Path) -> None:
-    from transformers import GenerationConfig
+def _user_modes(folder: Path) -> None:
+    """Give the folder and everything in it the modes a new folder and file get under the user's umask: ``mkdtemp``
+    makes the folder 0700 and safetensors writes its file 0600, which would hide an export from the user's group."""
+    mask = current_umask()
+    for p in (folder, *folder.rglob("*")):
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
-    from lm.hf import NEWLINE_ID, ByteTokenizer, wrap
+
+def _write_pretrained(model: nn.Module, out: Path) -> None:
+    from lm.hf import ByteTokenizer, wrap
 
     hf = wrap(model)
     hf.config.auto_map = {"AutoConfig": f"{SHIM_NAME}.{type(hf.config).__name__}",
                           "AutoModelForCausalLM": f"{SHIM_NAME}.{type(hf).__name__}"}
-    hf.generation_config = GenerationConfig(do_sample=False, bos_token_id=NEWLINE_ID, pad_token_id=None,
-                                            eos_token_id=None)
     hf.save_pretrained(out, safe_serialization=True)
     tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
     tok.save_pretrained(out)
@@ -121,7 +128,23 @@ def _write_pretrained(model: nn.Module, out: Path) -> None:
     (out / f"{SHIM_NAME}.py").write_text(_shim_text())
 
 
-REQUIRED_FILES = ("config.json", "model.safetensors")  # what SHA256SUMS must cover for an import
+REQUIRED_FILES = ("config.json", "model.safetensors")  # what SHA256SUMS must list (it must cover every file)
+
+
+def verify_export(model_dir: str | os.PathLike, *, trust_unverified: bool = False) -> bool:
+    """Check a ``save_pretrained`` folder before anything reads it: ``SHA256SUMS`` covers every file, each with its
+    sha256 (:func:`lm.checkpoint.verify_folder`; none: refused unless ``trust_unverified``), and its loader shim
+    ``rmsgauge_hf.py`` -- the code ``trust_remote_code=True`` runs -- is the project's own, byte for byte (a sum
+    file can be rewritten along with the code it lists; the shim's text cannot change unnoticed).  Returns whether
+    the sums verified the folder."""
+    model_dir = Path(model_dir)
+    verified = verify_folder(model_dir, REQUIRED_FILES, trust_unverified=trust_unverified)
+    shim = model_dir / f"{SHIM_NAME}.py"
+    if shim.exists() and (not shim.is_file() or shim.read_bytes() != _shim_text().encode()):
+        raise CheckpointError(f"{shim}: not the loader shim python -m lm.hf export writes (the code "
+                              f"trust_remote_code=True would run); export the model again")
+    return verified
+
 
 
 def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = False) -> tuple[nn.Module, bool]:
@@ -131,7 +154,7 @@ def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = Fals
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"--model-dir {model_dir} is not a folder (python -m lm.hf export writes one)")
-    verified = verify_folder(model_dir, REQUIRED_FILES, trust_unverified=trust_unverified)
+    verified = verify_export(model_dir, trust_unverified=trust_unverified)
     from lm.hf import load_pretrained
 
     try:
@@ -143,7 +166,7 @@ def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = Fals
     if wrong:
         raise CheckpointError(f"{model_dir}: its weights do not fit its config ({wrong}); the folder is corrupt")
     if verified:  # the files did not change while they were read
-        verify_folder(model_dir, REQUIRED_FILES)
+        verify_export(model_dir)
     return hf, verified
 
 

@@ -11,7 +11,9 @@ The package folder ``lm/reference_models/`` holds, per model name (``grt``, ``de
 
 :func:`load_reference` checks the weights' sha256 against the card before unpickling anything (a mismatch
 is one error naming the file), loads with ``weights_only=True`` and rebuilds the config with
-``Config(**d)``.  Each file is at most 10 MB (:data:`MAX_FILE_BYTES`); :func:`ship_run` refuses more.
+``Config(**d)``.  :func:`load_model` is what a command's ``--checkpoint PATH`` / ``--reference NAME`` load: a
+shipped model by name, a shipped ``.pt`` through the card beside it, or a training run's checksummed checkpoint.
+Each file is at most 10 MB (:data:`MAX_FILE_BYTES`); :func:`ship_run` refuses more.
 
     python -m lm.reference list                      # what is shipped
     python -m lm.reference verify                    # every checksum (exit 1 on a mismatch)
@@ -31,7 +33,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from lm.checkpoint import build_model, config_from_dict, load_checkpoint, torch_load_bytes
+from lm.checkpoint import (
+    build_model,
+    checkpoint_inputs,
+    checksum_path,
+    config_from_dict,
+    load_checkpoint,
+    model_from_checkpoint,
+    torch_load_bytes,
+)
 from lm.errors import CheckpointError
 from rmsgauge import atomic_write_bytes, atomic_write_json, check_output_dir
 from rmsgauge.atomic import sha256_bytes
@@ -124,6 +134,58 @@ def load_reference(name: str, *, root: str | Path | None = None, device: str | t
     model.eval()
     model.reference_card = card
     return model
+
+
+def reference_at(path: str | Path) -> tuple[str, Path] | None:
+    """``(name, folder)`` when ``path`` is a shipped model's weights file: ``<name>.pt`` with no ``.sha256`` beside
+    it but a model card ``<name>.json`` that names it (how :func:`ship_run` writes them); else None."""
+    path = Path(path)
+    name, folder = path.stem, path.parent
+    if path.suffix != ".pt" or not _NAME_RE.match(name) or checksum_path(path).exists():
+        return None
+    card_path = folder / f"{name}.json"
+    if not card_path.is_file():
+        return None
+    try:
+        card = json.loads(card_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(card, dict) or card.get("weights_file") != path.name or "sha256" not in card:
+        return None
+    return name, folder
+
+
+def load_model(checkpoint: str | Path | None = None, reference: str | None = None, *, trust_unverified: bool = False,
+               device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any] | None]:
+    """``(model, card)`` in eval mode, for a command that takes ``--checkpoint PATH`` or ``--reference NAME``.
+
+    ``reference``: the shipped model of that name, verified against its model card (:func:`load_reference`).
+    ``checkpoint``: a training run's checkpoint, verified by its ``.sha256``
+    (:func:`lm.checkpoint.load_checkpoint`; ``trust_unverified`` lets one without it load), or a shipped model's
+    weights file beside its card (:func:`reference_at`), verified against the card.  ``card`` is the model card,
+    or None for a checkpoint."""
+    if (checkpoint is None) == (reference is None):
+        raise ValueError("give one of --checkpoint PATH or --reference NAME")
+    if reference is not None:
+        model = load_reference(reference, device=device)
+        return model, dict(model.reference_card)
+    shipped = reference_at(checkpoint)
+    if shipped is not None:
+        model = load_reference(shipped[0], root=shipped[1], device=device)
+        return model, dict(model.reference_card)
+    model = model_from_checkpoint(load_checkpoint(checkpoint, map_location="cpu", trust_unverified=trust_unverified),
+                                  device=device)
+    return model.eval(), None
+
+
+def model_inputs(checkpoint: str | Path | None = None, reference: str | None = None) -> list[Path]:
+    """What loading the model of :func:`load_model` reads, for a command's output/input check."""
+    if reference is not None:
+        return list(_paths(reference, None))
+    shipped = reference_at(checkpoint)
+    if shipped is not None:
+        return list(_paths(*shipped))
+    return checkpoint_inputs(checkpoint)
 
 
 def reference_log(name: str, root: str | Path | None = None) -> list[dict]:

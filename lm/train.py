@@ -126,7 +126,9 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
 
 TRAIN_FLAGS = ("lr", "batch_size", "max_steps", "max_tokens", "eval_interval", "seed", "device", "threads", "data",
                "dtype")  # flags that set the TrainConfig key of the same name
-MODEL_FLAGS = {"d_model": "d_model", "n_heads": "n_heads", "n_layers": None, "seq_len": "block_size"}  # None: by kind
+MODEL_FLAGS = {"d_model": "d_model", "n_heads": "n_heads", "n_layers": None, "seq_len": "block_size",
+               "d_ff": "d_ff"}  # None: by kind
+FF_RATIO = 4  # --d-model sets d_ff = FF_RATIO * d_model unless d_ff is given (both CPU presets are 4x wide)
 
 
 def _base_config(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
@@ -185,7 +187,8 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
     if "model_config" in file_cfg:
         reject_unknown_keys(f"--config model_config ({cfg_cls.__name__})", file_cfg["model_config"], mdict)
         mdict.update(file_cfg["model_config"])
-    explicit = _apply_set(args.set or [], tdict, mdict, cfg_cls.__name__)  # train keys set on this command line
+    # the train and model keys set on this command line
+    explicit, explicit_model = _apply_set(args.set or [], tdict, mdict, cfg_cls.__name__)
     for flag in TRAIN_FLAGS:
         v = getattr(args, flag, None)
         if v is not None:
@@ -196,23 +199,27 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
         v = getattr(args, flag, None)
         if v is not None:
             mdict[key or _n_layers_key(kind)] = v
+            explicit_model.add(key or _n_layers_key(kind))
+    if getattr(args, "d_model", None) is not None and "d_ff" not in explicit_model and not args.resume:
+        mdict["d_ff"] = FF_RATIO * args.d_model  # the FFN's width follows the model's (a resume keeps the model)
     tdict["out_dir"] = out_dir
     tcfg = TrainConfig(**tdict)
-    check_model_values(mdict)
+    check_model_values(mdict, tcfg.tokenizer)
     try:
         mcfg = config_from_dict(kind, mdict)
     except (ValueError, TypeError) as e:
         raise ValueError(f"model config: {one_line(e)}") from None
-    validate_model_config(kind, mcfg)
+    validate_model_config(kind, mcfg, tcfg.tokenizer)
     if ckpt is not None:
         _check_resume(ckpt, tdict, mcfg)
     return kind, mcfg, tcfg, args.resume
 
 
-def _apply_set(items: list[str], tdict: dict, mdict: dict, cfg_name: str) -> set[str]:
+def _apply_set(items: list[str], tdict: dict, mdict: dict, cfg_name: str) -> tuple[set[str], set[str]]:
     """Apply ``--set key=value`` items (bare keys: train first, then model; or ``train.key`` / ``model.key``);
-    returns the train keys set."""
+    returns the train keys and the model keys set."""
     explicit: set[str] = set()
+    explicit_model: set[str] = set()
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
@@ -228,9 +235,10 @@ def _apply_set(items: list[str], tdict: dict, mdict: dict, cfg_name: str) -> set
             if name not in mdict:
                 raise ValueError(f"unknown model key {name!r} for {cfg_name}; allowed: {sorted(mdict)}")
             mdict[name] = _parse_value(f"model.{name}", raw, mdict[name])
+            explicit_model.add(name)
         else:
             raise ValueError(f"unknown key {name!r}; train keys: {sorted(tdict)}; model keys: {sorted(mdict)}")
-    return explicit
+    return explicit, explicit_model
 
 
 def _run_length(tdict: dict, explicit: set[str]) -> None:
@@ -281,9 +289,9 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
                    help="model family: the dense QK-norm transformer or the GRT (default: dense, the recipe's or "
                         "config's model, or the checkpoint's on --resume)")
     g.add_argument("--recipe", metavar="NAME", default=None,
-                   help="start from a named recipe, the exact configuration that trained a shipped reference model "
-                        "(see lm.recipes; e.g. reference-grt, reference-dense); its run folder defaults to "
-                        "runs/NAME")
+                   help="start from a named recipe (lm.recipes): reference-grt or reference-dense, the exact "
+                        "configuration that trained a shipped model, or tiny-grt, a first GRT that trains 300 steps "
+                        "in minutes; its run folder defaults to runs/NAME")
     g.add_argument("--config", metavar="FILE",
                    help="start from a JSON file {\"model\": ..., \"train\": {...}, \"model_config\": {...}}, "
                         "e.g. a run's config.json written by python -m studies.compare")
@@ -294,7 +302,11 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
                    help="a file or a folder of .txt/.md files to train on, read as raw bytes (default: the bundled "
                         "Shakespeare)")
     m = p.add_argument_group("model size")
-    m.add_argument("--d-model", type=int, default=None, help="model width: channels of the residual stream")
+    m.add_argument("--d-model", type=int, default=None,
+                   help=f"model width: channels of the residual stream; also sets d_ff = {FF_RATIO} x d_model "
+                        f"unless --d-ff or --set d_ff is given")
+    m.add_argument("--d-ff", type=int, default=None,
+                   help="FFN width (model.d_ff; the GRT's must be a power of two >= d_model)")
     m.add_argument("--n-heads", type=int, default=None, help="attention heads per layer (must divide --d-model)")
     m.add_argument("--n-layers", type=int, default=None, help="transformer blocks (the GRT's n_blocks)")
     m.add_argument("--seq-len", type=int, default=None, help="context length in bytes (model.block_size)")

@@ -22,7 +22,7 @@ from typing import Any
 TMP_SUFFIX = ".tmp"
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process umask, read without changing it where the OS allows (os.umask itself must set one)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -42,7 +42,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             if hasattr(os, "fchmod"):
-                os.fchmod(fh.fileno(), 0o666 & ~_umask())  # what open(path, "w") would have given
+                os.fchmod(fh.fileno(), 0o666 & ~current_umask())  # what open(path, "w") would have given
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

@@ -289,6 +289,83 @@ def test_import_verifies_before_it_certifies(models, tmp_path, capsys):
     assert not (out / SUMS_NAME).exists()  # an export of unverified weights stays unverified
 
 
+def _rewrite_sums(folder) -> None:
+    """A SHA256SUMS that lists what the folder holds now, the way anyone who can write the folder could."""
+    from lm.checkpoint import write_folder_sums
+
+    (folder / "SHA256SUMS").unlink()
+    write_folder_sums(folder)
+
+
+def test_import_refuses_a_file_the_sums_do_not_cover(models, tmp_path, capsys):
+    """The loader shim is the code ``trust_remote_code=True`` runs: a line appended to it is refused whether its sum
+    is left (a mismatch), taken off the list, or rewritten to match; and a file the sums do not list is refused."""
+    from lm.checkpoint import SUMS_NAME
+    from lm.hf_convert import SHIM_NAME
+
+    _, d = models[("dense", "random")]
+    shim = f"{SHIM_NAME}.py"
+    cases = {}
+    cases["tampered"] = _copy_dir(d, tmp_path / "tampered")
+    cases["off the list"] = _copy_dir(d, tmp_path / "off")
+    cases["sums rewritten"] = _copy_dir(d, tmp_path / "rewritten")
+    for folder in cases.values():
+        with open(folder / shim, "a") as fh:
+            fh.write("import os; os.system('echo pwned')\n")
+    sums = cases["off the list"] / SUMS_NAME
+    sums.write_text("".join(ln + "\n" for ln in sums.read_text().splitlines() if not ln.endswith(shim)))
+    _rewrite_sums(cases["sums rewritten"])
+    cases["extra file"] = _copy_dir(d, tmp_path / "extra")
+    (cases["extra file"] / "helper.py").write_text("print('not exported')\n")
+    cases["extra folder"] = _copy_dir(d, tmp_path / "nested")
+    (cases["extra folder"] / "sub").mkdir()
+    (cases["extra folder"] / "sub" / "x.bin").write_bytes(b"\0")
+    words = {"tampered": "does not match SHA256SUMS", "off the list": f"['{shim}'] not listed",
+             "sums rewritten": "not the loader shim", "extra file": "['helper.py'] not listed",
+             "extra folder": "['sub/x.bin'] not listed"}
+    for name, folder in cases.items():
+        target = tmp_path / f"{folder.name}.pt"
+        assert _code(["import", "--model-dir", str(folder), "--checkpoint", str(target)]) == 1, name
+        line = _last(capsys)
+        assert words[name] in line and str(folder) in line, (name, line)
+        assert not target.exists()
+    assert main(["import", "--model-dir", str(d), "--checkpoint", str(tmp_path / "ok.pt")]) == 0  # as exported
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_export_follows_the_umask(models, tmp_path, umask):
+    import stat
+
+    net, _ = models[("grt", "random")]
+    old = os.umask(umask)
+    try:
+        out = save_pretrained_dir(net, tmp_path / "exp")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (out, *out.rglob("*"))}
+    want = {p.name: (0o777 if p.is_dir() else 0o666) & ~umask for p in (out, *out.rglob("*"))}
+    assert modes == want and "model.safetensors" in modes
+
+
+def test_config_names_newline_as_bos_eos_and_pad_yet_generation_runs_on(models):
+    """``config.json`` says what the README says: "\n" is BOS, EOS and pad; generation neither stops at a "\n" nor
+    takes a prompt's "\n" for padding (the generation config leaves both unset), like lm.sample."""
+    import json
+
+    net, d = models[("grt", "trained")]
+    cfg = json.loads((d / "config.json").read_text())
+    assert (cfg["bos_token_id"], cfg["eos_token_id"], cfg["pad_token_id"]) == (NEWLINE_ID,) * 3
+    gen = json.loads((d / "generation_config.json").read_text())
+    assert gen.get("eos_token_id") is None and gen.get("pad_token_id") is None
+    hf = AutoModelForCausalLM.from_pretrained(str(d))
+    prompt = _ids("\n\nA\n")
+    out = hf.generate(prompt, max_new_tokens=BLOCK, do_sample=False)
+    assert out.tolist() == project_generate(net, prompt, BLOCK, temperature=0.0).tolist()
+    in_memory = wrap(net)
+    assert in_memory.config.eos_token_id == NEWLINE_ID and in_memory.generation_config.eos_token_id is None
+    assert in_memory.generate(prompt, max_new_tokens=BLOCK, do_sample=False).tolist() == out.tolist()
+
+
 def test_help_works_without_transformers(tmp_path):
     import subprocess
     import sys

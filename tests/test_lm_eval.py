@@ -264,3 +264,28 @@ def test_claim_holds_and_a_planted_bug_flips_it(runs, tmp_path, capsys, monkeypa
     assert main([*argv, "--json", str(bad)]) == 1
     assert not json.loads(bad.read_text())["claims"][0]["holds"]
     assert "[FAILS] lm.harness_equals_direct_loglik" in capsys.readouterr().out
+
+
+def test_a_shipped_model_evaluates_by_name(runs, tmp_path, capsys):
+    """``--reference NAME``: the shipped model verified against its card and wrapped in memory scores exactly as its
+    export does, and the claim holds; an export holding a file its SHA256SUMS does not list is refused."""
+    from lm.reference import load_reference, reference_dir
+
+    if not (reference_dir() / "grt.json").exists():
+        pytest.skip("lm/reference_models/grt.json is not shipped yet")
+    _, d, _, root = runs["dense"]
+    task = ["--tasks", "rmsgauge_local_mc", "--include-path", str(root), "--only-include-path", "--limit", "3"]
+    out = tmp_path / "ref.json"
+    assert main(["--reference", "grt", *task, "--json", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["reference"] == "grt" and saved["claims"][0]["holds"]
+    exported = save_pretrained_dir(load_reference("grt"), tmp_path / "grt")
+    res = evaluate(exported, ["rmsgauge_local_mc"], include_path=root, include_defaults=False, limit=3)
+    assert res["results"]["rmsgauge_local_mc"] == saved["results"]["rmsgauge_local_mc"]
+    import shutil
+
+    extra = shutil.copytree(d, tmp_path / "extra")
+    (extra / "helper.py").write_text("print('not exported')\n")
+    capsys.readouterr()
+    assert main(["--model-dir", str(extra), *task]) == 1
+    assert "['helper.py'] not listed" in _err_lines(capsys.readouterr().err)[0]

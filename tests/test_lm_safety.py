@@ -342,6 +342,23 @@ def test_checkpoint_sha256_detects_a_flipped_bit(tmp_path, tiny_ckpt, capsys):
     assert str(copy) in line and "sha256" in line
 
 
+@pytest.mark.parametrize(("sidecar", "words"), [
+    (b"", "the checksum file is empty"),
+    (b"\n  \n", "the checksum file is empty"),
+    (b"not-a-digest  ckpt.pt\n", "is not a sha256sum line"),
+])
+def test_a_broken_checksum_file_is_one_line_naming_it(tmp_path, tiny_ckpt, capsys, sidecar, words):
+    import shutil
+
+    run = shutil.copytree(tiny_ckpt.parent, tmp_path / "run")
+    checksum_path(run / "ckpt.pt").write_bytes(sidecar)
+    assert _code(main, ["--out-dir", str(run), "--resume", "--max-steps", "2", "--quiet"]) in (1, 2)
+    line = _one_error_line(capsys.readouterr().err)
+    assert str(checksum_path(run / "ckpt.pt")) in line and words in line, line
+    with pytest.raises(CheckpointError, match=words):
+        load_checkpoint(run / "ckpt.pt")
+
+
 def test_corrupt_checkpoint_is_one_line_naming_the_file(tmp_path, capsys):
     from lm.sample import main as sample_main
 
@@ -387,13 +404,3 @@ def test_data_errors_are_one_line(tmp_path, capsys):
             main(_argv(tmp_path / "o", data))
         assert exc.value.code == 2 and msg in _one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "o").exists()
-
-
-def test_figures_claims_none_without_an_earlier_run_refuses(tmp_path, capsys):
-    """Issue 15 item 5 (figures/__main__.py, owned elsewhere): ``--claims none`` with no claims.json refuses."""
-    from figures.__main__ import main as figures_main
-
-    with pytest.raises(SystemExit) as exc:
-        figures_main(["--claims", "none", "--out-dir", str(tmp_path / "f"), "--only", "gauge.forward_invariance"])
-    assert exc.value.code == 2 and "claims.json" in capsys.readouterr().err
-    assert not (tmp_path / "f").exists()

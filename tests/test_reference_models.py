@@ -16,7 +16,7 @@ import torch
 from lm.checkpoint import config_from_dict, config_to_dict, model_from_checkpoint
 from lm.dense import DenseConfig
 from lm.errors import CheckpointError
-from lm.recipes import RECIPE_NAMES, get_recipe
+from lm.recipes import RECIPE_NAMES, REFERENCE_RECIPE_NAMES, get_recipe
 from lm.reference import (
     MAX_FILE_BYTES,
     NAMES,
@@ -83,6 +83,31 @@ def test_a_tampered_copy_fails_its_checksum_naming_the_file(shipped, capsys):
     assert len(err) == 1 and "dense.pt" in err[0]
 
 
+def test_a_shipped_file_loads_by_name_or_path_through_its_card(shipped, tiny_run, capsysbinary):
+    """``--checkpoint <name>.pt`` of a shipped model (no ``.sha256``: its card holds the sha256) loads verified by the
+    card, the same model as by name; sampled, it gives the same bytes as the run's checkpoint; tampered, it is one
+    line naming the file."""
+    from lm.checkpoint import load_checkpoint
+    from lm.reference import load_model
+    from lm.sample import main as sample_main
+
+    model, card = load_model(checkpoint=shipped / "dense.pt")
+    assert card == reference_card("dense", root=shipped) and not model.training
+    trained = model_from_checkpoint(load_checkpoint(tiny_run / "ckpt.pt"))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), trained.state_dict().values()))
+    argv = ["--tokens", "6", "--seed", "4", "--quiet"]
+    assert sample_main(["--checkpoint", str(shipped / "dense.pt"), *argv]) == 0
+    from_card = capsysbinary.readouterr().out
+    assert sample_main(["--checkpoint", str(tiny_run / "ckpt.pt"), *argv]) == 0
+    assert capsysbinary.readouterr().out == from_card
+    data = bytearray((shipped / "dense.pt").read_bytes())
+    data[-100] ^= 0x04
+    (shipped / "dense.pt").write_bytes(bytes(data))
+    assert sample_main(["--checkpoint", str(shipped / "dense.pt"), *argv]) == 1
+    err = [ln for ln in capsysbinary.readouterr().err.decode().splitlines() if ln.strip()]
+    assert len(err) == 1 and "dense.pt: sha256" in err[0] and "model card" in err[0]
+
+
 def test_ship_refuses_unfinished_runs_and_empty_commands(tmp_path, tiny_run):
     with pytest.raises(ValueError, match="--command"):
         ship_run(tiny_run, "dense", "  ", dest=tmp_path / "m")
@@ -135,10 +160,28 @@ def test_shipped_model_loads_verified_and_matches_its_recipe(name):
     # fields added to the configs since shipping take their defaults (the card's config rebuilt equals the recipe's)
     shipped_cfg = config_to_dict(config_from_dict(card["model_kind"], card["model_config"]))
     assert shipped_cfg == recipe.model_config and card["model_kind"] == recipe.model
-    ran = {k: v for k, v in card["train_config"].items() if k != "out_dir"}
+    ran = {k: v for k, v in TrainConfig(**card["train_config"]).to_dict().items() if k != "out_dir"}
     assert ran == {k: v for k, v in recipe.train_config.items() if k != "out_dir"}
     x = torch.arange(16).unsqueeze(0)
     assert torch.isfinite(model(x)[0]).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shipped_model_samples_by_name_and_by_path(name, capsysbinary):
+    """``python -m lm.sample --reference NAME`` and ``--checkpoint lm/reference_models/NAME.pt`` (which has no
+    ``.sha256``: its card holds the sha256) both load the shipped model verified, and give the same bytes."""
+    _shipped_or_skip(name)
+    from lm.sample import main as sample_main
+
+    argv = ["--tokens", "5", "--seed", "1", "--quiet"]
+    assert sample_main(["--reference", name, *argv]) == 0
+    by_name = capsysbinary.readouterr().out
+    assert sample_main(["--checkpoint", str(reference_dir() / f"{name}.pt"), *argv]) == 0
+    assert capsysbinary.readouterr().out == by_name and len(by_name) == 1 + 5 + 1  # "\n", 5 bytes, "\n"
+    from lm.train import main as train_main
+
+    assert train_main(["sample", "--reference", name, *argv]) == 0
+    assert capsysbinary.readouterr().out == by_name
 
 
 @pytest.mark.slow
@@ -173,4 +216,5 @@ def test_reference_cli_lists_and_verifies(shipped, capsys):
     assert main(["list", "--root", str(shipped)]) == 0
     assert "python -m lm.train --recipe reference-dense" in capsys.readouterr().out
     assert main(["verify", "--root", str(shipped)]) == 0
-    assert RECIPE_NAMES == tuple(f"reference-{n}" for n in NAMES)
+    assert REFERENCE_RECIPE_NAMES == tuple(f"reference-{n}" for n in NAMES)
+    assert set(REFERENCE_RECIPE_NAMES) <= set(RECIPE_NAMES)

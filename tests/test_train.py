@@ -135,6 +135,39 @@ def test_config_validation_names_the_key(tmp_path, capsys, argv, message):
     assert not out.exists()  # failed before any work
 
 
+@pytest.mark.parametrize(("argv", "d_ff"), [
+    (["--model", "grt", "--d-model", "64"], 4 * 64),
+    (["--model", "dense", "--d-model", "48"], 4 * 48),
+    (["--model", "grt", "--d-model", "64", "--d-ff", "128"], 128),
+    (["--model", "dense", "--d-model", "48", "--set", "d_ff=100"], 100),
+    (["--model", "grt", "--d-model", "64", "--set", "model.d_ff=512"], 512),
+    (["--model", "grt", "--n-layers", "2"], None),  # no --d-model: the preset's own d_ff
+])
+def test_d_ff_follows_d_model_unless_given(tmp_path, argv, d_ff):
+    from lm.checkpoint import default_model_config
+    from lm.train import build_parser, resolve
+
+    kind, mcfg, _, _ = resolve(build_parser().parse_args([*argv, "--out-dir", str(tmp_path / "o")]))
+    assert mcfg.d_ff == (default_model_config(kind).d_ff if d_ff is None else d_ff)
+
+
+def test_tiny_grt_recipe_is_a_small_grt(tmp_path):
+    from lm.checkpoint import build_model
+    from lm.recipes import RECIPE_NAMES, get_recipe
+    from lm.sizing import n_params
+    from lm.train import build_parser, resolve
+
+    assert "tiny-grt" in RECIPE_NAMES
+    kind, mcfg, tcfg, _ = resolve(build_parser().parse_args(["--recipe", "tiny-grt", "--out-dir", str(tmp_path)]))
+    shipped = config_from_dict("grt", get_recipe("reference-grt").model_config)
+    assert kind == "grt" and mcfg.d_ff == 4 * mcfg.d_model and mcfg.d_model < shipped.d_model
+    assert (mcfg.qkvo_stages, mcfg.mixer_stages, mcfg.ffn_stages) == (
+        shipped.qkvo_stages, shipped.mixer_stages, shipped.ffn_stages)  # the text's cascades, narrower
+    with torch.device("meta"):
+        assert n_params(build_model("grt", mcfg)) < n_params(build_model("grt", shipped)) / 3
+    assert tcfg.total_steps(mcfg.block_size) == tcfg.max_steps == 300 and tcfg.eval_interval == 100
+
+
 def test_config_file_layers_and_unknown_keys(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"model": "dense", "train": {"lr": 1e-3, "lrr": 2}}))
