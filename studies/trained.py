@@ -1,6 +1,7 @@
 """python -m studies.trained: the GRT text's trained-model claims on a trained GRT (float64 copies).
 
     python -m studies.trained                                  # the shipped reference GRT and dense model
+    python -m studies.trained --reference grt                  # a shipped model by name (or its .pt path)
     python -m studies.trained --checkpoint RUN/ckpt.pt         # any GRT run of python -m lm.train
     python -m studies.trained --checkpoint G/ckpt.pt --dense-checkpoint D/ckpt.pt --json claims.json
 
@@ -32,8 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap = make_parser("python -m studies.trained", __doc__)
     ap.add_argument("--checkpoint", metavar="PATH", help="a GRT checkpoint (ckpt.pt of a run); default: the "
                     "shipped reference GRT")
+    ap.add_argument("--reference", metavar="NAME", help="a shipped GRT by name (python -m lm.reference --list), "
+                    "verified against its model card; default grt when --checkpoint is not given")
     ap.add_argument("--dense-checkpoint", metavar="PATH", help="a dense checkpoint measured beside it; default: the "
-                    "shipped dense model when --checkpoint is not given, none otherwise")
+                    "shipped dense model when the GRT is a shipped one, none otherwise")
+    ap.add_argument("--dense-reference", metavar="NAME", help="a shipped dense model by name, measured beside it")
     ap.add_argument("--seed", type=int, default=0, help="seed of the 8 held-out validation windows (default 0)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads, in [1, 256] (default 1)")
     ap.add_argument("--jac-tokens", type=int, default=JAC_TOKENS,
@@ -57,15 +61,20 @@ def _card_of(ckpt_path: Path, ckpt: dict[str, Any]) -> dict[str, Any] | None:
             "train_config": s["train_config"], "train_time_s": s.get("train_time_s")}
 
 
-def load(path: str | None, kind: str) -> tuple[nn.Module, dict[str, Any] | None]:
-    """``(model, card)``: a checkpoint (checksum-verified by :func:`lm.checkpoint.load_checkpoint`) or the shipped
-    reference model of ``kind``."""
+def load(path: str | None, kind: str, name: str | None = None) -> tuple[nn.Module, dict[str, Any] | None]:
+    """``(model, card)``: a checkpoint (checksum-verified by :func:`lm.checkpoint.load_checkpoint`), a shipped
+    model's weights file or ``name`` (verified against its card), else the shipped model named ``kind``."""
     from lm.checkpoint import load_checkpoint, model_from_checkpoint
-    from lm.reference import load_reference
+    from lm.reference import load_reference, reference_at
 
-    if path is None:
-        model = load_reference(kind)
-        return model, dict(model.reference_card)
+    shipped = (name or kind, None) if path is None else reference_at(path)
+    if shipped is not None:
+        model = load_reference(shipped[0], root=shipped[1])
+        card = dict(model.reference_card)
+        if card.get("model_kind") != kind:
+            raise ValueError(f"the shipped model {shipped[0]!r} is a {card.get('model_kind')!r} model; this flag "
+                             f"takes a {kind} one")
+        return model, card
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--{'checkpoint' if kind == 'grt' else 'dense-checkpoint'} {p}: no such file")
@@ -86,6 +95,14 @@ def init_copy(model: nn.Module, kind: str, card: dict[str, Any] | None) -> nn.Mo
 
 def check(args: argparse.Namespace) -> Path | None:
     """Before any work: the output against the inputs, the ranges."""
+    for a, b in (("checkpoint", "reference"), ("dense_checkpoint", "dense_reference")):
+        if getattr(args, a) is not None and getattr(args, b) is not None:
+            raise ValueError(f"give one of --{a.replace('_', '-')} and --{b.replace('_', '-')}")
+    from lm.reference import shipped_names
+
+    for flag, name in (("--reference", args.reference), ("--dense-reference", args.dense_reference)):
+        if name is not None and name not in shipped_names():
+            raise ValueError(f"{flag} {name!r}: no shipped model of that name (shipped: {', '.join(shipped_names())})")
     inputs = [Path(p).resolve() for p in (args.checkpoint, args.dense_checkpoint) if p]
     out = check_output_file("--json", args.json)
     if out is not None and out.resolve() in inputs:
@@ -108,11 +125,12 @@ def run(args: argparse.Namespace, out: Path | None) -> int:
     from studies.trained_claims import run_trained_claims, trained_vs_dense_claim
 
     torch.set_num_threads(args.threads)
-    grt, grt_card = load(args.checkpoint, "grt")
+    grt, grt_card = load(args.checkpoint, "grt", args.reference)
     dense_path = args.dense_checkpoint
     dense, dense_card = (None, None)
-    if dense_path is not None or args.checkpoint is None:
-        dense, dense_card = load(dense_path, "dense")
+    shipped_grt = grt_card is not None and "sha256" in grt_card  # a model card, not a run's summary
+    if dense_path is not None or args.dense_reference is not None or shipped_grt:
+        dense, dense_card = load(dense_path, "dense", args.dense_reference)
     print("trained-model claims (float64 copies) ...", file=sys.stderr, flush=True)
     corpus = ByteCorpus.load()
     ids = corpus.batch("val", 8, grt.config.block_size, generator=torch.Generator().manual_seed(args.seed))[0]
@@ -123,11 +141,13 @@ def run(args: argparse.Namespace, out: Path | None) -> int:
         grt_card["final_val_bpb_full"] = full_split_bpb(grt, corpus)["bpb"]
         dense_card["final_val_bpb_full"] = full_split_bpb(dense, corpus)["bpb"]
         results = Path(__file__).resolve().parents[1] / "results" / "compare-reference" / "compare.json"
-        comparison = json.loads(results.read_text()) if args.checkpoint is None and results.is_file() else None
+        comparison = json.loads(results.read_text()) if shipped_grt and results.is_file() else None
         claims.append(trained_vs_dense_claim(grt_card, dense_card, comparison))
     if out is not None:
-        write_claims_json(out, claims, tool="studies.trained", checkpoint=args.checkpoint or "shipped grt",
-                          dense_checkpoint=dense_path or ("shipped dense" if dense is not None else None),
+        write_claims_json(out, claims, tool="studies.trained",
+                          checkpoint=args.checkpoint or f"shipped {args.reference or 'grt'}",
+                          dense_checkpoint=dense_path or (f"shipped {args.dense_reference or 'dense'}"
+                                                          if dense is not None else None),
                           config=grt.config.to_dict(), jac_tokens=args.jac_tokens, held_out_seed=args.seed)
         print(f"wrote {out}", file=sys.stderr)
     print(claims_table(claims, verbose=args.verbose))

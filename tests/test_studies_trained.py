@@ -61,3 +61,30 @@ def test_output_equal_to_the_input_checkpoint_is_refused(tiny_run):
     res = _cli("--checkpoint", str(ckpt), "--json", str(ckpt))
     assert res.returncode == 2 and "--json" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert ckpt.read_bytes() == before
+
+
+def test_the_shipped_models_are_taken_by_name_or_by_their_file():
+    import torch
+
+    from studies.trained import load
+
+    by_default, card = load(None, "grt")
+    by_name, _ = load(None, "grt", "grt")
+    by_file, file_card = load(str(ROOT / "lm" / "reference_models" / "grt.pt"), "grt")
+    assert card["sha256"] == file_card["sha256"]
+    for m in (by_name, by_file):
+        assert all(torch.equal(a, b) for a, b in zip(by_default.state_dict().values(), m.state_dict().values()))
+    with pytest.raises(ValueError, match="is a 'dense' model"):
+        load(None, "grt", "dense")
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--reference", "nope"], "no shipped model of that name"),
+    (["--reference", "grt", "--checkpoint", "x.pt"], "give one of --checkpoint and --reference"),
+])
+def test_reference_flags_are_checked_before_work(argv, needle, capsys):
+    from studies.trained import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and needle in capsys.readouterr().err
