@@ -146,6 +146,10 @@ MUTATIONS = [
              "self._x0.setdefault(g.name, norm**2)",
              "the monitor's first squared norm x0 read after the first step instead of before it",
              [pytest("tests/test_monitor.py", "x0_is_the_squared_norm_before_the_first_step")]),
+    Mutation("hf_import_unlisted_files", "lm/checkpoint.py",
+             "unlisted = [n for n in folder_entries(folder) if n not in listed]", "unlisted = []",
+             "an export folder's files off its SHA256SUMS are trusted: code trust_remote_code runs goes unchecked",
+             [pytest("tests/test_hf.py", "import_refuses_a_file_the_sums_do_not_cover")]),
 ]
 
 
