@@ -8,6 +8,8 @@ r"""Figures of the GRT experiment grid (:mod:`studies.experiments`), drawn from 
   parameter-matched dense at 2, 4 and 8 blocks, with the text-shape pair.
 - ``studies.fig_gate_trajectories``: every GRT run's residual gates (attention, mixer, FFN) at each evaluation,
   block 0 and the last block, against the text's trained block-0 values 0.99 / 0.97 / 0.79.
+- ``studies.fig_tuning_search``: the structure-aware lr search of each model, run by run, and its best point at
+  fresh seeds against the global lr.
 
 Each reads ``results/grt-experiments/runs.json`` (and ``logs/`` for the trajectories): a view of committed
 results, never a rerun (not in the ``--quick`` set: a group with no record yet is "unavailable"; their determinism
@@ -164,4 +166,41 @@ def gate_trajectories(ctx) -> FigureOutput:
     cap = ("Residual gates at every evaluation of the grid's GRT runs (solid: block 0, dotted: the last block), "
            "float32 training, against the text's trained block-0 gates 0.99 / 0.97 / 0.79 (attention >= mixer >= "
            "FFN). Shipped shape: 2 blocks; text shape: 12 blocks.")
+    return FigureOutput(fig=fig, caption=cap, numbers=numbers)
+
+
+@figure("studies.fig_tuning_search", title="Structure-aware learning rates: the coordinate search, run by run",
+        source="GRT text")
+def tuning_search_fig(ctx) -> FigureOutput:
+    from studies.experiments_report import tuning_rows
+
+    rows = tuning_rows(_records())
+    if not rows:
+        raise FigureUnavailable("no tuning run is recorded yet")
+    fig = new_figure(figsize=(10.0, 3.8))
+    ax, bx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    numbers = {}
+    for i, r in enumerate(rows):
+        scores = np.array([t["score"] for t in r["trace"]])  # (runs,) in the order the search trained them
+        accepted = np.array([t["accepted"] for t in r["trace"]])
+        x = np.arange(len(scores))
+        ax.plot(x, scores, "o", color=f"C{i}", ms=3, alpha=0.5)
+        ax.plot(x[accepted], scores[accepted], "o", color=f"C{i}", ms=5, label=f"{r['model']} (filled: current)")
+        ax.plot(x, np.minimum.accumulate(scores), color=f"C{i}", lw=1)
+        for k, key in enumerate(("global", "tuned")):
+            s = r[key]
+            if s["mean"] is not None:
+                bx.errorbar(2 * i + k, s["mean"], yerr=(s["range"] or 0.0) / 2, fmt="o", color=f"C{i}", capsize=3)
+        numbers[r["search"]] = {"best": r["best"], "global_mean": r["global"]["mean"],
+                                "tuned_mean": r["tuned"]["mean"]}
+    ax.set(xlabel="search run (0: the global-lr point)", ylabel="validation bits/byte, whole split",
+           title="line: best so far")
+    ax.legend(fontsize=7)
+    bx.set_xticks(range(2 * len(rows)), [f"{r['model']} {k}" for r in rows for k in ("global lr", "tuned")],
+                  fontsize=7)
+    bx.set(ylabel="bits/byte, 2-seed mean (bar: range)", title="global lr (seeds 0, 1) vs tuned (fresh seeds 1, 2)")
+    cap = ("The tuning group: at the shipped shape (d 128, 2 blocks), 1,000,000 tokens at lr 3e-3, float32 "
+           "training, a coordinate search over each lr group's multiplier on a half-decade grid, the same number of "
+           "runs for the GRT and its parameter-matched dense twin; then the best point at two fresh seeds, beside "
+           "the global-lr runs.")
     return FigureOutput(fig=fig, caption=cap, numbers=numbers)

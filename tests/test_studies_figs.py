@@ -32,6 +32,13 @@ def results(tmp_path, monkeypatch):
                   params={"total": 1000 * n}, val_bpb_full=3.0 - 0.1 * n + (0.05 if m == "grt" else 0.0),
                   model_config={"n_blocks" if m == "grt" else "n_layers": n, "d_model": 16})
              for n in (2, 4) for m in ("grt", "dense")]
+    recs += [_rec("dense-seed0", "ablation", "dense", "dense", val_bpb_full=2.9),
+             _rec("tune-dense-01", "tuning", "tune-dense", "dense", search="tune-dense", phase="search", slot=1,
+                  lr_mult={"matrices": 0.3}, val_bpb_full=2.95),
+             _rec("tune-dense-02", "tuning", "tune-dense", "dense", search="tune-dense", phase="search", slot=2,
+                  lr_mult={"matrices": 3.0}, val_bpb_full=2.8),
+             _rec("tune-dense-best-seed1", "tuning", "tune-dense-best", "dense", search="tune-dense",
+                  phase="tuned", seed=1, lr_mult={"matrices": 3.0}, val_bpb_full=2.82)]
     (tmp_path / "logs").mkdir()
     (tmp_path / "runs.json").write_text(json.dumps(recs))
     log = [{"event": "eval", "step": s, "tokens": 100 * s, "gates": [[0.5 + 0.01 * s, 0.5, 0.5], [0.5, 0.6, 0.4]]}
@@ -41,7 +48,8 @@ def results(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("fn", [sf.content_adaptive_fig, sf.stability_fig, sf.depth_fig, sf.gate_trajectories])
+@pytest.mark.parametrize("fn", [sf.content_adaptive_fig, sf.stability_fig, sf.depth_fig, sf.gate_trajectories,
+                                sf.tuning_search_fig])
 def test_figures_draw_from_records_deterministically(results, fn):
     tmp_dir = results
     out1 = fn(FigureContext(out_dir=tmp_dir, quick=True))
@@ -50,7 +58,8 @@ def test_figures_draw_from_records_deterministically(results, fn):
     assert render(out1.fig)["svg"] == render(out2.fig)["svg"]
 
 
-@pytest.mark.parametrize("fn", [sf.content_adaptive_fig, sf.stability_fig, sf.depth_fig, sf.gate_trajectories])
+@pytest.mark.parametrize("fn", [sf.content_adaptive_fig, sf.stability_fig, sf.depth_fig, sf.gate_trajectories,
+                                sf.tuning_search_fig])
 def test_no_records_is_unavailable(tmp_path, monkeypatch, fn):
     tmp_dir = tmp_path
     monkeypatch.setattr(sf, "RESULTS", tmp_path)
