@@ -438,3 +438,44 @@ def test_a_folder_started_before_a_spec_field_existed_is_the_same_run(tmp_path, 
     other = replace(spec, tokenizer="bpe")
     with pytest.raises(ValueError, match="describes a different run"):
         experiments.Driver(args, grid("tiny")).launch(other, spec.lr)
+
+
+def test_the_fair_verdicts_wait_for_their_runs_then_read_the_gaps_beside_the_spread():
+    from studies.experiments_report import (
+        content_adaptive_matched,
+        space_efficient_bpe,
+        space_efficient_tuned,
+        stable_by_construction_tuned,
+    )
+
+    def final(group, tag, model, seed, bpb, n=2):
+        return {"name": f"{tag}-{model}-final-s{seed}", "group": group, "variant": f"{tag}-{model}", "phase": "final",
+                "model": model, "seed": seed, "val_bpb_full": bpb, "params": {"total": 100},
+                "model_config": {"n_blocks" if model == "grt" else "n_layers": n}}
+
+    recs = [final("fair_depth", f"fair-depth{n}", m, s, 2.7 + (0.01 if m == "grt" else 0.0) + 0.002 * s, n)
+            for n in (2, 4) for m in ("grt", "dense") for s in (0, 1)]
+    assert space_efficient_tuned(recs).startswith("pending: 2 of 3")
+    recs += [final("fair_depth", "fair-depth8", m, s, 2.6 - (0.03 if m == "grt" else 0.0), 8)
+             for m in ("grt", "dense") for s in (0, 1)]
+    c = space_efficient_tuned(recs)
+    assert not c.holds and c.measured["grt_minus_dense_bpb"]["fair-depth8"] == pytest.approx(-0.03)
+    assert c.measured["beyond_seed_spread"] == {"fair-depth2": True, "fair-depth4": True, "fair-depth8": True}
+    bpe = [final("vocab", f"bpe-{size}", m, 0, 3.0 - (0.01 if m == "grt" else 0.0)) for size in ("small", "large")
+           for m in ("grt", "dense")]
+    assert space_efficient_bpe(bpe[:2]).startswith("pending: 1 of 2")
+    b = space_efficient_bpe(bpe)
+    assert b.holds and b.measured["beyond_seed_spread"] == {"bpe-large": False, "bpe-small": False}  # one seed
+    stab = [{"name": f"{v}-lr{lr}", "group": "stability_tuned", "variant": v, "lr": lr, "stable": ok}
+            for v, oks in (("grt-tuned", [True] * 9), ("dense-tuned", [True] * 7 + [False] * 2))
+            for lr, ok in zip(range(9), oks)]
+    assert stable_by_construction_tuned(stab[:5]).startswith("pending")
+    assert stable_by_construction_tuned(stab).holds
+    abl = [{"name": f"{v}-seed{s}", "group": "ablation", "variant": v, "seed": s, "model": "grt",
+            "params": {"total": 10}, "val_bpb_full": bpb, "tokens": 1, "tok_per_s": 1.0, "neg_det_fraction": 0.0}
+           for v, vals in (("shipped", (2.70, 2.72)), ("coupling-off-matched", (2.74, 2.75))) for s, bpb in
+           enumerate(vals)]
+    m = content_adaptive_matched(abl)
+    assert m.holds and m.measured["coupling_off_matched_minus_shipped_bpb"] == pytest.approx(0.035)
+    abl[-1]["val_bpb_full"] = 2.81  # its seed range 0.07 now covers the 0.065 gap
+    assert not content_adaptive_matched(abl).holds
