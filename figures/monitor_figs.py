@@ -1,4 +1,4 @@
-r"""Figures of the equilibrium monitor and the rotational optimizer variants (issue 13).
+r"""Figures of the equilibrium monitor and the rotational optimizer variants.
 
 - ``dynamics.fig_rotational_variants``: the base optimizer (AdamW, SGD with momentum) against its rotational variant
   (:mod:`dynamics.rotational`) on the bundled corpus, same tokens and seeds: loss curves and the mean per-step

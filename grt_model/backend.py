@@ -66,7 +66,7 @@ class BackendSettings:
     scratch_bytes: int = 3 << 19  # per-thread backward scratch (1.5 MB); past it: checkpointed segments
     backward: str = "auto"  # coupling-off backward: "auto" inverts stages (drift-checked, else stores); "store"
     auto_min_tokens: int = 512  # "auto" runs eager below this many tokens: small calls (sampling, tiny tests) never
-    # pay the kernels' one-time compile (~1 min per dtype, cached on disk afterwards).  Measured (issue 21, shipped
+    # pay the kernels' one-time compile (~1 min per dtype, cached on disk afterwards).  Measured (shipped
     # widths, fwd+bwd, 1 thread): fused beats eager from 64 tokens on (Q/K/V 4x, FFN 6x; the mixer at parity below
     # 256); 512 keeps a two-process data-parallel shard of the trainer's 16 x 64 batch on the kernels (it was 1024:
     # each torchrun rank ran its cascades eager, 6x slower)

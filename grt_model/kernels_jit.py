@@ -4,7 +4,7 @@ Why not numba's own ``cache=True``.  Numba stamps a function's cache entry with 
 defines it.  A kernel's machine code also holds every kernel it calls (the scalar helpers are inlined at
 numba-IR level, the stage functions by LLVM), and those live in other files (``kernels_*.py``): an edit to a
 callee left the caller's stamp unchanged, so the old machine code kept running until the cache was cleared
-(issue 21: ``kernels_coupled.py`` edited, tests passing on code that was not the code on disk).  Here every
+(an edited ``kernels_coupled.py`` once passed its tests on machine code that was not the code on disk).  Here every
 kernel's stamp is one hash over every kernel source (:func:`kernel_sources`: ``fused_kernels.py`` and
 ``kernels_*.py``), so any edit to any of them recompiles every kernel on next use (about a minute per dtype,
 cached afterwards).  The cache files stay where numba puts them (``__pycache__`` beside the source, or

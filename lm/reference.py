@@ -48,7 +48,7 @@ from rmsgauge.atomic import sha256_bytes
 from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, run_main
 
 REFERENCE_FORMAT = 1  # bump when the weights payload layout changes
-MAX_FILE_BYTES = 10 * 1024 * 1024  # each shipped file: small enough for the package (issue 10)
+MAX_FILE_BYTES = 10 * 1024 * 1024  # each shipped file: small enough to ship inside the package
 NAMES = ("grt", "dense")  # the shipped models; reproduced by the recipes reference-<name>
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 

@@ -1,8 +1,8 @@
-"""Property-based CLI fuzzing (issues 15, 19): every CLI, fed flag values drawn from NaN, inf, negatives, empty
+"""Property-based CLI fuzzing: every CLI, fed flag values drawn from NaN, inf, negatives, empty
 strings, junk, and paths that are files, folders or unwritable (under a file), ends in success or in a
 one-line error -- never a traceback, never a partial output file, and fast (bad input is refused before
-any work: a draw still running after ``ALARM_S`` seconds fails).  Issue 19 adds the hf, evaluate and bench
-CLIs, and *input-equals-output* draws: an output flag given the path of one of the command's inputs (the
+any work: a draw still running after ``ALARM_S`` seconds fails).  The hf, evaluate and bench CLIs
+are drawn too, and *input-equals-output* draws: an output flag given the path of one of the command's inputs (the
 same file, a file inside an input folder, a checkpoint, its checksum, its run's log), which must be refused
 with the sandbox untouched.
 
@@ -378,5 +378,5 @@ def test_help_is_words_not_keys(name):
     ("lm.bench", ["--json", "adir", "--only", "qkvo", "--tokens", "16", "--repeats", "1", "--warmup", "0"]),
 ], ids=["figures-json-dir", "figures-junk-checkpoint", "bench-json-dir"])
 def test_reported_slow_failures_are_refused_before_work(name, argv):
-    """Issue 19's slow failures, drawn deterministically: each is refused in one line before any work."""
+    """Inputs that once ran work before refusing, drawn deterministically: each is refused in one line before any work."""
     _refused_untouched(name, CLIS[name][0], argv, _sandbox(fixtures=True))
