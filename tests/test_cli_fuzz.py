@@ -378,5 +378,5 @@ def test_help_is_words_not_keys(name):
     ("lm.bench", ["--json", "adir", "--only", "qkvo", "--tokens", "16", "--repeats", "1", "--warmup", "0"]),
 ], ids=["figures-json-dir", "figures-junk-checkpoint", "bench-json-dir"])
 def test_reported_slow_failures_are_refused_before_work(name, argv):
-    """Inputs that once ran work before refusing, drawn deterministically: each is refused in one line before any work."""
+    """Inputs that once ran work before refusing, drawn deterministically: each is refused in one line first."""
     _refused_untouched(name, CLIS[name][0], argv, _sandbox(fixtures=True))
