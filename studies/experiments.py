@@ -36,7 +36,6 @@ from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
 from studies.grid import (
     GRIDS,
     GROUPS,
-    TUNING_BASE,
     RunSpec,
     grid,
     needed_specs,
@@ -44,7 +43,7 @@ from studies.grid import (
     sweep_score,
     widening_needed,
 )
-from studies.tuning import best_point, point_key, propose, run_score
+from studies.tuning import resolve_tuning, tuned_point
 
 DEFAULT_RUNS_DIR = "runs/grt-experiments"
 DEFAULT_RESULTS = "results/grt-experiments"
@@ -121,59 +120,6 @@ def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]
     if points is None:
         return None
     return min((sweep_score(records[s.name]), s.lr) for s in points)[1]
-
-
-def search_scores(search: str, records: dict[str, dict[str, Any]],
-                  specs: list[RunSpec]) -> dict[tuple, float] | None:
-    """``point_key -> score`` of a tuning search's recorded runs, its global-lr base run included; ``None`` while
-    the base run (when the grid trains it) is unrecorded, so the search never trains that point twice."""
-    scores: dict[tuple, float] = {}
-    base = TUNING_BASE.get(search)
-    if base is not None and base in records:
-        scores[point_key({})] = run_score(records[base])
-    elif base is not None and any(s.name == base for s in specs):
-        return None
-    for s in specs:
-        if s.search == search and s.phase == "search" and s.name in records:
-            scores[point_key(records[s.name].get("lr_mult") or {})] = run_score(records[s.name])
-    return scores
-
-
-def tuned_point(search: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> dict[str, float] | None:
-    """The best point of a finished tuning search (its base run included); ``None`` until every slot is
-    recorded."""
-    slots = [s for s in specs if s.search == search and s.phase == "search"]
-    if not slots or any(s.name not in records for s in slots):
-        return None
-    scored = [(records[s.name].get("lr_mult") or {}, run_score(records[s.name])) for s in slots]
-    base = TUNING_BASE.get(search)
-    if base in records:
-        scored.append(({}, run_score(records[base])))
-    return best_point(scored)[0]
-
-
-def resolve_tuning(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
-                   running: list[RunSpec], prior: dict[str, float] | None) -> RunSpec | None:
-    """A tuning run with its ``lr_mult``: a search slot takes the next point :func:`studies.tuning.propose`
-    gives that no running slot holds (``prior``: the point its folder already holds, kept on a restart); it waits
-    until every earlier slot is recorded or running.  A seed of the best point waits for the whole search."""
-    from lm.trainconfig import MODEL_LR_GROUPS
-
-    slots = [s for s in specs if s.search == spec.search and s.phase == "search"]
-    scores = search_scores(spec.search or "", records, specs)
-    if scores is None:
-        return None
-    if spec.phase == "tuned":
-        best = tuned_point(spec.search or "", records, specs)
-        return None if best is None else replace(spec, lr_mult=best)
-    busy = {s.name: point_key(s.lr_mult) for s in running if s.search == spec.search}
-    if any(s.slot < spec.slot and s.name not in records and s.name not in busy for s in slots):
-        return None
-    todo = [p for p in propose(MODEL_LR_GROUPS[spec.model], scores)[0] if point_key(p) not in busy.values()]
-    if not todo:
-        return None
-    keep = [p for p in todo if prior is not None and point_key(p) == point_key(prior)]
-    return replace(spec, lr_mult=(keep or todo)[0])
 
 
 def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],

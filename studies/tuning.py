@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
+
+from studies.grid import TUNING_BASE, RunSpec
 
 GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # half-decade steps, as the lr sweeps'
 
@@ -111,3 +114,59 @@ def search_trace(groups: Iterable[str], points: list[Point], scores: list[float]
     return [{"point": dict(p), "score": s, "varied": [g for g in groups if p.get(g, 1.0) != b.get(g, 1.0)],
              "accepted": point_key(p) in currents[i:]}
             for i, (p, s, b) in enumerate(zip(points, scores, befores))]
+
+
+# ------------------------------------------------------------------ the driver's view: a slot's point
+
+
+def search_scores(search: str, records: dict[str, dict[str, Any]],
+                  specs: list[RunSpec]) -> dict[tuple, float] | None:
+    """``point_key -> score`` of a tuning search's recorded runs, its global-lr base run included; ``None`` while
+    the base run (when the grid trains it) is unrecorded, so the search never trains that point twice."""
+    scores: dict[tuple, float] = {}
+    base = TUNING_BASE.get(search)
+    if base is not None and base in records:
+        scores[point_key({})] = run_score(records[base])
+    elif base is not None and any(s.name == base for s in specs):
+        return None
+    for s in specs:
+        if s.search == search and s.phase == "search" and s.name in records:
+            scores[point_key(records[s.name].get("lr_mult") or {})] = run_score(records[s.name])
+    return scores
+
+
+def tuned_point(search: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> dict[str, float] | None:
+    """The best point of a finished tuning search (its base run included); ``None`` until every slot is
+    recorded."""
+    slots = [s for s in specs if s.search == search and s.phase == "search"]
+    if not slots or any(s.name not in records for s in slots):
+        return None
+    scored = [(records[s.name].get("lr_mult") or {}, run_score(records[s.name])) for s in slots]
+    base = TUNING_BASE.get(search)
+    if base in records:
+        scored.append(({}, run_score(records[base])))
+    return best_point(scored)[0]
+
+
+def resolve_tuning(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
+                   running: list[RunSpec], prior: dict[str, float] | None) -> RunSpec | None:
+    """A tuning run with its ``lr_mult``: a search slot takes the next point :func:`studies.tuning.propose`
+    gives that no running slot holds (``prior``: the point its folder already holds, kept on a restart); it waits
+    until every earlier slot is recorded or running.  A seed of the best point waits for the whole search."""
+    from lm.trainconfig import MODEL_LR_GROUPS
+
+    slots = [s for s in specs if s.search == spec.search and s.phase == "search"]
+    scores = search_scores(spec.search or "", records, specs)
+    if scores is None:
+        return None
+    if spec.phase == "tuned":
+        best = tuned_point(spec.search or "", records, specs)
+        return None if best is None else replace(spec, lr_mult=best)
+    busy = {s.name: point_key(s.lr_mult) for s in running if s.search == spec.search}
+    if any(s.slot < spec.slot and s.name not in records and s.name not in busy for s in slots):
+        return None
+    todo = [p for p in propose(MODEL_LR_GROUPS[spec.model], scores)[0] if point_key(p) not in busy.values()]
+    if not todo:
+        return None
+    keep = [p for p in todo if prior is not None and point_key(p) == point_key(prior)]
+    return replace(spec, lr_mult=(keep or todo)[0])

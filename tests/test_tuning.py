@@ -14,9 +14,9 @@ import torch
 
 from lm.optim import lr_group, make_optimizer
 from lm.trainconfig import LR_GROUPS, MODEL_LR_GROUPS, TrainConfig
-from studies.experiments import resolve, search_scores
+from studies.experiments import resolve
 from studies.grid import TUNING_BASE, TUNING_RUNS, grid
-from studies.tuning import GRID, best_point, point_key, propose, search_trace
+from studies.tuning import GRID, best_point, point_key, propose, search_scores, search_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
