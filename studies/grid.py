@@ -152,15 +152,14 @@ def _grt(shape: dict[str, Any], **over: Any) -> dict[str, Any]:
     return GRTConfig(**{**shape, **over}).to_dict()
 
 
-def grt_params(cfg: dict[str, Any]) -> int:
-    """The GRT's parameter count for a config dict (built on the meta device: nothing allocated)."""
+def model_params(kind: str, cfg: dict[str, Any]) -> int:
+    """A model's parameter count for a config dict (built on the meta device: nothing allocated; tied once)."""
     import torch
 
-    from grt_model.config import GRTConfig
-    from grt_model.model import GRT
+    from lm.checkpoint import build_model, config_from_dict
 
     with torch.device("meta"):
-        m = GRT(GRTConfig(**cfg))
+        m = build_model(kind, config_from_dict(kind, cfg))
     return sum(p.numel() for p in {id(p): p for p in m.parameters()}.values())
 
 
@@ -171,7 +170,7 @@ def matched_dense(grt_cfg: dict[str, Any], **over: Any) -> dict[str, Any]:
     from lm.sizing import dense_family, param_matched_width
 
     g = GRTConfig(**grt_cfg)
-    d = dense_family(g, param_matched_width(g, grt_params(grt_cfg)))
+    d = dense_family(g, param_matched_width(g, model_params("grt", grt_cfg)))
     return {**d.to_dict(), **over}
 
 
@@ -333,7 +332,7 @@ def vocab_specs(shapes: dict[str, dict[str, Any]], data: str, lrs: tuple[float, 
     size = next(iter(shapes))
     g = _grt(shapes[size])
     for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
-        tokens = max(final_tokens, long_per_param * (grt_params(cfg) if kind == "grt" else _dense_params(cfg)))
+        tokens = max(final_tokens, long_per_param * model_params(kind, cfg))
         out.append(RunSpec(f"long-{kind}", "long", f"long-{kind}", kind, cfg, tokens, lr=None, phase="final",
                            sweep=f"bpe-{size}-{kind}", tuned_from=f"tune-{kind}", est_tok_s=_speed(kind, cfg),
                            **{"evals": 48, **bpe}))
@@ -362,16 +361,6 @@ def stability_tuned_specs(shape: dict[str, Any], lrs: tuple[float, ...], tokens:
     return [RunSpec(f"{v}-tuned-lr{lr_label(lr)}", "stability_tuned", f"{v}-tuned", *variants[v], tokens, lr=lr,
                     tuned_from=f"tune-{variants[v][0]}", est_tok_s=_speed(*variants[v]), **{"evals": 4, **kw})
             for v in ("grt", "dense") for lr in lrs]
-
-
-def _dense_params(cfg: dict[str, Any]) -> int:
-    import torch
-
-    from lm.dense import DenseConfig, DenseTransformer
-
-    with torch.device("meta"):
-        m = DenseTransformer(DenseConfig(**cfg))
-    return sum(p.numel() for p in {id(p): p for p in m.parameters()}.values())
 
 
 def tiny_grid() -> list[RunSpec]:
