@@ -15,8 +15,7 @@ from dynamics import laws
 from dynamics.checks import DynamicsPlan, run_all
 from dynamics.heavyball import HeavyBall
 from dynamics.lion import Lion
-from dynamics.monitor import EquilibriumLagWarning, EquilibriumMonitor
-from dynamics.monitor_log import EquilibriumLogWarning
+from dynamics.monitor import EquilibriumLagWarning, EquilibriumLogWarning, EquilibriumMonitor
 from dynamics.problems import NoiseToy, PhaseToy, QKNormProblem, RegressionToy
 from dynamics.rotational import rotational_adamw, rotational_lion, rotational_sgd
 from dynamics.simulate import OptimConfig, Stepper, Trace, run

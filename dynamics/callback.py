@@ -13,7 +13,7 @@ attaches :class:`dynamics.monitor.EquilibriumMonitor` to the Trainer's optimizer
 (wrappers such as accelerate's ``AcceleratedOptimizer`` are unwrapped to the torch optimizer).  Every recorded step
 goes to the JSON-lines file (strict JSON), to a CSV file (one row per step and gauge group, columns
 :data:`CSV_FIELDS`) and, when ``tensorboard=`` names a folder (``pip install 'rmsgauge[monitor]'``) or passes a
-writer, to TensorBoard scalars (:func:`dynamics.monitor_log.record_scalars`: ``equilibrium/<group>/{norm, eff_lr,
+writer, to TensorBoard scalars (:func:`dynamics.monitor.record_scalars`: ``equilibrium/<group>/{norm, eff_lr,
 norm_over_eq, eff_lr_over_eq, norm_over_pred}`` and ``equilibrium/all/...``, no spaces or brackets in a name).
 
 **The Trainer's own log.**  At every logging step of the Trainer (``logging_steps``) the figures of the latest record
@@ -52,10 +52,18 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 from transformers.utils import logging as hf_logging
 
-from dynamics.monitor import EquilibriumMonitor
-from dynamics.monitor_groups import describe_gauges, group_spec, is_empty, spec_groups
-from dynamics.monitor_log import append_lines, read_records, record_scalars, tensorboard_writer
-from dynamics.monitor_table import DEFAULT_BAND
+from dynamics.monitor import (
+    DEFAULT_BAND,
+    EquilibriumMonitor,
+    append_lines,
+    describe_gauges,
+    group_spec,
+    is_empty,
+    read_records,
+    record_scalars,
+    spec_groups,
+    tensorboard_writer,
+)
 from rmsgauge import check_choice, check_range
 
 logger = hf_logging.get_logger(__name__)

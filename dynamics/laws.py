@@ -412,7 +412,6 @@ def fitted_exponent(c, angles) -> float:
 
 
 # --------------------------------------------------------------------------- monitor-facing laws
-# (folded in from the trainer's former AdamW helpers, in this module's conventions: one law, one place)
 def adamw_equilibrium_norm(lr: float, wd: float, numel: int, beta1: float = 0.9, decay: str = "torch",
                            beta2: float | None = None) -> float:
     r"""Equilibrium norm :math:`\sqrt{x^*}` of an AdamW gauge group of ``numel`` entries (random-walk regime).

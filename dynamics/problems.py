@@ -15,7 +15,7 @@ tensor as ``(R, m)``: ``R`` independent gauges of ``m`` entries each (the norm l
   :math:`L = \operatorname{mean}\lVert\operatorname{RMSNorm}(xW) - y\rVert^2` with fixed random data
   (correlated gradients: real learning, signal plus minibatch noise).
 * :class:`QKNormProblem`: the query projection of the last block of
-  ``grt_model.DenseTransformer(DenseConfig(qk_norm=True, qk_norm_eps=0.0))`` on next-byte loss over
+  ``lm.dense.DenseTransformer(DenseConfig(qk_norm=True, qk_norm_eps=0.0))`` on next-byte loss over
   ``ByteCorpus.load()`` batches.  Only that ``W_q`` is trained (every other weight frozen at init); the
   per-head RMSNorm makes each head's block of rows its own gauge (``H`` groups).
 """

@@ -54,7 +54,7 @@ import dynamics.laws as laws
 import dynamics.scalefree as sf
 from dynamics.heavyball import HeavyBall
 from dynamics.lion import Lion
-from dynamics.monitor_groups import GaugeGroup, gauge_groups
+from dynamics.monitor import GaugeGroup, gauge_groups
 from rmsgauge import check_range
 
 KINDS = {"sgd": torch.optim.SGD, "sgdm": torch.optim.SGD, "adamw": torch.optim.AdamW, "lion": Lion}

@@ -1,4 +1,4 @@
-"""The equilibrium monitor's trainer adapter (``lm.hooks.StepHook`` protocol), split from :mod:`dynamics.monitor`."""
+"""The equilibrium monitor's trainer adapter (``lm.hooks.StepHook`` protocol)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dynamics.monitor import EquilibriumMonitor
-from dynamics.monitor_groups import describe_gauges, is_empty
+from dynamics.monitor import EquilibriumMonitor, describe_gauges, is_empty
 
 
 class TrainHook:

@@ -20,7 +20,7 @@ small :math:`c` breaks the gauge like :math:`\epsilon/(2 c^2 m)`; large :math:`c
 :math:`m` break first.  Proved symbolically in ``proofs/gauge_identities.py``.
 
 **Exact eps radial gradient.**  :math:`J(z)\,z = \frac{\epsilon}{\rho^3}\,z` (closed-form Jacobian,
-``grt_model.rms_norm_jacobian``), and :math:`z = x W^\top` is linear in :math:`W`, so for any loss
+``lm.rms_norm_jacobian``), and :math:`z = x W^\top` is linear in :math:`W`, so for any loss
 :math:`L(y)`
 
 .. math::  \langle \nabla_W L, W\rangle = \frac{d}{dc}L(cW)\Big|_{c=1}

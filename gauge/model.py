@@ -1,6 +1,6 @@
 r"""The "real downstream loss" of the gauge checks: the dense QK-norm transformer on Shakespeare.
 
-A small :class:`grt_model.DenseTransformer` with per-head QK-norm (``qk_norm_eps = 0``)
+A small :class:`lm.dense.DenseTransformer` with per-head QK-norm (``qk_norm_eps = 0``)
 is built from a seed, trained for a handful of AdamW steps in float32 on the
 bundled corpus (so the gradient at the measured point is that of a model that
 has started to learn, not of the symmetric initialization), and then copied to

@@ -14,9 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from dynamics.monitor import EquilibriumMonitor
-from dynamics.monitor_log import read_records, scalar_name
-from dynamics.monitor_table import short_names
+from dynamics.monitor import EquilibriumMonitor, read_records, scalar_name, short_names
 from rmsgauge import tolerance
 
 tf = pytest.importorskip("transformers")

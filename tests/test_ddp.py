@@ -1,4 +1,4 @@
-"""Data parallel: 2 gloo processes reach the parameters of 1 process on the same global batch (issue 6).
+"""Data parallel: 2 gloo processes reach the parameters of 1 process on the same global batch.
 
 The two ranks run ``lm.train.train`` exactly as ``torchrun`` would (env RANK / WORLD_SIZE /
 MASTER_ADDR / MASTER_PORT), spawned with ``torch.multiprocessing``.  Each rank trains on its half of

@@ -54,9 +54,9 @@ def test_heavy_ball_map_reproduces_the_closed_forms(mu, d, coupled):
 
 
 def test_relaxation_steps_follow_the_momentum_law():
-    # the setting: coupled L2, momentum 0.9.  The slow root is z = 1 - a e + c e^2 (e = lr wd), a = 4/(1-mu),
+    # coupled L2, momentum 0.9.  The slow root is z = 1 - a e + c e^2 (e = lr wd), a = 4/(1-mu),
     # c = (2/(1+mu) + 4a - a^2)/(1-mu) (sympy: dynamics.relaxation_momentum), so the e-fold time is
-    # (1-mu)/(4e) (1 + k e + O(e^2)), k = (c - a^2/2)/a; the old plain-SGD law 1/(4e) is ~1/(1-mu) too long
+    # (1-mu)/(4e) (1 + k e + O(e^2)), k = (c - a^2/2)/a; the plain-SGD law 1/(4e) is ~1/(1-mu) too long
     lr, wd, mu = 0.1, 1e-4, 0.9
     e, a = lr * wd, 4 / (1 - mu)
     k = ((2 / (1 + mu) + 4 * a - a * a) / (1 - mu) - a * a / 2) / a
@@ -109,10 +109,10 @@ def test_sgd_family_law_against_simulation(name):
     one_minus = 1 - rule.equilibrium_cos()
     se = float((1 - ratio).std(ddof=1) / math.sqrt(R))
     assert abs((1 - ratio.mean()) / one_minus - 1) <= SE_SIGMAS * se / one_minus + jensen, name
-    # the old law (plain-SGD slope 2q^2 - 1 with q = 1 - lr wd, linearized) misses the momentum cases by e-folds
+    # the plain-SGD law (slope 2q^2 - 1 with q = 1 - lr wd, linearized) misses the momentum cases by e-folds
     if rule.momentum > 0 and rule.l2 > 0:
-        old = laws.steps_to_equilibrium(x0, xs, laws.relaxation_factor(rule.lr * rule.l2), BAND)
-        assert old - measured > 3 * tau, (name, old, measured)
+        plain_sgd = laws.steps_to_equilibrium(x0, xs, laws.relaxation_factor(rule.lr * rule.l2), BAND)
+        assert plain_sgd - measured > 3 * tau, (name, plain_sgd, measured)
 
 
 RANGE_CASES = [  # inputs torch accepts (or a scheduler sets) that no law describes: one line naming the parameter

@@ -1,7 +1,7 @@
-"""Issue 19: nothing lost, nothing silently wrong, across every entry point.  One test per finding (most are one
-CLI call), plus the guard itself: ``rmsgauge.cli`` (one parser helper, one main, the output/input check), the run
+"""Every entry point: nothing lost, nothing silently wrong.  One test per hazard (most are one CLI call), plus the
+guard itself: ``rmsgauge.cli`` (one parser helper, one main, the output/input check), the run
 folder's lock, the checksum policy, training longer, corrupt checkpoints, the Euler record, the compare claim, and
-every parser's flags against the shared names.  The hf / lm-eval findings live in tests/test_hf.py and
+every parser's flags against the shared names.  The hf / lm-eval cases live in tests/test_hf.py and
 tests/test_lm_eval.py (they need the extras)."""
 
 from __future__ import annotations
@@ -670,7 +670,7 @@ def test_every_parser_names_a_misspelled_flag_and_the_real_one(name, capsys):
     assert checked, f"{name}: no long flag to misspell"
 
 
-def test_gauge_names_the_misspelled_flag_of_the_issue(capsys):
+def test_gauge_names_the_flag_a_misspelling_meant(capsys):
     from gauge.__main__ import main as gauge_main
 
     with pytest.raises(SystemExit) as e:

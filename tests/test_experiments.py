@@ -35,7 +35,7 @@ def _records(tmp: Path) -> dict[str, dict]:
     return {r["name"]: r for r in json.loads((tmp / "res" / "runs.json").read_text())}
 
 
-def test_every_grid_has_the_issue_groups_and_unique_names():
+def test_every_grid_has_every_group_and_unique_names():
     for name in ("full", "tiny"):
         specs = grid(name)
         assert {s.group for s in specs} == set(GROUPS)
@@ -47,7 +47,7 @@ def test_every_grid_has_the_issue_groups_and_unique_names():
     stab = [s for s in full if s.group == "stability"]
     per_model = {v: [s.lr for s in stab if s.variant == v] for v in {s.variant for s in stab}}
     assert len(per_model) == 4 and all(len(lrs) >= 7 for lrs in per_model.values())
-    assert all(min(lrs) == 1e-4 and 1e-1 in lrs for lrs in per_model.values())  # the issue's range, at least
+    assert all(min(lrs) == 1e-4 and 1e-1 in lrs for lrs in per_model.values())  # the stability sweep's range, at least
     assert len({tuple(sorted(lrs)) for lrs in per_model.values()}) == 1  # every model on the same lrs
     finals = {(s.model, s.model_config.get("n_blocks") or s.model_config.get("n_layers"))
               for s in full if s.group == "depth" and s.phase == "final"}

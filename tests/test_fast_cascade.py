@@ -382,7 +382,7 @@ def test_bench_cli_help_and_errors(capsys):
 
 @needs_numba
 def test_bench_runs_and_writes_json(tmp_path, capsys):
-    """A tiny run (no timing is checked): the table, the claim records with the issue's targets, verdict last."""
+    """A tiny run (no timing is checked): the table, the claim records against their targets, verdict last."""
     from lm import bench
 
     out = tmp_path / "bench.json"

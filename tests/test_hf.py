@@ -191,7 +191,7 @@ def test_shipped_reference_exports(kind, tmp_path):
         assert torch.equal(hf(input_ids=x).logits, net(x)[0])
 
 
-# ---- issue 19: conversions never overwrite, never certify what they did not verify ----------------------------
+# ---- conversions never overwrite, never certify what they did not verify -------------------------------------
 
 
 def _flip(path, at: float = 0.9) -> None:

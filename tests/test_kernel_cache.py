@@ -1,4 +1,4 @@
-"""The fused kernels' on-disk cache sees every kernel source (issue 21's stale-kernel hazard).
+"""The fused kernels' on-disk cache sees every kernel source, so an edited callee never runs stale machine code.
 
 Numba's stock ``cache=True`` stamps a kernel with its own file only, so an edit to a callee in another
 ``kernels_*.py`` kept the old machine code running.  :mod:`grt_model.kernels_jit` stamps every kernel with one
@@ -113,7 +113,7 @@ def test_an_edit_to_a_callee_file_reaches_the_caller_through_the_cache(tmp_path)
     rot = pkg / "kernels_rotate.py"
     old = "            buf[i0, t] = a * x0 + b * x1\n"
     text = rot.read_text()
-    assert text.count(old) == 1  # _rot's first row (the edit the stale cache used to miss)
+    assert text.count(old) == 1  # _rot's first row (an edit to a callee: what a per-file cache key misses)
     rot.write_text(text.replace(old, "            buf[i0, t] = 2.0 * (a * x0 + b * x1)\n"))
     edited = _run(tmp_path)
     assert edited["misses"] >= 1, "the caller was loaded from a cache compiled before its callee's edit"

@@ -19,10 +19,14 @@ LAYER = {"rmsgauge": 0, "grt_model": 1, "lm": 2, "gauge": 3, "proofs": 3, "dynam
 
 
 def _modules() -> dict[str, Path]:
+    """Every module of the layered packages, subpackages included (``dynamics/monitor/log.py`` ->
+    ``dynamics.monitor.log``, an ``__init__.py`` -> its package's name)."""
     mods = {}
     for pkg in LAYER:
-        for p in (ROOT / pkg).glob("*.py"):
-            mods[pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"] = p
+        for p in (ROOT / pkg).rglob("*.py"):
+            parts = p.relative_to(ROOT).with_suffix("").parts
+            if all((ROOT.joinpath(*parts[:k]) / "__init__.py").is_file() for k in range(1, len(parts))):
+                mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
     return mods
 
 
@@ -125,4 +129,5 @@ def test_every_layered_package_is_installed():
     import tomllib
 
     packages = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    assert set(LAYER) - {"tools"} <= packages, set(LAYER) - {"tools"} - packages
+    layered = {m for m, p in _modules().items() if p.name == "__init__.py" and _pkg(m) != "tools"}
+    assert layered <= packages, sorted(layered - packages)

@@ -166,7 +166,7 @@ def test_cli_json_and_errors(runs, tmp_path, capsys):
     assert "--model-dir" in capsys.readouterr().err
 
 
-# ---- issue 19: tasks validated before work, outputs against inputs, the claim and its planted bug -----------
+# ---- tasks validated before work, outputs against inputs, the claim and its planted bug --------------------
 
 
 def _bad_tasks(root) -> dict[str, str]:

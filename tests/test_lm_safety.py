@@ -1,5 +1,6 @@
-"""Issue 15, items 1-6: nothing lost, nothing silently wrong.  Each test reproduces one reported fault
-(it fails on the code the issue was filed against) and checks the fix."""
+"""Training and its files: nothing lost, nothing silently wrong.  Each test sets up one way a run could lose work
+or report a wrong result (a run overwritten, a setting that crashes late, a non-finite loss, bytes changed on the
+way, a misleading summary) and checks that it is refused or reported."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def _one_error_line(err: str) -> str:
     return lines[0]
 
 
-# ---- item 1: a new run never destroys an existing one ------------------------------------------
+# ---- a new run never destroys an existing one --------------------------------------------------
 
 
 def test_new_run_refuses_a_folder_holding_a_run(tmp_path, small_corpus, capsys):
@@ -92,7 +93,7 @@ def test_train_api_refuses_to_overwrite_too(tmp_path, small_corpus):
         train("dense", mcfg, _cfg(tmp_path / "r", small_corpus, max_steps=2), progress=False)
 
 
-# ---- item 2: legal-looking settings that crashed after the run are refused before it -------------
+# ---- legal-looking settings that would crash after the run are refused before it -----------------
 
 
 def test_lr_times_wd_is_checked_before_any_work(tmp_path, small_corpus, capsys):
@@ -110,11 +111,11 @@ def test_lr_times_wd_is_checked_before_any_work(tmp_path, small_corpus, capsys):
     assert not out.exists()
 
 
-# ---- item 3: non-finite training stops, keeps the last good checkpoint, exits non-zero ----------
+# ---- non-finite training stops, keeps the last good checkpoint, exits non-zero ------------------
 
 
 def test_nan_norm_eps_is_refused_before_training(tmp_path, small_corpus, capsys):
-    """The issue's reproduction (``--set model.norm_eps=nan`` trained NaN and exited 0) is now a usage error."""
+    """``--set model.norm_eps=nan`` would train NaN to the end: it is a usage error, before any step."""
     out = tmp_path / "n"
     with pytest.raises(SystemExit) as exc:
         main(_argv(out, small_corpus, "--max-steps", "4", "--set", "model.norm_eps=nan"))
@@ -175,7 +176,7 @@ def test_logs_are_strict_json_with_null_and_flag(tmp_path):
     assert rec["val_loss"] is None and rec["x"] == [1.0, None] and rec["nonfinite"] == ["val_loss", "x[1]"]
 
 
-# ---- item 4: bytes in, bytes out ----------------------------------------------------------------
+# ---- bytes in, bytes out ------------------------------------------------------------------------
 
 
 def test_corpus_is_read_as_bytes(tmp_path):
@@ -195,7 +196,7 @@ def test_bundled_corpus_token_stream_is_unchanged():
     assert np.array_equal(ByteCorpus.load().tokens, np.frombuffer(old, dtype=np.uint8))
 
 
-# ---- item 5: late checks and misleading summaries -----------------------------------------------
+# ---- late checks and misleading summaries -------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["json_dir", "json_under_file", "out_is_file", "out_under_file"])
@@ -269,7 +270,7 @@ def test_sigint_during_evaluation_is_acknowledged(tmp_path, small_corpus, capsys
     assert s["interrupted"] and s["steps"] == 2 and load_checkpoint(tmp_path / "s" / "ckpt.pt")["step"] == 2
 
 
-# ---- item 6: smaller ones ----------------------------------------------------------------------
+# ---- smaller guards ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("setting", "message"), [

@@ -111,7 +111,7 @@ def test_monitor_adamw_predictions_interval_and_no_prediction(tmp_path):
 
 
 def test_first_order_forms_are_the_small_d_limits_of_the_laws():
-    # the trainer's former AdamW forms are the small-d limits of the exact laws: sqrt(2 lr wd (1-b1)/(1+b1)) and
+    # the first-order AdamW forms (Kosson et al.) are the small-d limits of the exact laws: sqrt(2 d (1-b1)/(1+b1)) and
     # sqrt(lr C/(2 wd)); relaxation -1/(2 ln(1 - lr wd)); the momentum angle is (q+mu)/(1+mu q), not sqrt(2d/(1+mu))
     lr, wd, b1, C = 1e-4, 0.1, 0.9, 256
     d = lr * wd
@@ -189,7 +189,7 @@ def test_train_hook_attaches_nothing_without_gauges_or_off_rank_0():
 def test_partial_gauge_blocks_are_not_merged_into_the_whole_tensor():
     # per_block=False merges a tensor's blocks only when they tile it: the rows outside a partial gauge's blocks
     # are no gauge, so a whole-tensor group would be monitored against a law that does not apply to it
-    from dynamics.monitor_groups import gauge_groups
+    from dynamics.monitor import gauge_groups
 
     m = HeadNormToy()
     whole = gauge_groups(m, {"w": [(0, 0, 4), (0, 4, 8)]}, per_block=False)
@@ -246,9 +246,9 @@ def test_monitor_sgd_momentum_steps_to_equilibrium_match_simulation():
     pred = [r["steps_to_eq_predicted"] for r in s.values()]
     meas = [r["steps_to_eq_measured"] for r in s.values()]
     assert abs(float(np.median(meas)) - float(np.median(pred))) <= tau, (pred, meas, tau)
-    old = laws.steps_to_equilibrium(mon.stats(mon.groups[0]).x0, s["w[rows 0:1]"]["norm_eq"] ** 2,
+    momentum_free = laws.steps_to_equilibrium(mon.stats(mon.groups[0]).x0, s["w[rows 0:1]"]["norm_eq"] ** 2,
                                     laws.relaxation_factor(lr * wd), mon.band)
-    assert old > 3 * float(np.median(meas))  # the former prediction
+    assert momentum_free > 3 * float(np.median(meas))  # relaxing by q = 1 - lr wd alone is far too slow
     tail = [r["norm_last"] / r["norm_eq"] for r in s.values()]
     assert abs(float(np.mean(tail)) - 1) <= SE_SIGMAS * float(np.std(tail, ddof=1)) / math.sqrt(R) + 4 / n
 
@@ -297,7 +297,7 @@ def test_plot_is_readable_with_many_groups(tmp_path, heads):
     for _ in range(3):
         m(torch.randn(4, 64, dtype=torch.float64)).backward()
         opt.step()
-    from dynamics import monitor_plot
+    from dynamics.monitor import plot as monitor_plot
 
     out = tmp_path / f"eq{heads}.png"
     mon.plot(out)
@@ -357,7 +357,7 @@ def test_predictions_follow_the_schedule_the_run_had():
     had (the law's own map stepped with each record's lr), and its steps to equilibrium match the measured ones."""
     import re
 
-    from dynamics.monitor_table import LAGGING
+    from dynamics.monitor.table import LAGGING
 
     R, n, lr, wd, mu, T = 16, 256, 0.1, 0.02, 0.9, 200
     mon = _random_walk_run(lambda ps: torch.optim.SGD(ps, lr=lr, momentum=mu, weight_decay=wd), R, n, T, 0.3,
@@ -419,7 +419,7 @@ def _nested(rows: int = 68, heads: int = 2) -> nn.Module:
 
 
 def test_table_names_what_users_look_for_and_never_cuts_a_group_apart():
-    from dynamics.monitor_table import COLUMNS
+    from dynamics.monitor.table import COLUMNS
 
     torch.manual_seed(0)
     m = _nested()
@@ -502,7 +502,7 @@ def test_loading_a_state_without_a_key_names_it(key):
 
 
 def test_a_log_that_exists_is_appended_to_or_refused_never_truncated(tmp_path):
-    from dynamics.monitor_log import EquilibriumLogWarning, read_records
+    from dynamics.monitor import EquilibriumLogWarning, read_records
 
     def monitor(log):
         torch.manual_seed(0)

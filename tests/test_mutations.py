@@ -55,7 +55,7 @@ def test_each_mutant_gets_a_fresh_kernel_cache(tmp_path):
 
 
 def test_a_kernel_mutation_is_caught_from_a_callee_file():
-    # the case: a callee kernel file edited; only a fresh (or correctly keyed) cache runs the mutant
+    # a callee kernel file edited: only a fresh (or correctly keyed) cache runs the mutant
     m = BY_NAME["kernel_angle_grad_factor"]
     assert m.path == "grt_model/kernels_coupled.py"
     r = run_one(m)

@@ -1,4 +1,4 @@
-"""Shipped reference models (issue 10 section 1): loading, checksum failure, shipping, and the recipe replay.
+"""Shipped reference models: loading, checksum failure, shipping, and the recipe replay.
 
 The shipping pipeline is tested on a tiny run of its own; the tests of the shipped files themselves
 (``lm/reference_models/{grt,dense}.*``) skip, saying so, while those files are absent.

@@ -1,5 +1,5 @@
 """Training pipeline: exact resume, config validation, checkpoints, sampling, determinism, the gauge census and
-equilibrium monitor the CLI attaches (issues 12, 13), and the compare CLI's pieces (issue 6)."""
+equilibrium monitor the CLI attaches, and the compare CLI's pieces."""
 
 from __future__ import annotations
 
@@ -270,7 +270,7 @@ def test_sample_produces_text(tmp_path, small_corpus):
 def test_gauge_census():
     """Claim lm.gauge_census: on the dense baseline with QK-norm the census the trainer runs finds exactly W_q and
     W_k of every layer (each head's row block a gauge of its own: the per-head RMSNorm reads it), as
-    lm.train.expected_gauges states from the architecture; without QK-norm it finds none."""
+    lm.summary.expected_gauges states from the architecture; without QK-norm it finds none."""
     x = torch.randint(0, 256, (2, 17), generator=torch.Generator().manual_seed(0))
     cfg = DenseConfig(**{**TINY, "n_layers": 2})
     model = DenseTransformer(cfg)

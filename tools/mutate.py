@@ -11,7 +11,7 @@ A check *catches* a bug when it fails: a claim prints FAILS (exit status 1) or a
     python -m tools.mutate --list
     python -m tools.mutate --json out.json # the results as JSON (written atomically)
 
-A mutation whose line is no longer in the file is reported ``not applied`` (the code moved: update the
+A mutation whose line is not in the file is reported ``not applied`` (the code changed: update the
 mutation), never counted as caught.  Exit status 0 when every applied mutation is caught, 1 otherwise.
 """
 
@@ -40,9 +40,9 @@ def mutant_env(root: Path) -> dict[str, str]:
     """The environment of a mutant's checks: the copy first on the path, no byte code written, and a fresh numba
     kernel cache of its own (``$NUMBA_CACHE_DIR`` inside the mutant's temporary folder, empty at the start).
 
-    Why fresh: a cache carried over from another tree is only as good as its key, and before issue 21 the key
-    missed edits to callee kernel files, so a mutated kernel could run its unmutated machine code and a "caught"
-    could not be trusted.  A mutant whose checks run the fused kernels pays their compile (about a minute)."""
+    Why fresh: a cache carried over from another tree is only as good as its key; a key that missed an edit to a
+    callee kernel file would run the mutated kernel's unmutated machine code, and a "caught" could not be trusted.
+    A mutant whose checks run the fused kernels pays their compile (about a minute)."""
     return {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1",
             "NUMBA_CACHE_DIR": str(root.parent / "numba-cache")}
 TINY_GAUGE = ["gauge.py", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "2", "--seq-len",
@@ -142,7 +142,7 @@ MUTATIONS = [
              'spread_tok = min(ship["seed_range"], off["seed_range"])',
              "the coupling's gap compared with the smaller seed range: a gap inside the noise reads as a verdict",
              [pytest("tests/test_experiments.py", "spread_is_the_larger")]),
-    Mutation("monitor_x0_after_step", "dynamics/monitor.py", "self._x0.setdefault(g.name, norm0**2)",
+    Mutation("monitor_x0_after_step", "dynamics/monitor/equilibrium.py", "self._x0.setdefault(g.name, norm0**2)",
              "self._x0.setdefault(g.name, norm**2)",
              "the monitor's first squared norm x0 read after the first step instead of before it",
              [pytest("tests/test_monitor.py", "x0_is_the_squared_norm_before_the_first_step")]),

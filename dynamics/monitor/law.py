@@ -3,7 +3,7 @@
 :func:`dynamics.optlaws.resolve` finds the law of an optimizer's hyperparameters; here the monitor's policy wraps it:
 a diagnostic never raises into the training step it watches, so a learning rate that is not finite, negative or
 zero, a law outside its domain and a decay that flips the weight each become a status that says why (the statuses
-are listed in :mod:`dynamics.monitor_table`).  A law travels through a checkpoint as plain data
+are listed in :mod:`dynamics.monitor.table`).  A law travels through a checkpoint as plain data
 (:func:`law_to_dict`, :func:`law_from_dict`).
 """
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dynamics.monitor_table import DEFAULT_BAND, brief_names, positive_ratio
+from dynamics.monitor.table import DEFAULT_BAND, brief_names, positive_ratio
 from rmsgauge import json_safe
 
 

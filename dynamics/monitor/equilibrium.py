@@ -32,15 +32,12 @@ relaxation time times the relative change of :math:`x^*` per step; above ``band`
 schedule, the summary and the table say so and ``on_lag`` (e.g. ``lambda m: warnings.warn(m,
 EquilibriumLagWarning)``) is called once.
 
-**Status** of a group over the tail records: ``at equilibrium``, ``tracking the schedule``, ``approaching``,
-``lagging the schedule``, ``off equilibrium (the law puts it inside the band)``, or why there is no prediction
-(:mod:`dynamics.monitor_law`); each is defined in :mod:`dynamics.monitor_table`.  A law that cannot be evaluated
-never stops the training: the group records its measured values and the reason.
-
-**The table** (:meth:`EquilibriumMonitor.table`, its columns in :data:`dynamics.monitor_table.COLUMNS`, printed
-under it): a header with the step, the band and the learning-rate range; a roll-up over the model; then one row per
-group.  **Logs** (``log_path``: strict JSON lines, appended to or refused, never truncated; ``tensorboard``: a folder
-or a writer): :mod:`dynamics.monitor_log`.  The groups (``gauges``): :func:`dynamics.monitor_groups.gauge_groups`.
+The group's status over the tail records (``at equilibrium``, ``approaching``, ``lagging the schedule``, or why
+there is no prediction), the table's columns and the roll-up: :mod:`dynamics.monitor.table`; a law that cannot be
+evaluated never stops the training (the group records its measured values and the reason:
+:mod:`dynamics.monitor.law`).  Logs (``log_path``: strict JSON lines, appended to or refused, never truncated;
+``tensorboard``: a folder or a writer): :mod:`dynamics.monitor.log`.  The groups (``gauges``):
+:func:`dynamics.monitor.groups.gauge_groups`.
 
 Only torch, numpy, rmsgauge and ``dynamics`` modules are imported here, so any trainer (the project's ``lm``
 included) can use it.
@@ -59,10 +56,10 @@ from torch import nn
 
 import dynamics.laws as laws
 import dynamics.optlaws as optlaws
-from dynamics.monitor_groups import GaugeGroup, gauge_groups
-from dynamics.monitor_law import LAW_ERRORS, law_from_dict, law_to_dict, one_line, resolve_law
-from dynamics.monitor_log import MonitorLog, record_scalars, tensorboard_writer
-from dynamics.monitor_table import (
+from dynamics.monitor.groups import GaugeGroup, gauge_groups
+from dynamics.monitor.law import LAW_ERRORS, law_from_dict, law_to_dict, one_line, resolve_law
+from dynamics.monitor.log import MonitorLog, record_scalars, tensorboard_writer
+from dynamics.monitor.table import (
     DEFAULT_BAND,
     LAGGING,
     brief_names,
@@ -274,10 +271,7 @@ class EquilibriumMonitor:
         (:meth:`dynamics.heavyball.HeavyBall.moment_step`, nonlinear far from :math:`X^*`); the scale-free laws'
         map is linear, :math:`X' = X^* + q^2 (X - X^*)`; a rotational wrapper holds its norm."""
         name = g.name
-        prev = self._last_rec.get(name)
-        self._last_rec[name] = (r, step)
-        if prev is not None and (prev[0].get("lr"), prev[0].get("wd")) != (r.get("lr"), r.get("wd")):
-            self._scheduled[name] = True
+        self._note_hparams(name, r)
         r["track"] = r["norm_track"] = None
         ne, tau = r.get("norm_eq"), r.get("relax_steps")
         if r.get("why") or not (finite_number(ne) and ne > 0 and finite_number(tau) and tau >= 0):
@@ -309,18 +303,23 @@ class EquilibriumMonitor:
         self._track: dict[str, tuple[list[float], int] | None] = {g.name: None for g in self.groups}
         self._track_reached: dict[str, int | None] = {g.name: None for g in self.groups}
         self._scheduled: dict[str, bool] = {g.name: False for g in self.groups}
-        self._last_rec: dict[str, tuple[Mapping[str, Any], int]] = {}
+        self._hparams: dict[str, tuple[Any, Any]] = {}  # the previous record's (lr, wd) per group
         for h in self.history:
             for g in self.groups:
-                r, prev = h["groups"][g.name], self._last_rec.get(g.name)
-                if prev is not None and (prev[0].get("lr"), prev[0].get("wd")) != (r.get("lr"), r.get("wd")):
-                    self._scheduled[g.name] = True
-                self._last_rec[g.name] = (r, h["step"])
+                r = h["groups"][g.name]
+                self._note_hparams(g.name, r)
                 track, ne = r.get("track"), r.get("norm_eq")
                 self._track[g.name] = (list(track), h["step"]) if track else None
                 if track and self._track_reached[g.name] is None and finite_number(ne) and ne > 0 \
                         and abs(track[0] / ne**2 - 1.0) <= self.band:
                     self._track_reached[g.name] = h["step"]
+
+    def _note_hparams(self, name: str, r: Mapping[str, Any]) -> None:
+        """A record whose lr or wd differs from the group's previous one marks the group as scheduled."""
+        hp = (r.get("lr"), r.get("wd"))
+        if self._hparams.setdefault(name, hp) != hp:
+            self._scheduled[name] = True
+        self._hparams[name] = hp
 
     # ---------------------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
@@ -467,7 +466,7 @@ class EquilibriumMonitor:
 
     def table(self, legend: bool = True) -> str:
         """The summary as text: header, the model's roll-up, one row per group, notes, warning, the columns'
-        meanings (``legend``; :data:`dynamics.monitor_table.COLUMNS`)."""
+        meanings (``legend``; :data:`dynamics.monitor.table.COLUMNS`)."""
         return render_table(self.summary(), self.interval, legend)
 
     def group_labels(self) -> tuple[str, list[str]]:
@@ -476,7 +475,7 @@ class EquilibriumMonitor:
 
     def plot(self, path: str | Path) -> None:
         """Norm and angle against step per group, predictions dashed; many groups: ratios to the predictions,
-        median and 10-90% band (PNG/SVG by suffix; :func:`dynamics.monitor_plot.plot_monitor`)."""
-        from dynamics.monitor_plot import plot_monitor
+        median and 10-90% band (PNG/SVG by suffix; :func:`dynamics.monitor.plot.plot_monitor`)."""
+        from dynamics.monitor.plot import plot_monitor
 
         plot_monitor(self, path)
