@@ -114,7 +114,7 @@ class TrainerRow:
 
 def model_configs(shape: Shape) -> tuple[Any, Any]:
     """``(GRTConfig, DenseConfig)``: the shipped GRT recipe's model at the shape's sizes, and the dense model
-    matched to it in parameters exactly as the recipes and ``python -m studies.compare`` match it."""
+    matched to it in parameters exactly as the recipes and the experiment grid match it."""
     from grt_model.config import GRTConfig
     from lm.recipes import get_recipe
     from lm.sizing import dense_family, param_matched_width

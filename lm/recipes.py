@@ -1,8 +1,8 @@
 """Named training recipes: the exact configuration that made each shipped reference model, and a tiny GRT.
 
 ``python -m lm.train --recipe reference-grt`` (or ``reference-dense``) trains a shipped model again.  A reference
-recipe is the final-phase run of ``python -m studies.compare --preset reference`` (:mod:`studies.compare_preset`)
-for one model:
+recipe is the final run of the experiment grid's reference comparison (``python -m studies.experiments run --groups
+reference``) for one model:
 
 - ``reference-grt``: the preset's GRT (d_model 128, 4 heads, 2 blocks, d_ff 512, context 64 bytes, the
   source text's stage counts), at its best sweep learning rate;
@@ -10,10 +10,10 @@ for one model:
   context, ``d_ff = 4 d``, the width whose parameter count is nearest the GRT's: d_model 136), at its own
   best sweep learning rate;
 
-each for 3,000,000 training bytes (batch 16 x 64), with the evaluation, logging and checkpoint intervals
-:func:`lm.sizing.phase_train_config` gives the final phase, seed 0, one CPU thread, the bundled
-corpus.  Everything but the learning rates is computed from the preset, so the recipe and the preset cannot
-drift apart; the learning rates are the sweep's results (:data:`REFERENCE_BEST_LRS`).  The shipped model
+each for 3,000,000 training bytes (batch 16 x 64; 30 evaluations of 16 batches, a log line every 1% of the
+steps, a monitor record every 2%, a checkpoint every 100 steps), seed 0, one CPU thread, the bundled corpus.  The
+learning rates are the sweep's results (:data:`REFERENCE_BEST_LRS`); ``tests/test_reference_models.py`` checks
+that each recipe trains what the grid's final does.  The shipped model
 cards (``lm/reference_models/*.json``) record the configuration that actually ran, and
 ``tests/test_reference_models.py`` checks that each recipe equals it.
 
@@ -25,17 +25,18 @@ steps: a few minutes on 2 idle cores.
 
 from __future__ import annotations
 
-import argparse
+import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-# Best final validation bits per byte of the reference preset's lr sweep (250k tokens per point, bundled corpus,
-# runs/compare-reference/sweep): GRT 3e-3 (3.197 bpb; 1e-3: 3.667, 1e-2: 3.320), dense params-matched 3e-3
+# Best final validation bits per byte of the reference comparison's lr sweep (250k tokens per point, bundled corpus,
+# results/compare-reference/runs.json): GRT 3e-3 (3.197 bpb; 1e-3: 3.667, 1e-2: 3.320), dense params-matched 3e-3
 # (3.081 bpb; 1e-3: 3.149, 1e-2: 3.216). Both interior.
 REFERENCE_BEST_LRS = {"grt": 3e-3, "dense_params": 3e-3}
 REFERENCE_RECIPE_NAMES = ("reference-grt", "reference-dense")  # reproduce the shipped models (lm.reference)
 RECIPE_NAMES = (*REFERENCE_RECIPE_NAMES, "tiny-grt")
+REFERENCE_GRT = {"d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512, "block_size": 64}
+REFERENCE_TOKENS = 3_000_000
 
 
 @dataclass(frozen=True)
@@ -58,32 +59,26 @@ class Recipe:
 def _reference_recipes() -> dict[str, Recipe]:
     import torch
 
+    from grt_model.config import GRTConfig
     from lm.checkpoint import build_model, config_to_dict
-    from lm.sizing import (
-        DEFAULT_BATCH_SIZE,
-        PRESETS,
-        dense_family,
-        grt_config,
-        n_params,
-        param_matched_width,
-        phase_train_config,
-    )
+    from lm.sizing import dense_family, n_params, param_matched_width
+    from lm.trainconfig import TrainConfig
 
-    preset = PRESETS["reference"]
-    gcfg = grt_config(preset.quick, **preset.grt)
+    gcfg = GRTConfig.small(**REFERENCE_GRT)
     with torch.device("meta"):  # a parameter count, nothing allocated
         n_grt = n_params(build_model("grt", gcfg))
     dcfg = dense_family(gcfg, param_matched_width(gcfg, n_grt))
-    ns = argparse.Namespace(batch_size=DEFAULT_BATCH_SIZE, seed=0, device="cpu", data=None)
+    steps = math.ceil(REFERENCE_TOKENS / (16 * gcfg.block_size))
     out = {}
     for name, kind, tag, mcfg in (("reference-grt", "grt", "grt", gcfg),
                                   ("reference-dense", "dense", "dense_params", dcfg)):
-        tc = phase_train_config(ns, int(mcfg.block_size), Path(f"runs/{name}"), REFERENCE_BEST_LRS[tag],
-                                preset.final_tokens, preset.final_evals, preset.final_eval_batches, preset.ckpt_steps)
+        tc = TrainConfig(lr=REFERENCE_BEST_LRS[tag], batch_size=16, max_tokens=REFERENCE_TOKENS,
+                         warmup_steps=min(50, steps // 10), eval_interval=steps // 30, eval_batches=16,
+                         log_interval=steps // 100, gauge_interval=steps // 50, ckpt_interval=100, seed=0,
+                         device="cpu", threads=1, data="", out_dir=f"runs/{name}").to_dict()
         out[name] = Recipe(name, kind, config_to_dict(mcfg), tc,
-                           f"the {'GRT' if kind == 'grt' else 'parameter-matched dense model'} of python -m "
-                           f"studies.compare --preset reference, {preset.final_tokens:,} tokens at lr "
-                           f"{REFERENCE_BEST_LRS[tag]:g}")
+                           f"the {'GRT' if kind == 'grt' else 'parameter-matched dense model'} of the reference "
+                           f"comparison, {REFERENCE_TOKENS:,} tokens at lr {REFERENCE_BEST_LRS[tag]:g}")
     return out
 
 

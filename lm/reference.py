@@ -17,7 +17,7 @@ Each file is at most 10 MB (:data:`MAX_FILE_BYTES`); :func:`ship_run` refuses mo
 
     python -m lm.reference list                      # what is shipped
     python -m lm.reference verify                    # every checksum (exit 1 on a mismatch)
-    python -m lm.reference ship RUN_DIR --name grt --command "python -m studies.compare --preset reference"
+    python -m lm.reference ship RUN_DIR --name grt --command "python -m lm.train --recipe reference-grt"
 """
 
 from __future__ import annotations

@@ -293,8 +293,7 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
                         "configuration that trained a shipped model, or tiny-grt, a first GRT that trains 300 steps "
                         "in minutes; its run folder defaults to runs/NAME")
     g.add_argument("--config", metavar="FILE",
-                   help="start from a JSON file {\"model\": ..., \"train\": {...}, \"model_config\": {...}}, "
-                        "e.g. a run's config.json written by python -m studies.compare")
+                   help="start from a JSON file {\"model\": ..., \"train\": {...}, \"model_config\": {...}}")
     g.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one configuration key (repeatable): lr=1e-3, train.wd=0, model.n_layers=6; the "
                         "keys are listed below")

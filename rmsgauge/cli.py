@@ -364,7 +364,6 @@ CONSOLE_COMMANDS = {
     "rmsgauge-grt": ("grt_model.__main__", "python -m grt_model"),
     "rmsgauge-train": ("studies.train", "python -m studies.train"),  # lm.train with the equilibrium monitor
     "rmsgauge-sample": ("lm.sample", "python -m lm.sample"),
-    "rmsgauge-compare": ("studies.compare", "python -m studies.compare"),
     "rmsgauge-evaluate": ("lm.evaluate", "python -m lm.evaluate"),
     "rmsgauge-hf": ("lm.hf_convert", "python -m lm.hf"),
     "rmsgauge-reference": ("lm.reference", "python -m lm.reference"),

@@ -3,6 +3,8 @@
     python -m studies.experiments run [--groups ablation,stability,text_shape,depth] [--jobs 2]
     python -m studies.experiments status
     python -m studies.experiments summary [--json PATH] [--verbose]
+    python -m studies.experiments run --groups reference --results results/compare-reference \
+        --runs-dir runs/compare-reference     # the reference comparison, beside its committed records
 
 ``run`` trains every run of :func:`studies.grid.grid` not yet recorded, ``--jobs`` at a time, each in its own
 process on ``--threads`` CPU threads (``python -m studies.job``), and merges each finished run's record into
@@ -11,10 +13,12 @@ process on ``--threads`` CPU threads (``python -m studies.job``), and merges eac
 same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded (a
 sweep whose best lands on an edge first trains one point a half-decade past it); an equal-wall-clock run
 waits for its two runs, then the driver measures their models' speed ratio side by side
-(:func:`studies.speed.probe`, saved in ``RESULTS/speed_probes.json``) and sizes its tokens by it.  Progress lines
-give each running job's step and an eta from its own speed since it started.  ``summary`` prints the tables and
-the verdicts of the text's three selling points (:mod:`studies.experiments_report`) from the committed records
-alone.
+(:func:`studies.speed.probe`, saved in ``RESULTS/speed_probes.json``) and sizes its tokens by it; an
+equal-speed dense model's width is measured the same way before its first run (:func:`studies.speed.matched_width`).
+Every command leaves out the ``reference`` group unless ``--groups`` names it (its records are their own folder's).
+Progress lines give each running job's step and an eta from its own speed since it started.  ``summary`` prints
+the tables and the verdicts of the text's three selling points (:mod:`studies.experiments_report`) from the
+committed records alone.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import math
 import os
 import signal
 import subprocess
@@ -32,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from rmsgauge import atomic_write_json, atomic_write_text
-from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
+from rmsgauge.cli import Failure, add_subcommand, add_subcommands, make_parser, run_main
 from studies.grid import (
+    DEFAULT_GROUPS,
     GRIDS,
     GROUPS,
     RunSpec,
@@ -125,10 +131,9 @@ def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]
 def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
             probes: dict[str, dict[str, Any]] | None = None, running: list[RunSpec] | None = None,
             prior: dict[str, float] | None = None) -> RunSpec | None:
-    """The run with every field fixed (its lr from its sweep, its tokens from a wall-clock match, a tuning run's
-    multipliers from its search), or ``None`` while a run it depends on is not recorded (or, for a wall-clock
-    match, its speed probe not yet measured: :func:`studies.speed.probe`, saved in ``probes`` under the run's
-    name)."""
+    """The run with every field fixed (its lr from its sweep, its tokens or width from a wall-clock match, a
+    tuning run's multipliers from its search), or ``None`` while a run it depends on is not recorded (or, for a
+    wall-clock match, its speed probe not yet measured: saved in ``probes`` under :func:`probe_key`)."""
     if spec.imported:
         return spec  # not trained here: its lr and tokens come from its model card
     if spec.search is not None:
@@ -144,6 +149,13 @@ def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSp
     if lr is None:
         return None
     tokens, extra = spec.tokens, spec.extra
+    if "match_width" in spec.extra:
+        probe = (probes or {}).get(spec.variant)
+        if probe is None:
+            return None
+        ref = next(s for s in specs if s.variant == spec.extra["match_width"])  # as fast: as often checkpointed
+        spec = replace(spec, model_config=probe["model_config"], est_tok_s=ref.est_tok_s)
+        extra = {**spec.extra, "wallclock_match": {k: v for k, v in probe.items() if k != "model_config"}}
     if spec.match_wallclock is not None:
         ref = records.get(spec.match_wallclock[0])
         probe = (probes or {}).get(spec.name)
@@ -154,19 +166,30 @@ def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSp
     return replace(spec, lr=lr, tokens=tokens, extra=extra)
 
 
+def probe_key(spec: RunSpec) -> str | None:
+    """Where a run's speed probe is kept: a token match's under its name, a width match's under its variant (every
+    lr of that model trains the same width); ``None`` for a run sized without one."""
+    return spec.name if spec.match_wallclock is not None else spec.variant if "match_width" in spec.extra else None
+
+
 def needs_probe(spec: RunSpec, records: dict[str, dict[str, Any]], probes: dict[str, dict[str, Any]]) -> bool:
-    """A wall-clock match whose two runs are recorded and whose speed probe is not measured yet."""
-    return (spec.match_wallclock is not None and spec.name not in probes
-            and all(n in records for n in spec.match_wallclock))
+    """A width match, or a wall-clock match whose two runs are recorded, whose speed probe is not measured yet."""
+    key = probe_key(spec)
+    return key is not None and key not in probes and all(n in records for n in spec.match_wallclock or ())
 
 
 def measure_probe(spec: RunSpec, specs: list[RunSpec], records: dict[str, dict[str, Any]],
                   threads: int) -> dict[str, Any]:
     """The speed probe of a wall-clock match (:func:`studies.speed.probe`) with the two runs it compares and
-    the ratio their own records' tokens/s would have given (kept for the record, not used)."""
-    from studies.speed import probe
+    the ratio their own records' tokens/s would have given (kept for the record, not used); of a width match,
+    the matched width (:func:`studies.speed.matched_width`)."""
+    from studies.speed import matched_width, probe
 
-    ref_name, fast_name = spec.match_wallclock or ("", "")
+    if spec.match_wallclock is None:
+        ref = next(s for s in specs if s.variant == spec.extra["match_width"])
+        return {**matched_width((ref.model, ref.model_config), spec.model_config, batch_size=spec.batch_size,
+                                threads=threads, seed=spec.seed), "reference_variant": ref.variant}
+    ref_name, fast_name = spec.match_wallclock
     by = {s.name: s for s in specs}
     ref, fast = by[ref_name], by[fast_name]
     out = probe((ref.model, ref.model_config), (fast.model, fast.model_config), batch_size=ref.batch_size,
@@ -309,14 +332,15 @@ class Driver:
                 break
             probes = read_probes(self.results)
             if needs_probe(spec, records, probes):
-                self.say(f"speed probe for {spec.name}: {spec.match_wallclock[0]} against "
-                         f"{spec.match_wallclock[1]}, alternating training steps in this process ...")
-                probes[spec.name] = measure_probe(spec, self.all_specs, records, self.args.threads)
+                key = probe_key(spec) or ""
+                self.say(f"speed probe for {key}: alternating training steps in this process ...")
+                p = probes[key] = measure_probe(spec, self.all_specs, records, self.args.threads)
                 atomic_write_json(self.results / PROBES_FILE, probes)
-                p = probes[spec.name]
-                self.say(f"speed probe for {spec.name}: {p['fast_tok_s']:,.0f} vs {p['reference_tok_s']:,.0f} "
-                         f"tokens/s, ratio {p['speed_ratio']:.3f} (the records' own tokens/s gave "
-                         f"{p['records_ratio'] or float('nan'):.3f})")
+                by_width = ", ".join(f"{w['d_model']} {w['speed_ratio']:.2f}" for w in p.get("widths", []))
+                self.say(f"speed probe for {key}: " + (
+                    f"width {p['d_model']} (speed ratio by width: {by_width})" if "widths" in p else
+                    f"{p['fast_tok_s']:,.0f} vs {p['reference_tok_s']:,.0f} tokens/s, ratio {p['speed_ratio']:.3f} "
+                    f"(the records' own tokens/s gave {p['records_ratio'] or math.nan:.3f})"))
             fixed = resolve(spec, records, self.all_specs, probes, running=[j.spec for j in self.running],
                             prior=self.prior_point(spec))
             if fixed is None:
@@ -369,8 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--results", default=DEFAULT_RESULTS, help=f"records, logs, tables (default {DEFAULT_RESULTS})")
         p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,
                        help=f"run folders with checkpoints (default {DEFAULT_RUNS_DIR}; not committed)")
+        p.add_argument("--groups", default=",".join(DEFAULT_GROUPS),
+                       help=f"comma list of {', '.join(GROUPS)} (default: all but reference, whose records are "
+                            f"results/compare-reference's)")
         if name == "run":
-            p.add_argument("--groups", default=",".join(GROUPS), help=f"comma list of {', '.join(GROUPS)}")
             p.add_argument("--only", action="append", default=[], metavar="NAME", help="only these runs")
             p.add_argument("--jobs", type=int, default=2, help="runs at a time, in [1, 64] (default 2)")
             p.add_argument("--threads", type=int, default=1, help="CPU threads per run, in [1, 64] (default 1)")
@@ -383,22 +409,22 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace) -> list[RunSpec]:
     from rmsgauge.cli import check_output_file, check_outputs_against_inputs
 
-    specs = grid(args.grid)
+    everything = grid(args.grid)
+    groups = [g for g in args.groups.split(",") if g]
+    if not groups or any(g not in GROUPS for g in groups):
+        raise ValueError(f"--groups must be a comma list of {', '.join(GROUPS)}, got {args.groups!r}")
+    specs = [s for s in everything if s.group in groups]
     if args.command != "run":
         if getattr(args, "json", None) is not None:  # the records, logs and probes it reads are never replaced
             check_output_file("--json", args.json)
             check_outputs_against_inputs({"--results": args.results, "--runs-dir": args.runs_dir},
                                          {"--json": args.json})
         return specs
-    groups = [g for g in args.groups.split(",") if g]
-    bad = [g for g in groups if g not in GROUPS]
-    if bad or not groups:
-        raise ValueError(f"--groups must be a comma list of {', '.join(GROUPS)}, got {args.groups!r}")
     for name in ("jobs", "threads"):
         v = getattr(args, name)
         if not 1 <= v <= 64:
             raise ValueError(f"--{name} must be an integer in [1, 64], got {v}")
-    names = {s.name for s in specs}
+    names = {s.name for s in everything}
     unknown = [n for n in args.only if n not in names]
     if unknown:
         raise ValueError(f"--only: no run called {unknown[0]!r} in the {args.grid} grid (see the status command)")
@@ -409,8 +435,7 @@ def _check(args: argparse.Namespace) -> list[RunSpec]:
     for p in (runs, res):
         if p.exists() and not p.is_dir():
             raise ValueError(f"{p} exists and is not a folder")
-    specs = [s for s in specs if s.group in groups and (not args.only or s.name in args.only)]
-    return specs
+    return [s for s in specs if not args.only or s.name in args.only]
 
 
 def status(args: argparse.Namespace, specs: list[RunSpec]) -> int:
@@ -441,19 +466,26 @@ def _work(args: argparse.Namespace, specs: list[RunSpec]) -> int:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no records yet (python -m studies.experiments run writes them)")
         return summary(read_records(Path(args.results)), path, specs, json_path=args.json, verbose=args.verbose)
+    if any(s.group == "reference" for s in specs):  # the comparison compares like with like, or trains nothing
+        from studies.reference_report import param_match_claim
+
+        cfg = {s.variant: s.model_config for s in grid(args.grid)}
+        claim = param_match_claim(cfg["reference-grt"], cfg["reference-dense-params"])
+        if not claim.holds:
+            raise Failure(f"{claim.id} fails ({claim.summary}; {claim.details}): no reference run started")
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     Path(args.results).mkdir(parents=True, exist_ok=True)
-    lock = (Path(args.runs_dir) / ".driver.lock").open("a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise ValueError(f"another python -m studies.experiments run is using {args.runs_dir} (its lock "
-                         f"{args.runs_dir}/.driver.lock is held); wait for it or stop it first") from None
-    args.commit = git_commit()
-    driver = Driver(args, specs)
-    signal.signal(signal.SIGINT, driver.stop)
-    signal.signal(signal.SIGTERM, driver.stop)
-    return driver.run()
+    with (Path(args.runs_dir) / ".driver.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"another python -m studies.experiments run is using {args.runs_dir} (its lock "
+                             f"{args.runs_dir}/.driver.lock is held); wait for it or stop it first") from None
+        args.commit = git_commit()
+        driver = Driver(args, specs)
+        signal.signal(signal.SIGINT, driver.stop)
+        signal.signal(signal.SIGTERM, driver.stop)
+        return driver.run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 
 from rmsgauge import Claim, atomic_write_json
 from studies.grid import STABILITY_LRS, needed_specs
+from studies.reference_report import format_reference, reference_claims
 
 SOURCE = "001_cfb910613b442095.txt"
 
@@ -457,6 +458,7 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
                      f"{(d.get('params') or {}).get('total', 0):>12,d} {_f(d.get('val_bpb_full')):>9s} "
                      f"{_f(d.get('wall_s'), '.0f'):>7s} {_f(r['gap'], '+.4f'):>8s}")
     lines += format_tuning(records)
+    lines += format_reference(records)
     if verbose:
         lines += ["", "every run: name, status, lr, tokens, whole-split bpb, sample bpb, tok/s"]
         lines += [f"   {r['name']:36s} {r['status']:9s} {r['lr']:<8g} {r.get('tokens') or 0:>9,} "
@@ -475,9 +477,12 @@ def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, v
     lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {where}", ""]
     lines += format_tables(records, verbose)
     lines.append("")
-    results_v = verdicts(records, specs)
-    for fn, v in zip(VERDICTS + FAIR_VERDICTS, results_v):
-        name = fn.__name__.replace("_", "-")
+    results_v: list[Claim | str] = verdicts(records, specs)
+    labels = [fn.__name__.replace("_", "-") for fn in VERDICTS + FAIR_VERDICTS]
+    reference = reference_claims(records)  # none without the reference comparison's records
+    results_v += reference
+    labels += [c.id for c in reference]
+    for name, v in zip(labels, results_v):
         lines.append(f"{name:28s} " + (v if isinstance(v, str) else ("HOLDS" if v.holds else "FAILS") + "  "
                                       + (v.summary or json.dumps(v.measured, default=str)[:150])))
     return lines, results_v

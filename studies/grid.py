@@ -32,6 +32,10 @@ Four groups (``RunSpec.group``):
 * ``stability_tuned`` -- the 12-block stability grid for the tuned GRT and the tuned dense QK-norm model.
 * the ablation's ``coupling-off-matched``: coupling off, deepened to the shipped GRT's parameter count (12 blocks:
   512,164 parameters against 492,550), the content-adaptive verdict's parameter-matched control.
+* ``reference`` -- the reference comparison that made the shipped models: the GRT at the shipped shape, the dense
+  model matched to it in parameters and the dense model matched to it in training speed (its width measured by
+  :func:`studies.speed.matched_width` when the driver first needs it), each a sweep of 250k tokens, then 3M tokens
+  at its best lr.  Its records live in ``results/compare-reference`` (not run without ``--groups reference``).
 
 A final run's lr is ``None`` with ``sweep`` naming its sweep: the driver starts it once every run of that
 sweep is done, at the lr whose sampled validation bits/byte was lowest.  A best on the sweep's edge says only
@@ -48,7 +52,10 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-GROUPS = ("ablation", "stability", "text_shape", "depth", "tuning", "fair_depth", "vocab", "long", "stability_tuned")
+GROUPS = ("ablation", "stability", "text_shape", "depth", "tuning", "fair_depth", "vocab", "long", "stability_tuned",
+          "reference")
+# what the driver runs and reports unless told: the reference comparison keeps its own records
+DEFAULT_GROUPS = tuple(g for g in GROUPS if g != "reference")
 GRIDS = ("full", "tiny")
 
 REFERENCE_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads": 4, "n_blocks": 2, "d_ff": 512}
@@ -78,6 +85,11 @@ TEXT_SWEEP_LRS = (3e-4, 1e-3, 3e-3, 1e-2)
 # 3e-3 3.038, 1e-2 3.233) landed on the bottom edge, so the sweep was widened by one half-decade down
 TEXT_DENSE_SWEEP_LRS = (3e-4, *SWEEP_LRS)
 TEXT_SWEEP_WIDENING = (1e-4, 3e-2)  # past both text-shape sweeps' edges (3e-4 .. 1e-2)
+# the reference comparison's sweeps as they ended: each had widened itself until its best lr was interior (the
+# GRT's started at 1e-2 .. 1e-1 and grew twice, down to 1e-3), and one half-decade past either edge
+REFERENCE_LRS = {"grt": (1e-3, 3e-3, 1e-2, 3e-2, 1e-1), "dense-params": SWEEP_LRS,
+                 "dense-wallclock": (3e-4, 1e-3, 3e-3)}
+REFERENCE_WIDENING = {"grt": (3e-4, 3e-1), "dense-params": SWEEP_WIDENING, "dense-wallclock": (1e-4, 1e-2)}
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,8 @@ class RunSpec:
     tuned_from: str | None = None  # a tuning search whose best point gives this run its lr_mult (waits for it)
     data: str = ""  # TrainConfig.data: "" the bundled bytes, "gcide" the installed BPE corpus (lm.bpe)
     tokenizer: str = "bytes"  # TrainConfig.tokenizer: bytes | bpe (of model_config's vocab_size)
+    # extra["match_width"] = a variant: this dense run's width is the one whose training speed equals that model's,
+    # measured by studies.speed.matched_width from model_config's width up (model_config until then)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -298,6 +312,7 @@ def full_grid() -> list[RunSpec]:
         kind, cfg = ablation_variants(REFERENCE_SHAPE)[variant]
         specs += [RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
                           est_tok_s=_speed(kind, cfg) / 30) for seed in (0, 1)]
+    specs += reference_specs(REFERENCE_SHAPE, REFERENCE_LRS, REFERENCE_WIDENING, 250_000, 3_000_000, 30)
     return specs
 
 
@@ -363,6 +378,24 @@ def stability_tuned_specs(shape: dict[str, Any], lrs: tuple[float, ...], tokens:
             for v in ("grt", "dense") for lr in lrs]
 
 
+def reference_specs(shape: dict[str, Any], lrs: dict[str, tuple[float, ...]],
+                    widening: dict[str, tuple[float, float]] | None, sweep_tokens: int, final_tokens: int, evals: int,
+                    wall_start: int | None = None, **kw: Any) -> list[RunSpec]:
+    """The reference comparison: the GRT at ``shape``, the dense model matched to it in parameters, and the dense
+    model whose width matches the GRT's training speed (searched from ``wall_start``, default the parameter-matched
+    width); each an lr sweep (``lrs[tag]``, ``widening[tag]``), then the final at its best lr."""
+    g = _grt(shape)
+    dense = matched_dense(g)
+    wall = {**dense, "d_model": wall_start, "d_ff": 4 * wall_start} if wall_start else dense
+    out = []
+    for tag, kind, cfg in (("grt", "grt", g), ("dense-params", "dense", dense), ("dense-wallclock", "dense", wall)):
+        extra = {"match_width": "reference-grt"} if tag == "dense-wallclock" else {}
+        out += [replace(s, extra=extra, **kw) for s in _sweep_and_final(
+            "reference", f"reference-{tag}", kind, cfg, lrs[tag], sweep_tokens, final_tokens, evals,
+            widening[tag] if widening else None)]
+    return out
+
+
 def tiny_grid() -> list[RunSpec]:
     """The same four groups and the sweep -> final dependency on models that train in a second (tests)."""
     shape = {"vocab_size": 256, "block_size": 16, "d_model": 16, "n_heads": 2, "n_blocks": 1, "d_ff": 32}
@@ -390,6 +423,9 @@ def tiny_grid() -> list[RunSpec]:
                          {"tiny": (0,)}, 0, batch_size=4, evals=2)
     specs += fair_depth_specs(shape, (1,), (1e-3, 1e-2), (1e-4, 1e-1), tok, tok, (0, 1), batch_size=4, evals=2)
     specs += stability_tuned_specs(shape, (1e-3,), tok, batch_size=4, evals=2)
+    # one sweep point each; the speed match starts near where a tiny dense model is as slow as the tiny GRT
+    specs += reference_specs(shape, dict.fromkeys(("grt", "dense-params", "dense-wallclock"), (1e-2,)), None, tok,
+                             tok, 2, wall_start=512, batch_size=4)
     return specs
 
 

@@ -140,7 +140,7 @@ def measure(model: torch.nn.Module | None, kind: str, cfg: Any, det: bool = True
 
 
 def _imported(spec: dict[str, Any]) -> dict[str, Any]:
-    """A shipped reference model as a grid record (measured here, trained by ``studies.compare --preset reference``)."""
+    """A shipped reference model as a grid record (measured here; trained by the reference comparison)."""
     from lm.reference import load_reference
 
     model = load_reference(spec["imported"])

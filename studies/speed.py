@@ -15,10 +15,14 @@ warmth hit both alike), on the same training batch, with the trainer's step (for
 AdamW), and takes the ratio of their median step times after a warmup.  The probe is saved with the run it
 sizes (``speed_probes.json`` beside the records; the run's ``wallclock_match`` field), so a resumed run keeps
 its token count.
+
+The reference comparison matches the other way: its wall-clock dense model trains the GRT's tokens at the width
+whose speed equals the GRT's (:func:`matched_width`, probes of the same kind, one per width tried).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -72,3 +76,36 @@ def probe(reference: tuple[str, dict[str, Any]], fast: tuple[str, dict[str, Any]
             "load_average": [load0, os.getloadavg()[0]],
             "method": "one process, the two models' training steps alternated (order flipped each round), "
                       "median step seconds after the warmup"}
+
+
+def matched_width(reference: tuple[str, dict[str, Any]], dense: dict[str, Any], *, batch_size: int, threads: int = 1,
+                  seed: int = 0, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP) -> dict[str, Any]:
+    """The width at which the dense family of ``dense`` (its depth, heads and context, ``d_ff = 4 d``) trains as
+    many tokens per second as the ``reference`` model: from ``dense``'s width, widen by about sqrt(2) (one
+    :func:`probe` against the reference per width) until the dense model is the slower, then interpolate the log
+    speed ratio against the log width between the last two widths, rounded to a multiple of ``2 n_heads``.
+
+    Returns the matched dense ``model_config``, its ``d_model`` and each width's probe (ratio and tokens/s)."""
+    from lm.sizing import widths
+
+    def at(d: int) -> dict[str, Any]:
+        return {**dense, "d_model": d, "d_ff": 4 * d}
+
+    allowed = widths(int(dense["n_heads"]))
+    tried: list[dict[str, Any]] = []
+    d = int(dense["d_model"])
+    while True:
+        p = probe(reference, ("dense", at(d)), batch_size=batch_size, steps=steps, warmup=warmup, threads=threads,
+                  seed=seed)
+        tried.append({"d_model": d, **{k: p[k] for k in ("speed_ratio", "reference_tok_s", "fast_tok_s")}})
+        if p["speed_ratio"] <= 1.0 or d >= allowed[-1]:
+            break
+        d = min((w for w in allowed if w > d), key=lambda w: abs(w - d * math.sqrt(2)))
+    d_star = float(tried[-1]["d_model"])
+    if len(tried) > 1 and tried[-1]["speed_ratio"] < 1.0:  # where the ratio crosses 1 between the last two widths
+        (d0, r0), (d1, r1) = [(math.log(t["d_model"]), math.log(t["speed_ratio"])) for t in tried[-2:]]
+        d_star = math.exp(d0 - r0 * (d1 - d0) / (r1 - r0)) if r1 < r0 else d_star
+    d = min(allowed, key=lambda w: (abs(w - d_star), w))
+    return {"d_model": d, "model_config": at(d), "widths": tried, "batch_size": batch_size, "threads": threads,
+            "method": "the dense width where the speed ratio of probe() against the reference crosses 1 "
+                      "(log-log interpolation between the last two widths tried)"}

@@ -140,9 +140,10 @@ def run(args: argparse.Namespace, out: Path | None) -> int:
     if grt_card is not None and dense_card is not None:
         grt_card["final_val_bpb_full"] = full_split_bpb(grt, corpus)["bpb"]
         dense_card["final_val_bpb_full"] = full_split_bpb(dense, corpus)["bpb"]
-        results = Path(__file__).resolve().parents[1] / "results" / "compare-reference" / "compare.json"
-        comparison = json.loads(results.read_text()) if shipped_grt and results.is_file() else None
-        claims.append(trained_vs_dense_claim(grt_card, dense_card, comparison))
+        results = Path(__file__).resolve().parents[1] / "results" / "compare-reference" / "runs.json"
+        records = json.loads(results.read_text()) if shipped_grt and results.is_file() else []
+        wall = next((r for r in records if r["name"] == "reference-dense-wallclock-final"), None)
+        claims.append(trained_vs_dense_claim(grt_card, dense_card, wall))
     if out is not None:
         write_claims_json(out, claims, tool="studies.trained",
                           checkpoint=args.checkpoint or f"shipped {args.reference or 'grt'}",

@@ -51,12 +51,6 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "--top-k": ("-1", "257", "nan", ""), "--seed": BAD_INT, "--prompt": ("",), "--json": BAD_OUT_FILE,
         "--device": ("tpu", ""),
     }, ()),
-    "studies.compare": ("studies.compare", {
-        "--budget-tokens": BAD_INT, "--lrs": ("nan", "-1", "", "abc", "10"), "--batch-size": BAD_INT,
-        "--evals": BAD_INT, "--eval-batches": BAD_INT, "--jobs": BAD_INT, "--seed": BAD_INT,
-        "--wall-d-model": ("-2", "nan", "50"), "--json": BAD_OUT_FILE, "--out-dir": BAD_OUT_DIR,
-        "--grt": ("width=3", "d_model=abc", "x"), "--out": ("runs",), "--device": ("tpu",),
-    }, ("--quick", "--jobs", "0")),
     "gauge": ("gauge.__main__", {
         "--d-model": BAD_INT, "--n-heads": BAD_INT, "--n-layers": BAD_INT, "--batch-size": BAD_INT,
         "--seq-len": BAD_INT, "--train-steps": BAD_INT, "--lr": BAD_FLOAT, "--c-min": BAD_FLOAT,
@@ -274,7 +268,6 @@ def _fuzz_test(name: str):
 
 test_fuzz_lm_train = _fuzz_test("lm.train")
 test_fuzz_lm_sample = _fuzz_test("lm.sample")
-test_fuzz_lm_compare = _fuzz_test("studies.compare")
 test_fuzz_gauge = _fuzz_test("gauge")
 test_fuzz_dynamics = _fuzz_test("dynamics")
 test_fuzz_grt_model = _fuzz_test("grt_model")

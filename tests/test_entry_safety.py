@@ -1,6 +1,6 @@
 """Every entry point: nothing lost, nothing silently wrong.  One test per hazard (most are one CLI call), plus the
 guard itself: ``rmsgauge.cli`` (one parser helper, one main, the output/input check), the run
-folder's lock, the checksum policy, training longer, corrupt checkpoints, the Euler record, the compare claim, and
+folder's lock, the checksum policy, training longer, corrupt checkpoints, the Euler record, the matched-width claim, and
 every parser's flags against the shared names.  The hf / lm-eval cases live in tests/test_hf.py and
 tests/test_lm_eval.py (they need the extras)."""
 
@@ -361,7 +361,7 @@ def test_figures_checks_outputs_and_checkpoint_before_work(run, tmp_path, capsys
     assert _snapshot(tmp_path) == before and not (tmp_path / "f").exists()
 
 
-# ---- Checks a bug can flip: the Euler record, the compare claim ------------------------------------------------
+# ---- Checks a bug can flip: the Euler record, the matched-width claim --------------------------------------------
 
 
 def test_euler_record_names_the_tensor_it_differentiated():
@@ -388,23 +388,24 @@ def test_euler_record_names_the_tensor_it_differentiated():
     assert claim.details["tensor"] == "blocks.0.attn.k_proj.weight"
 
 
-def test_compare_param_match_claim_fails_on_a_planted_bug(tmp_path, monkeypatch, capsys):
-    """studies.compare states 'matched widths give matched parameter counts' as a claim and exits 1, before training,
-    when a bug breaks it (here: the closed-form count off by one layer)."""
-    import studies.compare as cmp
+def test_reference_param_match_claim_fails_on_a_planted_bug(tmp_path, monkeypatch, capsys):
+    """The reference comparison states 'matched widths give matched parameter counts' as a claim; the driver exits 1,
+    before any training, when a bug breaks it (here: the closed-form count off by one layer)."""
+    import lm.sizing
+    import studies.experiments as ex
+    from studies.grid import grid
+    from studies.reference_report import param_match_claim
 
-    gcfg = cmp.grt_config(True)
-    n = cmp.n_params(cmp.build_model("grt", gcfg))
-    assert cmp.param_match_claim(gcfg, n, cmp.param_matched_width(gcfg, n)).holds
-    real = cmp.dense_params
-    monkeypatch.setattr(cmp, "dense_params", lambda d, h, layers, *a: real(d, h, layers + 1, *a))
-    monkeypatch.setattr(cmp, "run_all", lambda *a, **k: pytest.fail("trained although the claim failed"))
-    out = tmp_path / "cmp"
-    assert cmp.main(["--quick", "--jobs", "0", "--wall-d-model", "0", "--out-dir", str(out), "--json",
-                     str(tmp_path / "c.json")]) == 1
-    assert "[FAILS] lm.matched_widths_match_params" in capsys.readouterr().out
-    doc = json.loads((tmp_path / "c.json").read_text())
-    assert doc["claims"][0]["id"] == "lm.matched_widths_match_params" and not doc["claims"][0]["holds"]
+    cfg = {s.variant: s.model_config for s in grid("tiny")}
+    assert param_match_claim(cfg["reference-grt"], cfg["reference-dense-params"]).holds
+    real = lm.sizing.dense_params
+    monkeypatch.setattr(lm.sizing, "dense_params", lambda d, h, layers, *a: real(d, h, layers + 1, *a))
+    monkeypatch.setattr(ex.subprocess, "Popen", lambda *a, **k: pytest.fail("trained although the claim failed"))
+    assert ex.main(["run", "--grid", "tiny", "--groups", "reference", "--runs-dir", str(tmp_path / "runs"),
+                    "--results", str(tmp_path / "res")]) == 1
+    err = capsys.readouterr().err
+    assert "lm.matched_widths_match_params fails" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "res").exists()
 
 
 # ---- The guard: one parser helper, one main, shared flag names, console commands --------------------------------
@@ -412,7 +413,7 @@ def test_compare_param_match_claim_fails_on_a_planted_bug(tmp_path, monkeypatch,
 # every CLI's parser (module, builder), all built by the helper; each subcommand is checked too
 CONVERTED = {
     "lm.train": ("lm.train", "build_parser"), "lm.sample": ("lm.sample", "build_parser"),
-    "studies.compare": ("studies.compare", "build_parser"), "lm.evaluate": ("lm.evaluate", "build_parser"),
+    "lm.evaluate": ("lm.evaluate", "build_parser"),
     "lm.hf": ("lm.hf_convert", "build_parser"), "lm.reference": ("lm.reference", "build_parser"),
     "gauge": ("gauge.__main__", "build_parser"), "dynamics": ("dynamics.__main__", "build_parser"),
     "proofs": ("proofs.__main__", "build_parser"), "figures": ("figures.__main__", "build_parser"),

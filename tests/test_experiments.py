@@ -479,3 +479,112 @@ def test_the_fair_verdicts_wait_for_their_runs_then_read_the_gaps_beside_the_spr
     assert m.holds and m.measured["coupling_off_matched_minus_shipped_bpb"] == pytest.approx(0.035)
     abl[-1]["val_bpb_full"] = 2.81  # its seed range 0.07 now covers the 0.065 gap
     assert not content_adaptive_matched(abl).holds
+
+
+# ---- the reference comparison: the grid's last group ------------------------------------------------------------
+
+
+def test_the_reference_comparison_comes_last_and_a_plain_run_leaves_it_out():
+    from studies.experiments import _check, build_parser
+
+    for name in ("full", "tiny"):
+        groups = [s.group for s in grid(name)]
+        first = groups.index("reference")
+        assert set(groups[first:]) == {"reference"} and "reference" not in groups[:first]
+        plain = _check(build_parser().parse_args(["run", "--grid", name]))
+        assert plain and all(s.group != "reference" for s in plain)
+        named = _check(build_parser().parse_args(["run", "--grid", name, "--groups", "reference"]))
+        assert {s.variant for s in named} == {"reference-grt", "reference-dense-params", "reference-dense-wallclock"}
+
+
+def test_a_width_match_waits_for_its_probe_then_trains_the_probed_width():
+    specs = grid("tiny")
+    wall = next(s for s in specs if s.name == "reference-dense-wallclock-sweep-lr0.01")
+    grt = next(s for s in specs if s.name == "reference-grt-sweep-lr0.01")
+    assert needs_probe(wall, {}, {}) and not needs_probe(grt, {}, {})  # a width needs no run recorded first
+    assert resolve(wall, {}, specs, {}) is None
+    cfg = {**wall.model_config, "d_model": 40, "d_ff": 160}
+    probes = {"reference-dense-wallclock": {"d_model": 40, "model_config": cfg, "widths": [], "method": "m"}}
+    fixed = resolve(wall, {}, specs, probes)
+    assert fixed.model_config == cfg and fixed.est_tok_s == grt.est_tok_s and fixed.tokens == wall.tokens
+    assert fixed.extra["wallclock_match"] == {"d_model": 40, "widths": [], "method": "m"}
+    assert not needs_probe(wall, {}, probes)
+    final = next(s for s in specs if s.name == "reference-dense-wallclock-final")
+    assert resolve(final, {}, specs, probes) is None  # and its final waits for its sweep as every final does
+    assert resolve(final, {wall.name: {"val_bpb_sample": 5.0}}, specs, probes).model_config == cfg
+
+
+def test_matched_width_interpolates_where_the_speed_ratio_crosses_one(monkeypatch):
+    import studies.speed as speed
+
+    curve = {"ratio": lambda d: (200 / d) ** 2}  # a power law: the log-log interpolation lands on its crossing
+
+    def fake(reference, fast, **kw):
+        r = curve["ratio"](fast[1]["d_model"])
+        return {"speed_ratio": r, "reference_tok_s": 1.0, "fast_tok_s": r}
+
+    monkeypatch.setattr(speed, "probe", fake)
+    dense = {"vocab_size": 256, "block_size": 16, "d_model": 20, "n_heads": 2, "n_layers": 1, "d_ff": 80}
+    out = speed.matched_width(("grt", {}), dense, batch_size=4)
+    assert out["d_model"] == 200 and out["model_config"] == {**dense, "d_model": 200, "d_ff": 800}
+    assert [w["d_model"] for w in out["widths"]] == [20, 28, 40, 56, 80, 112, 160, 228]
+    # the committed comparison's calibration gives the committed width through the same rule
+    committed = json.loads((ROOT / "results" / "compare-reference" / "speed_probes.json").read_text())
+    committed = committed["reference-dense-wallclock"]
+    curve["ratio"] = {w["d_model"]: w["speed_ratio"] for w in committed["widths"]}.__getitem__
+    start = {**committed["model_config"], "d_model": 136, "d_ff": 544}
+    assert speed.matched_width(("grt", {}), start, batch_size=16)["d_model"] == committed["d_model"] == 328
+
+
+def test_the_driver_sizes_the_wallclock_dense_by_its_probe_and_reports_it(tmp_path, monkeypatch, capsys):
+    import studies.experiments as ex
+    import studies.speed as speed
+
+    def matched_width(reference, dense, **kw):  # the real search is the test above: here, the driver's use of it
+        assert reference[0] == "grt" and dense["d_model"] == 512  # the tiny grid's start
+        return {"d_model": 24, "model_config": {**dense, "d_model": 24, "d_ff": 96},
+                "widths": [{"d_model": 512, "speed_ratio": 0.5}], "method": "stand-in"}
+
+    monkeypatch.setattr(speed, "matched_width", matched_width)
+    monkeypatch.setattr(ex.signal, "signal", lambda *a: None)  # the driver's Ctrl-C handler stays out of pytest
+    res = tmp_path / "res"
+    argv = ["run", "--grid", "tiny", "--groups", "reference", "--only", "reference-dense-wallclock-sweep-lr0.01",
+            "--runs-dir", str(tmp_path / "runs"), "--results", str(res)]
+    assert ex.main(argv) == 0
+    assert "speed probe for reference-dense-wallclock: width 24 (speed ratio by width: 512 0.50)" in \
+        capsys.readouterr().err
+    probe = json.loads((res / "speed_probes.json").read_text())["reference-dense-wallclock"]
+    rec = _records(tmp_path)["reference-dense-wallclock-sweep-lr0.01"]
+    assert rec["model_config"] == probe["model_config"] and rec["params"]["embedding"] == 256 * 24
+    assert rec["wallclock_match"] == {k: v for k, v in probe.items() if k != "model_config"}
+    assert ex.main(["summary", "--grid", "tiny", "--results", str(res)]) == 1  # the selling points: pending
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("dense-wallclock"))
+    assert line.split() == ["dense-wallclock", f"{rec['val_bpb_sample']:.4f}"]  # its one sweep point
+
+
+def test_the_committed_reference_records_give_the_readme_numbers():
+    from studies.reference_report import format_reference, reference_claims
+
+    res = ROOT / "results" / "compare-reference"
+    records = json.loads((res / "runs.json").read_text())
+    probes = json.loads((res / "speed_probes.json").read_text())
+    specs, by = grid("full"), {r["name"]: r for r in records}
+    for s in needed_specs([s for s in specs if s.group == "reference"], by, specs):
+        fixed = resolve(s, by, specs, probes)  # every run the grid needs is recorded, as the driver would run it
+        assert (fixed.lr, fixed.model_config) == (by[s.name]["lr"], by[s.name]["model_config"]), s.name
+    table = {}
+    for line in format_reference(records):
+        cells = line.split()
+        if cells and cells[0] in ("grt", "dense-params", "dense-wallclock"):
+            table.setdefault(cells[0], []).append(cells)
+    assert table["grt"][0] == ["grt", "128", "16,640", "377,344", "33,152", "64,512", "902", "492,550", "0.003",
+                               "3,000,320", "1058", "2.5967", "2.5740", "2837"]
+    assert table["dense-params"][0][11:13] == ["2.5006", "2.4739"]
+    assert table["dense-wallclock"][0][1] == "328" and table["dense-wallclock"][0][11:13] == ["-", "2.4270"]
+    assert table["grt"][1] == ["grt", "-", "3.6666", ">3.1974", "3.3198", "3.6922", "3.7430"]
+    assert table["dense-wallclock"][1] == ["dense-wallclock", "3.0653", ">2.9973", "3.0340", "-", "-", "-"]
+    bpb, match = reference_claims(records)
+    assert (bpb.id, bpb.holds) == ("lm.matched_params_bits_per_byte", False)
+    assert bpb.measured == {"grt": 2.57402353257974, "dense-params": 2.4739092605823734,
+                            "dense-wallclock": 2.427043289542739}
+    assert (match.id, match.holds, match.measured["dense_d_model"]) == ("lm.matched_widths_match_params", True, 136)

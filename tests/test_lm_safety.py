@@ -103,12 +103,6 @@ def test_lr_times_wd_is_checked_before_any_work(tmp_path, small_corpus, capsys):
     assert exc.value.code == 2
     assert "train.lr * train.wd must be in [0, 1)" in _one_error_line(capsys.readouterr().err)
     assert not out.exists()
-    from studies.compare import main as compare_main
-
-    with pytest.raises(SystemExit) as exc:
-        compare_main(["--quick", "--lrs", "3e-3,10", "--wall-d-model", "0", "--out-dir", str(out)])
-    assert exc.value.code == 2 and "train.lr * train.wd" in capsys.readouterr().err
-    assert not out.exists()
 
 
 # ---- non-finite training stops, keeps the last good checkpoint, exits non-zero ------------------

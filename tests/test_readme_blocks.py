@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rmsgauge import Failure
-from studies.grid import grid
+from studies.grid import DEFAULT_GROUPS, grid
 from tools import readme_blocks
 from tools.readme_blocks import BLOCKS, ROOT, render
 
@@ -37,8 +37,10 @@ def test_a_stale_block_is_rewritten_from_the_records(tmp_path):
     assert changed == list(BLOCKS)
     last = CLOSE.format(list(BLOCKS)[-1])
     assert "old numbers" not in new and new.startswith("# title\n\n") and new.endswith(last + "after\n")
-    assert f"1 of {len(grid('full'))} runs recorded" in new and f"{shipped['val_bpb_full']:.4f}" in new
+    specs = [s for s in grid("full") if s.group in DEFAULT_GROUPS]  # the reference comparison keeps its own records
+    assert f"1 of {len(specs)} runs recorded" in new and f"{shipped['val_bpb_full']:.4f}" in new
     assert "pending: shipped GRT" in new  # no trained-claims records in this folder: said, not left blank
+    assert "pending: no record in results/compare-reference" in new
     again, changed = render(new, tmp_path)
     assert again == new and changed == []  # a current block is left as it is
 
@@ -64,5 +66,5 @@ def test_unknown_and_missing_blocks_are_failures(tmp_path):
     _tiny_results(tmp_path, [])
     with pytest.raises(Failure, match="has no generator"):
         render(OPEN.format("nosuch") + "```\n```\n" + CLOSE.format("nosuch"), tmp_path)
-    with pytest.raises(Failure, match="no marked block for experiments-summary, trained-claims"):
+    with pytest.raises(Failure, match="no marked block for experiments-summary, reference-comparison, trained-claims"):
         render("# a README without markers\n", tmp_path)

@@ -120,25 +120,24 @@ def test_ship_refuses_unfinished_runs_and_empty_commands(tmp_path, tiny_run):
     assert not (tmp_path / "m" / "dense.json").exists()
 
 
-def test_recipes_are_the_reference_preset_finals():
-    """Each recipe is the final phase of ``python -m studies.compare --preset reference`` for its model."""
-    from lm.sizing import PRESETS, dense_family, grt_config, n_params, param_matched_width
+def test_recipes_are_the_reference_comparisons_finals():
+    """Each recipe trains what the experiment grid's reference final trains for its model (the same model, batches,
+    steps, warmup and evaluations) at the lr its committed sweep chose; it logs and checkpoints like the shipped run."""
+    from studies.grid import grid
 
-    preset = PRESETS["reference"]
-    grt, dense = get_recipe("reference-grt"), get_recipe("reference-dense")
-    assert grt.model_config == config_from_dict("grt", grt.model_config).to_dict()
-    for key, value in preset.grt.items():
-        assert grt.model_config[key] == value
-    gcfg = grt_config(False, **preset.grt)
-    with torch.device("meta"):
-        from lm.checkpoint import build_model
-
-        width = param_matched_width(gcfg, n_params(build_model("grt", gcfg)))
-    assert dense.model_config == dense_family(gcfg, width).to_dict()
-    for r in (grt, dense):
-        tc = TrainConfig(**r.train_config)
-        assert tc.max_tokens == preset.final_tokens and tc.seed == 0 and tc.threads == 1 and tc.data == ""
-        assert tc.ckpt_interval == preset.ckpt_steps and tc.eval_batches == preset.final_eval_batches
+    finals = {s.variant: s for s in grid("full") if s.group == "reference" and s.phase == "final"}
+    committed = Path(__file__).resolve().parents[1] / "results" / "compare-reference" / "runs.json"
+    lrs = {r["variant"]: r["lr"] for r in json.loads(committed.read_text()) if r["phase"] == "final"}
+    for name, variant in (("reference-grt", "reference-grt"), ("reference-dense", "reference-dense-params")):
+        recipe, spec = get_recipe(name), finals[variant]
+        assert recipe.model_config == config_from_dict(recipe.model, recipe.model_config).to_dict() == spec.model_config
+        tc = TrainConfig(**recipe.train_config)
+        assert tc.lr == lrs[variant] and tc.max_tokens == spec.tokens and (tc.seed, tc.threads) == (0, 1)
+        grid_tc = TrainConfig(**spec.train_config(tc.lr, tc.out_dir))
+        assert -(-tc.max_tokens // (tc.batch_size * int(spec.model_config["block_size"]))) == grid_tc.max_steps
+        for key in ("batch_size", "warmup_steps", "eval_interval", "eval_batches", "seed", "data", "schedule",
+                    "min_lr_frac", "wd", "lr_mult", "tokenizer"):
+            assert getattr(tc, key) == getattr(grid_tc, key), key
     with pytest.raises(ValueError, match="--recipe must be one of"):
         get_recipe("reference-gpt")
 

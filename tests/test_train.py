@@ -1,5 +1,5 @@
 """Training pipeline: exact resume, config validation, checkpoints, sampling, determinism, the gauge census and
-equilibrium monitor the CLI attaches, and the compare CLI's pieces."""
+equilibrium monitor the CLI attaches, and the dense model's sizing."""
 
 from __future__ import annotations
 
@@ -395,7 +395,7 @@ def test_summary_claims_from_a_run(tmp_path, small_corpus):
     assert json.loads((tmp_path / "q" / "summary.json").read_text())["steps"] == 4
 
 
-@pytest.mark.parametrize("module", ["lm.train", "lm.sample", "studies.compare"])
+@pytest.mark.parametrize("module", ["lm.train", "lm.sample"])
 def test_help_works(module, capsys):
     import importlib
 
@@ -418,56 +418,3 @@ def test_dense_params_closed_form_matches_the_model():
     err = abs(dense_params(d, g.n_heads, g.n_blocks, 4 * d) - target)
     step = 2 * g.n_heads
     assert all(abs(dense_params(w, g.n_heads, g.n_blocks, 4 * w) - target) >= err for w in (d - step, d + step))
-
-
-def test_compare_quick_smoke(tmp_path, eager_cascade, capsys):
-    """The whole compare pipeline at toy size, in-process: table, JSON with claim, deterministic figures."""
-    from studies.compare import main as compare_main
-
-    out = tmp_path / "cmp"
-    argv = ["--quick", "--jobs", "0", "--wall-d-model", "48", "--budget-tokens", "512", "--lrs", "3e-3,1e-2",
-            "--out-dir", str(out), "--json", str(tmp_path / "cmp.json")]
-    assert compare_main(argv) == 0
-    printed = capsys.readouterr().out
-    assert "bpb full" in printed and "wall-clock" in printed and "lr sweep" in printed
-    assert "[HOLDS] lm.matched_widths_match_params" in printed
-    doc = json.loads((tmp_path / "cmp.json").read_text())
-    rows = {(r["model"], r["match"]): r for r in doc["rows"]}
-    assert set(rows) == {("grt", "-"), ("dense", "params"), ("dense", "wall-clock")}
-    for r in rows.values():
-        assert r["tokens_seen"] >= 512 and 0 < r["final_val_bpb"] < 9 and set(r["sweep"]) == {"0.003", "0.01"}
-    assert rows[("dense", "wall-clock")]["model_config"]["d_model"] == 48
-    # the in-process runs carry the CLI's monitor: the dense models' q/k gauges recorded, the GRT's census empty
-    assert rows[("grt", "-")]["gauge_census"]["gauges"] == [] and rows[("grt", "-")]["equilibrium"]["groups"] == {}
-    dense = rows[("dense", "params")]
-    found = dense["gauge_census"]["gauges"]
-    assert found and set(dense["equilibrium"]["groups"]) == set(found)
-    assert doc["claims"][0]["id"] == "lm.matched_params_bits_per_byte"
-    assert doc["claims"][1]["id"] == "lm.matched_widths_match_params" and doc["claims"][1]["holds"]
-    svg, png = (out / "loss_curves.svg").read_bytes(), (out / "loss_curves.png").read_bytes()
-    assert b"<dc:date>" not in svg and b"Software" not in png
-    from studies.compare import Run, plot_curves
-
-    runs = {f"{r['model']} ({r['match']})": [Run(r["run"], r["model"], r["match"], r["model_config"], r["lr"], out,
-                                                  summary=json.loads((out / "runs" / r["run"] / "summary.json")
-                                                                     .read_text()))]
-            for r in doc["rows"]}
-    again = tmp_path / "again"
-    again.mkdir()
-    plot_curves(doc["rows"], runs, again, "t")
-    plot_curves(doc["rows"], runs, out, "t")
-    assert (again / "loss_curves.svg").read_bytes() == (out / "loss_curves.svg").read_bytes()
-    assert (again / "loss_curves.png").read_bytes() == (out / "loss_curves.png").read_bytes()
-
-
-def test_compare_rejects_bad_flags(tmp_path, capsys):
-    from studies.compare import main as compare_main
-
-    for argv, msg in ((["--budget-tokens", "0"], "--budget-tokens must be in [1,"),
-                      (["--lrs", "0,1e-3"], "--lrs entry must be in (0, 10]"),
-                      (["--grt", "width=3"], "--grt expects KEY=VALUE"),
-                      (["--wall-d-model", "50"], "--wall-d-model must be a multiple of 2 * n_heads")):
-        with pytest.raises(SystemExit):
-            compare_main([*argv, "--out-dir", str(tmp_path / "x")])
-        assert msg in capsys.readouterr().err
-    assert not (tmp_path / "x").exists()

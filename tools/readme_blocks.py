@@ -8,8 +8,9 @@ A generated block sits between two marker lines::
 
 and holds the output of the generator called NAME (:data:`BLOCKS`), fenced as code: ``experiments-summary``,
 the tables and verdicts of ``python -m studies.experiments summary`` computed from
-``results/grt-experiments/runs.json``, and ``trained-claims``, the trained-model claims of both trained shapes
-side by side (``results/grt-experiments/trained_claims_*.json``); the committed results, nothing retrained.
+``results/grt-experiments/runs.json``, ``trained-claims``, the trained-model claims of both trained shapes
+side by side (``results/grt-experiments/trained_claims_*.json``), and ``reference-comparison``, the reference
+comparison's table (``results/compare-reference/runs.json``); the committed results, nothing retrained.
 ``--check`` changes nothing and exits 1 when a block is stale (``tests/test_readme_blocks.py`` runs it, so the
 README cannot drift from the records it quotes).  The README is replaced atomically, and only when a block changed.
 
@@ -32,16 +33,18 @@ from rmsgauge.cli import make_parser, run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = "results/grt-experiments"
+REFERENCE = "results/compare-reference"
 
 
 def experiments_summary(root: Path) -> str:
     """The experiment grid's summary from the committed records (the command's output without its path)."""
     from studies.experiments_report import summary_lines
-    from studies.grid import grid
+    from studies.grid import DEFAULT_GROUPS, grid
 
     path = root / RESULTS / "runs.json"
     records = json.loads(path.read_text()) if path.is_file() else []
-    return "\n".join(summary_lines(records, grid("full"), f"{RESULTS}/runs.json")[0])
+    specs = [s for s in grid("full") if s.group in DEFAULT_GROUPS]
+    return "\n".join(summary_lines(records, specs, f"{RESULTS}/runs.json")[0])
 
 
 def _claim_cell(c: dict | None) -> str:
@@ -68,8 +71,18 @@ def trained_claims_both_shapes(root: Path) -> str:
     return "\n".join(lines)
 
 
+def reference_comparison(root: Path) -> str:
+    """The reference comparison's table and sweeps from its committed records."""
+    from studies.reference_report import format_reference
+
+    path = root / REFERENCE / "runs.json"
+    lines = format_reference(json.loads(path.read_text()) if path.is_file() else [])
+    return "\n".join(lines).strip("\n") or f"pending: no record in {REFERENCE}/runs.json yet"
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {"experiments-summary": experiments_summary,
-                                            "trained-claims": trained_claims_both_shapes}
+                                            "trained-claims": trained_claims_both_shapes,
+                                            "reference-comparison": reference_comparison}
 
 _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) \(python -m tools\.readme_blocks\) -->\n)(?P<body>.*?)"
                     r"(<!-- end generated: (?P=name) -->)", re.S)
