@@ -1,26 +1,15 @@
 """Named training recipes: the exact configuration that made each shipped reference model, and a tiny GRT.
 
-``python -m lm.train --recipe reference-grt`` (or ``reference-dense``) trains a shipped model again.  A reference
-recipe is the final-phase run of ``python -m studies.compare --preset reference`` (:mod:`studies.compare_preset`)
-for one model:
+``python -m lm.train --recipe reference-grt`` (or ``reference-dense``) trains a shipped model again: the final
+phase of ``python -m studies.compare --preset reference`` for one model -- the preset's GRT (d_model 128, 4 heads,
+2 blocks, d_ff 512, context 64 bytes, the text's stage counts), or the dense QK-norm model matched to it in
+parameters (d_model 136) -- for 3,000,000 training bytes at its best sweep learning rate
+(:data:`REFERENCE_BEST_LRS`), with the final phase's intervals (:func:`lm.sizing.phase_train_config`).  Everything
+but the learning rates is computed from the preset, so recipe and preset cannot drift apart;
+``tests/test_reference_models.py`` checks each recipe against the shipped model card.
 
-- ``reference-grt``: the preset's GRT (d_model 128, 4 heads, 2 blocks, d_ff 512, context 64 bytes, the
-  source text's stage counts), at its best sweep learning rate;
-- ``reference-dense``: the dense QK-norm transformer matched to it in parameters (same depth, heads and
-  context, ``d_ff = 4 d``, the width whose parameter count is nearest the GRT's: d_model 136), at its own
-  best sweep learning rate;
-
-each for 3,000,000 training bytes (batch 16 x 64), with the evaluation, logging and checkpoint intervals
-:func:`lm.sizing.phase_train_config` gives the final phase, seed 0, one CPU thread, the bundled
-corpus.  Everything but the learning rates is computed from the preset, so the recipe and the preset cannot
-drift apart; the learning rates are the sweep's results (:data:`REFERENCE_BEST_LRS`).  The shipped model
-cards (``lm/reference_models/*.json``) record the configuration that actually ran, and
-``tests/test_reference_models.py`` checks that each recipe equals it.
-
-``python -m lm.train --recipe tiny-grt`` is a first GRT to watch learn: half the shipped GRT's width (d_model 64,
-4 heads of 16, 2 blocks, ``d_ff = 4 d``, context 64 bytes, the text's stage counts and couplings; 148,102
-parameters), 300 steps of 16 windows (307,200 bytes) at the shipped GRT's learning rate, an evaluation every 100
-steps: a few minutes on 2 idle cores.
+``python -m lm.train --recipe tiny-grt`` is a first GRT to watch learn: d_model 64, 4 heads, 2 blocks, context 64,
+300 steps of 16 windows at the shipped GRT's learning rate: a few minutes on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -56,24 +45,12 @@ class Recipe:
 
 
 def _reference_recipes() -> dict[str, Recipe]:
-    import torch
-
-    from lm.checkpoint import build_model, config_to_dict
-    from lm.sizing import (
-        DEFAULT_BATCH_SIZE,
-        PRESETS,
-        dense_family,
-        grt_config,
-        n_params,
-        param_matched_width,
-        phase_train_config,
-    )
+    from lm.models import config_to_dict, param_count
+    from lm.sizing import DEFAULT_BATCH_SIZE, PRESETS, dense_family, grt_config, param_matched_width, phase_train_config
 
     preset = PRESETS["reference"]
     gcfg = grt_config(preset.quick, **preset.grt)
-    with torch.device("meta"):  # a parameter count, nothing allocated
-        n_grt = n_params(build_model("grt", gcfg))
-    dcfg = dense_family(gcfg, param_matched_width(gcfg, n_grt))
+    dcfg = dense_family(gcfg, param_matched_width(gcfg, param_count("grt", gcfg)))
     ns = argparse.Namespace(batch_size=DEFAULT_BATCH_SIZE, seed=0, device="cpu", data=None)
     out = {}
     for name, kind, tag, mcfg in (("reference-grt", "grt", "grt", gcfg),
@@ -89,7 +66,7 @@ def _reference_recipes() -> dict[str, Recipe]:
 
 def _tiny_grt() -> Recipe:
     from grt_model.config import GRTConfig
-    from lm.checkpoint import config_to_dict
+    from lm.models import config_to_dict
     from lm.trainconfig import TrainConfig
 
     d_model = 64

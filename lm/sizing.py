@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from lm.checkpoint import build_model
 from lm.dense import DenseConfig
+from lm.models import build_model
 
 DEFAULT_BATCH_SIZE = 16  # windows per step (--quick: 8)
 

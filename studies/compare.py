@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from lm.checkpoint import build_model, config_to_dict
+from lm.models import build_model, config_to_dict
 from lm.runlog import machine_description
 from lm.sizing import (
     DEFAULT_BATCH_SIZE,

@@ -90,8 +90,8 @@ def _last_step(run: Run) -> int:
 
 def run_inprocess(runs: list[Run], args: argparse.Namespace, say) -> None:
     """``--jobs 0``: the runs one after another in this process (no interpreter start-up per run)."""
-    from lm.checkpoint import config_from_dict
     from lm.loop import train
+    from lm.models import config_from_dict
     from studies.train import monitor_hooks
 
     prev = torch.get_num_threads()

@@ -20,8 +20,10 @@ import torch
 from lm.checkpoint import checksum_path, load_checkpoint, save_checkpoint
 from lm.dense import DenseConfig, DenseTransformer
 from lm.errors import CheckpointError, RunFolderBusy
+from lm.loop import train
 from lm.runlog import LOCK_NAME, RunLock
-from lm.train import TrainConfig, main, train
+from lm.train import main
+from lm.trainconfig import TrainConfig
 from rmsgauge.atomic import sha256_bytes
 from rmsgauge.cli import (
     CONSOLE_COMMANDS,
@@ -413,13 +415,13 @@ def test_compare_param_match_claim_fails_on_a_planted_bug(tmp_path, monkeypatch,
 CONVERTED = {
     "lm.train": ("lm.train", "build_parser"), "lm.sample": ("lm.sample", "build_parser"),
     "studies.compare": ("studies.compare", "build_parser"), "lm.evaluate": ("lm.evaluate", "build_parser"),
-    "lm.hf": ("lm.hf_convert", "build_parser"), "lm.reference": ("lm.reference", "build_parser"),
+    "lm.hf": ("lm.hf", "build_parser"), "lm.reference": ("lm.reference", "build_parser"),
     "gauge": ("gauge.__main__", "build_parser"), "dynamics": ("dynamics.__main__", "build_parser"),
     "proofs": ("proofs.__main__", "build_parser"), "figures": ("figures.__main__", "build_parser"),
     "rotational_compare": ("tools.rotational_compare", "build_parser"),
     "grt_model": ("grt_model.__main__", "build_parser"), "studies.experiments": ("studies.experiments", "build_parser"),
     "studies.trained": ("studies.trained", "build_parser"), "gauge census": ("gauge.census_cli", "build_parser"),
-    "lm.bench": ("lm.bench", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
+    "lm.bench": ("lm.bench.__main__", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
     "tools.readme_blocks": ("tools.readme_blocks", "build_parser"), "lm.bpe": ("lm.bpe", "build_parser"),
     "gauge.census_bench": ("gauge.census_bench", "build_parser"), "bench/cuda_check.py": ("bench/cuda_check.py",
                                                                                           "build_parser"),
@@ -428,7 +430,6 @@ CONVERTED = {
 NOT_PARSERS = {
     "studies.job": "the experiment driver's worker: one positional run folder, written by the driver",
     "studies.train": "lm.train's parser (CONVERTED) under another prog",
-    "lm.hf": "runs lm.hf_convert's parser (CONVERTED)",
     "gauge.py": "runs gauge.__main__ (CONVERTED)", "dynamics.py": "runs dynamics.__main__ (CONVERTED)",
     "test_rmsgauge.py": "pytest's own command line: every flag passes through to pytest",
 }
