@@ -9,7 +9,7 @@ first CUDA device:
    counts; within the suite's tolerance (:func:`rmsgauge.assert_close`);
 2. **timing** -- a training step (forward, cross-entropy, backward, AdamW) of the GRT and of its
    parameter-matched dense model on the GPU, tokens/s and their ratio, at the shipped shape and at the text's
-   shape (:mod:`lm.bench_trainer`), at the trainer's batch (16 x 64) and at a batch that fills the GPU better.
+   shape (:mod:`lm.bench.trainer`), at the trainer's batch (16 x 64) and at a batch that fills the GPU better.
 
 Without a CUDA device it prints one line and exits 0.  ``--device cpu`` runs the same checks with the eager
 path on the CPU (a dry run of the script itself; the timings are then CPU timings).
@@ -115,7 +115,7 @@ def _tok_s(model, batch: int, T: int, device: torch.device, steps: int, warmup: 
 def time_models(device: torch.device, steps: int, shapes: tuple[str, ...] = ("shipped", "text")
                 ) -> list[dict[str, Any]]:
     from grt_model.model import GRT
-    from lm.bench_trainer import SHAPES, model_configs
+    from lm.bench import SHAPES, model_configs
     from lm.dense import DenseTransformer
 
     out = []

@@ -4,7 +4,7 @@ The GRT (:class:`grt_model.model.GRTAttention`) and the dense baseline (``lm.den
 own Q, K, V (cascades or matrices, QK-norm where configured) and then, by default, rotary position at positions
 ``0..T-1`` and causal softmax attention.  Inside :func:`attention_override` that last step is the caller's
 ``fn(module, q, k, v) -> y`` instead (``q``, ``k``, ``v``: ``[B, H, T, d_head]`` before rotary position; ``y`` the
-same shape): the Hugging Face classes (:mod:`lm.hf`) attend over a key/value cache at absolute positions this way,
+same shape): the Hugging Face classes (:mod:`lm.hf_classes`) attend over a key/value cache at absolute positions,
 while every other layer -- norms, gates, mixer, FFN, residual order -- is the model's own forward, never a copy.
 A module says what the override needs: ``layer_index`` (its block), ``rope`` and ``rope_base``.
 

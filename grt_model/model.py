@@ -134,7 +134,7 @@ class GRTAttention(nn.Module):
             tr.put(**{name: CascadeTrace(name, acts[..., j, :, :], qkv.strides) for j, name in enumerate("qkv")})
         q, k, v = y.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, dh)
         override = current_override() if tr is None else None
-        if override is not None:  # e.g. lm.hf: cached keys at absolute positions (grt_model.attention)
+        if override is not None:  # e.g. lm.hf_classes: cached keys at absolute positions (grt_model.attention)
             a = override(self, q, k, v).transpose(1, 2).reshape(B, T, D)  # (B, T, H*dh)
             return self.o(a)
         if self.rope:

@@ -10,12 +10,6 @@ from rmsgauge.corpus import ByteCorpus
 TRAIN_STREAM, VAL_STREAM, PROBE_STREAM = 0, 1, 2  # independent seed streams for the three kinds of batch
 
 
-
-# ---------------------------------------------------------------------------------------------
-# Data: batches as a function of (seed, step), sharded across ranks
-# ---------------------------------------------------------------------------------------------
-
-
 def _generator(seed: int, stream: int, index: int) -> torch.Generator:
     # SeedSequence mixes (seed, stream, index) into a well-spread 32-bit seed: neighbouring steps
     # get unrelated streams, and the mapping is fixed across numpy versions (NEP 19).
@@ -65,5 +59,3 @@ class BatchSampler:
         idx = starts.unsqueeze(1) + torch.arange(min(t, self.T) + 1).unsqueeze(0)
         chunk = self.splits["val"][idx].long()
         return chunk[:, :-1], chunk[:, 1:]
-
-

@@ -24,7 +24,6 @@ tokens over the bytes those tokens stand for (:func:`lm.scoring.full_split_bpb`)
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import lzma
 import os
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from rmsgauge import atomic_write_bytes
+from rmsgauge.atomic import sha256_bytes
 from rmsgauge.corpus import ByteCorpus, load_bytes
 
 
@@ -108,7 +108,7 @@ def _deb_member(deb: bytes, member: str) -> bytes:
 def install(src: CorpusSource = GCIDE, deb_path: str | None = None) -> Path:
     """Fetch (``apt-get download``, or ``deb_path``), verify both sha256 pins, write the corpus atomically."""
     dest = corpus_file(src)
-    if dest.is_file() and _sha(dest.read_bytes()) == src.text_sha256:
+    if dest.is_file() and sha256_bytes(dest.read_bytes()) == src.text_sha256:
         return dest
     if deb_path is None:
         if shutil.which("apt-get") is None:
@@ -124,20 +124,16 @@ def install(src: CorpusSource = GCIDE, deb_path: str | None = None) -> Path:
             deb = debs[0].read_bytes()
     else:
         deb = Path(deb_path).read_bytes()
-    if _sha(deb) != src.deb_sha256:
-        raise RuntimeError(f"{src.package} {src.version}: the package's sha256 {_sha(deb)[:16]}... is not the "
+    if sha256_bytes(deb) != src.deb_sha256:
+        raise RuntimeError(f"{src.package} {src.version}: the package's sha256 {sha256_bytes(deb)[:16]}... is not the "
                            f"pinned {src.deb_sha256[:16]}...; refusing it")
     text = as_utf8(gzip.decompress(_deb_member(deb, src.member)))
-    if _sha(text) != src.text_sha256:
-        raise RuntimeError(f"the unpacked corpus's sha256 {_sha(text)[:16]}... is not the pinned "
+    if sha256_bytes(text) != src.text_sha256:
+        raise RuntimeError(f"the unpacked corpus's sha256 {sha256_bytes(text)[:16]}... is not the pinned "
                            f"{src.text_sha256[:16]}...")
     dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(dest, text)
     return dest
-
-
-def _sha(b: bytes) -> str:
-    return hashlib.sha256(b).hexdigest()
 
 
 def resolve_data(data: str) -> str | None:
@@ -261,7 +257,7 @@ class TokenCorpus:
         if not 0 < at < len(data):
             raise ValueError(f"corpus {path or 'bundled'} ({len(data)} bytes) is too short to split at "
                              f"val_fraction {val_fraction} on a line start")
-        sha = _sha(data)
+        sha = sha256_bytes(data)
         tok = cached_tokenizer(data[:at], vocab_size, sha)
         train, val = _cached_encoding(tok, data, at, f"bpe{vocab_size}-{sha[:16]}-at{at}")
         return cls(np.concatenate([train, val]), len(train), tok.get_vocab_size(), token_byte_lengths(tok),
@@ -282,19 +278,14 @@ class TokenCorpus:
         return ByteCorpus.batch(self, name, batch_size, block_size, generator, device)  # type: ignore[arg-type]
 
 
-TOKENIZERS = ("bytes", "bpe")
-
-
 def load_corpus(data: str, val_fraction: float, tokenizer: str = "bytes",
                 vocab_size: int = 256) -> ByteCorpus | TokenCorpus:
     """The corpus a run trains on: ``data`` (:func:`resolve_data`) read as bytes, or as BPE tokens of
     ``vocab_size``."""
     path = resolve_data(data)
-    if tokenizer == "bytes":
-        return ByteCorpus.load(path, val_fraction)
     if tokenizer == "bpe":
         return TokenCorpus.load(path, val_fraction, vocab_size)
-    raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
+    return ByteCorpus.load(path, val_fraction)
 
 
 def build_parser():

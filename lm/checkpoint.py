@@ -1,30 +1,20 @@
-"""Checkpoints: everything a run needs to continue bit-for-bit, written all-or-nothing.
+"""Checkpoints: everything a run needs to continue bit-for-bit, written all-or-nothing and checksummed.
 
-A checkpoint is one ``torch.save`` payload (a plain dict, loadable with ``weights_only=True``):
+A checkpoint is one ``torch.save`` payload (a plain dict, loadable with ``weights_only=True``): ``model_kind`` and
+``model_config`` (the config dataclass as a dict: :mod:`lm.models`), ``model`` (state dict), ``dtype``,
+``optimizer`` (AdamW state), ``rng`` (Python's, numpy's, torch's CPU and every CUDA generator: the data does not
+draw from them -- batch ``step`` is a function of ``(seed, step)`` -- but anything a user adds resumes exactly too),
+``step`` / ``tokens_seen``, ``train_config`` and ``extra`` (the loop's running sums).
 
-- ``model_kind`` (``"dense"`` / ``"grt"``) and ``model_config`` (the config dataclass as a dict,
-  rebuilt with ``Config(**d)``), ``model`` (state dict), ``dtype``;
-- ``optimizer`` (AdamW state dict: moments and step counts);
-- ``rng``: the states of Python's ``random``, numpy's global generator, torch's CPU generator
-  and every CUDA generator (the training data does not use them -- batches are a function of
-  ``(seed, step)`` -- but anything the user adds that draws from them resumes exactly too);
-- ``step`` / ``tokens_seen`` (the data position: batch ``step`` is drawn from ``(seed, step)``),
-  ``train_config`` (dict) and ``extra`` (the loop's own running sums, so logged averages resume too).
-
-Writes go through :func:`rmsgauge.atomic_write_bytes` (temp file in the same folder, fsync,
-``os.replace``): a crash mid-write leaves the previous checkpoint intact.
-
-**Checksum.**  ``ckpt.pt.sha256`` beside the checkpoint holds its sha256 (``sha256sum`` format) and
-:func:`load_checkpoint` verifies it, so a flipped bit is an error that names the file, not a silently
-different model.  The sidecar is written before the checkpoint is replaced and lists the new hash and,
-until the replace is done, the previous one: a crash between the two renames leaves a pair that still
-verifies.
-
-**Checksum policy.**  A checkpoint without a sidecar is refused (:class:`lm.errors.CheckpointError`), because
-nothing can tell an intact one from a corrupt one, unless the user says so: ``trust_unverified=True`` (the CLIs'
-``--trust-unverified``, e.g. for a checkpoint written before checksums existed).  A payload whose sha256 matches
-but whose contents are not a checkpoint's (a missing or mistyped field, a config that does not build, an
-optimizer state that does not fit the model) is the same one-line error, naming the file and the field.
+Writes are atomic (:func:`rmsgauge.atomic_write_bytes`).  ``ckpt.pt.sha256`` beside the checkpoint holds its
+sha256 (``sha256sum`` format) and :func:`load_checkpoint` verifies it, so a flipped bit is an error naming the
+file.  The sidecar is written before the checkpoint is replaced and lists, until the replace is done, the previous
+hash too: a crash between the two renames leaves a pair that still verifies.  A checkpoint without a sidecar is
+refused (:class:`lm.errors.CheckpointError`: nothing tells an intact one from a corrupt one) unless the user
+vouches for it (``trust_unverified``, the CLIs' ``--trust-unverified``).  A payload whose sha256 matches but whose
+contents are not a checkpoint's (a missing or mistyped field, a config that does not build, an optimizer state
+that does not fit the model) is the same one-line error, naming the file and the field.  Exported folders carry
+``SHA256SUMS`` over every file (:func:`write_folder_sums`, :func:`verify_folder`).
 """
 
 from __future__ import annotations
@@ -35,7 +25,7 @@ import pickle
 import random
 import re
 import zipfile
-from dataclasses import asdict, fields, is_dataclass
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -43,58 +33,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from lm.dense import DenseConfig, DenseTransformer
 from lm.errors import CheckpointError
-from rmsgauge import atomic_write_bytes, reject_unknown_keys
+from lm.models import MODEL_KINDS, build_model, config_from_dict, config_to_dict
+from lm.trainconfig import WRITTEN_FILES, TrainConfig
+from rmsgauge import atomic_write_bytes
 from rmsgauge.atomic import sha256_bytes, sha256_file
 
 CKPT_FORMAT = 1  # bump when the payload layout changes
 CHECKSUM_SUFFIX = ".sha256"  # ckpt.pt -> ckpt.pt.sha256
-MODEL_KINDS = ("dense", "grt")
-
-
-def model_classes(kind: str) -> tuple[type, type]:
-    """``(ConfigClass, ModelClass)`` for a model kind; the GRT is imported lazily (it is the heavier module)."""
-    if kind == "dense":
-        return DenseConfig, DenseTransformer
-    if kind == "grt":
-        try:
-            from grt_model.config import GRTConfig
-            from grt_model.model import GRT
-        except ImportError as e:  # pragma: no cover - only before the GRT module exists
-            raise RuntimeError(f"--model grt needs grt_model.config.GRTConfig and grt_model.model.GRT: {e}") from e
-        return GRTConfig, GRT
-    raise ValueError(f"model kind must be one of {', '.join(MODEL_KINDS)}; got {kind!r}")
-
-
-def default_model_config(kind: str):
-    """The CPU-sized preset for a model kind (what ``python -m lm.train --model KIND`` trains)."""
-    if kind == "dense":
-        # about 0.8M parameters: trains at a few thousand tokens/s on one CPU core
-        return DenseConfig(d_model=128, n_heads=4, n_layers=4, d_ff=512, block_size=128)
-    cfg_cls, _ = model_classes(kind)
-    return cfg_cls.small() if hasattr(cfg_cls, "small") else cfg_cls()
-
-
-def config_to_dict(cfg: Any) -> dict[str, Any]:
-    if hasattr(cfg, "to_dict"):
-        return dict(cfg.to_dict())
-    if is_dataclass(cfg):
-        return asdict(cfg)
-    raise TypeError(f"model config must be a dataclass, got {type(cfg).__name__}")
-
-
-def config_from_dict(kind: str, d: dict[str, Any]):
-    """Rebuild a model config with ``Config(**d)``; unknown keys fail naming the allowed ones."""
-    cfg_cls, _ = model_classes(kind)
-    allowed = [f for f in getattr(cfg_cls, "__dataclass_fields__", {})]
-    reject_unknown_keys(f"model config ({cfg_cls.__name__})", d, allowed)
-    return cfg_cls(**d)
-
-
-def build_model(kind: str, cfg) -> nn.Module:
-    _, model_cls = model_classes(kind)
-    return model_cls(cfg)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -181,6 +127,24 @@ def _sidecar(digests: list[str], name: str) -> str:
 _SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
+def _sum_lines(sums: Path) -> list[tuple[str, str]]:
+    """``(digest, name)`` of every line of a ``sha256sum`` file (``<64 hex digits>  <name>``, or `` *<name>`` in
+    binary mode); an unreadable file or a line of another form is a :class:`CheckpointError` naming it."""
+    try:
+        lines = [ln for ln in sums.read_text().splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{sums}: unreadable checksum file ({e})") from None
+    out = []
+    for ln in lines:
+        digest, _, name = ln.partition(" ")
+        name = name.strip().lstrip("*")
+        if not _SHA256_RE.match(digest) or not name:
+            raise CheckpointError(f"{sums}: line {ln[:60]!r} is not a sha256sum line (64 hex digits, two spaces, "
+                                  f"the file name); the checksum file is corrupt")
+        out.append((digest.lower(), name))
+    return out
+
+
 def read_checksums(path: str | os.PathLike) -> list[str] | None:
     """The sha256 digests the sidecar of ``path`` accepts, or None when there is no sidecar.  A sidecar that names
     no digest (empty) or holds a line that is not ``<64 hex digits>  <name>`` is a :class:`CheckpointError`
@@ -188,19 +152,12 @@ def read_checksums(path: str | os.PathLike) -> list[str] | None:
     side = checksum_path(path)
     if not side.exists():
         return None
-    try:
-        lines = [ln for ln in side.read_text().splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{side}: unreadable checksum file ({e})") from None
-    if not lines:
+    digests = [d for d, _ in _sum_lines(side)]
+    if not digests:
         raise CheckpointError(f"{side}: the checksum file is empty (it must hold the sha256 of "
                               f"{Path(path).name}); the checkpoint cannot be verified: restore the file, or delete "
                               f"it and pass --trust-unverified if you know where the checkpoint comes from")
-    bad = next((ln for ln in lines if not _SHA256_RE.match(ln.split()[0])), None)
-    if bad is not None:
-        raise CheckpointError(f"{side}: line {bad[:40]!r} is not a sha256sum line (64 hex digits, two spaces, the "
-                              f"file name); the checksum file is corrupt")
-    return [ln.split()[0].lower() for ln in lines]
+    return digests
 
 
 def write_checksummed(path: str | os.PathLike, data: bytes) -> Path:
@@ -236,8 +193,6 @@ def checkpoint_inputs(path: str | os.PathLike) -> list[Path]:
     path = Path(path)
     out = [path, checksum_path(path)]
     if path.name == "ckpt.pt":
-        from lm.trainconfig import WRITTEN_FILES
-
         out += [path.parent / n for n in WRITTEN_FILES if n not in ("ckpt.pt", "ckpt.pt.sha256")]
     return out
 
@@ -331,8 +286,6 @@ def check_payload(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
 
 def check_resumable(ckpt: dict[str, Any]) -> None:
     """What a resume needs beyond :func:`check_payload`: the optimizer and RNG states and every train key."""
-    from lm.trainconfig import TrainConfig
-
     path = ckpt.get("source", "the checkpoint")
     for key in ("optimizer", "rng", "extra", "tokens_seen"):
         if ckpt.get(key) is None:
@@ -417,19 +370,11 @@ def verify_folder(folder: str | os.PathLike, required: tuple[str, ...], *, trust
             return False
         raise CheckpointError(f"{folder}: no {SUMS_NAME}, so whether its weights are intact cannot be checked "
                               f"(python -m lm.hf export writes one); pass --trust-unverified to use it anyway")
-    listed: dict[str, str] = {}
-    try:
-        lines = sums.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{sums}: unreadable checksum file ({e})") from None
-    for ln in filter(str.strip, lines):
-        digest, _, name = ln.partition(" ")
-        name = name.strip().lstrip("*")  # sha256sum's "<digest>  <name>", or " *<name>" in binary mode
-        parts = Path(name).parts
-        if not _SHA256_RE.match(digest) or not name or Path(name).is_absolute() or ".." in parts:
-            raise CheckpointError(f"{sums}: line {ln[:60]!r} is not a sha256sum line (64 hex digits, two spaces, "
-                                  f"the name of a file inside the folder); the checksum file is corrupt")
-        listed[Path(name).as_posix()] = digest.lower()
+    listed = {Path(name).as_posix(): digest for digest, name in _sum_lines(sums)}
+    outside = [n for n in listed if Path(n).is_absolute() or ".." in Path(n).parts]
+    if outside:
+        raise CheckpointError(f"{sums}: names {outside[0]!r}, not a file inside the folder; the checksum file is "
+                              f"corrupt")
     missing = [n for n in required if n not in listed]
     if missing:
         raise CheckpointError(f"{sums}: does not list {missing}; the folder was changed after it was written")

@@ -101,7 +101,7 @@ class DenseAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         override = current_override()
-        if override is not None:  # e.g. lm.hf: cached keys at absolute positions (grt_model.attention)
+        if override is not None:  # e.g. lm.hf_classes: cached keys at absolute positions (grt_model.attention)
             return self.o_proj(override(self, q, k, v).transpose(1, 2).reshape(B, T, D))
         if self.cfg.rope:
             ang = rope_angles(T, hd, self.rope_base, dtype=x.dtype, device=x.device)  # (T, hd/2)

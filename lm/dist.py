@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
-
-# ---------------------------------------------------------------------------------------------
-# Distributed context
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -48,9 +45,6 @@ class DistContext:
             x /= self.world
         return x
 
-    def any_flag(self, flag: bool) -> bool:
-        return self.any_flags(flag)[0]
-
     def any_flags(self, *flags: bool) -> tuple[bool, ...]:
         """Each flag OR-ed over the ranks, in one collective (every rank takes the same branch)."""
         if self.world == 1:
@@ -64,12 +58,21 @@ class DistContext:
             dist.destroy_process_group()
 
 
-def resolve_device(device: str, local_rank: int | None = None) -> torch.device:
+def check_device(name: str, device: Any, kinds: tuple[str, ...] = ("auto", "cpu", "cuda")) -> str:
+    """``device`` spelled as one of ``kinds`` or ``cuda:N``; else a one-line error naming ``name``."""
+    if not isinstance(device, str) or not (device in kinds or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise ValueError(f"{name} must be one of {', '.join(kinds)}, cuda:N; got {device!r}")
+    return device
+
+
+def resolve_device(device: str, local_rank: int | None = None, name: str = "train.device") -> torch.device:
+    """The torch device ``device`` names on this machine (``auto``: CUDA when present; ``cuda`` under torchrun: the
+    rank's own GPU); CUDA named where there is none is a one-line error naming ``name``."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"train.device={device!r} but CUDA is not available; use --device cpu or auto")
+            raise ValueError(f"{name} {device} but CUDA is not available on this machine; use --device cpu")
         if device == "cuda" and local_rank is not None:
             device = f"cuda:{local_rank}"
     return torch.device(device)

@@ -4,30 +4,18 @@
     python -m lm.evaluate --model-dir DIR --tasks my_task --include-path my_tasks/   # local task YAML
     python -m lm.evaluate --reference grt --tasks hellaswag                         # a shipped model by name
 
-``DIR`` is a ``save_pretrained`` directory (``python -m lm.hf export``); ``--reference NAME`` is a shipped model,
-verified against its model card and wrapped in memory (:func:`lm.hf.wrap`, the same classes an export writes).
-The harness's own ``hf`` model type does the work (:class:`lm_eval.models.huggingface.HFLM`, backend ``causal``);
-this command only imports :mod:`lm.hf` first so ``AutoModelForCausalLM`` knows the two model types.
-The plain harness CLI works too, with ``--model hf --model_args pretrained=DIR,trust_remote_code=True``
-(the directory's shim imports the project).
+``DIR`` is a ``save_pretrained`` folder (``python -m lm.hf export``), checked against its ``SHA256SUMS`` before any
+work (:func:`lm.hf.verify_export`; none: refused unless ``--trust-unverified``); ``--reference NAME`` is a shipped
+model, verified against its model card and wrapped in memory (:func:`lm.hf_classes.wrap`).  The harness's own
+``hf`` model type does the work (backend ``causal``).  The models are byte-level: an empty context and the first
+window of a rolling (perplexity) request are conditioned on the prefix ``"\\n"`` (byte 10, the tokenizer's BOS);
+longer inputs are left-truncated to ``block_size`` by the harness.
 
-The models are byte-level (vocabulary 256, context ``block_size``): a log-likelihood request with
-an empty context and the first window of a rolling (perplexity) request are conditioned on the
-prefix token ``"\\n"`` (byte 10), the tokenizer's BOS; longer inputs are left-truncated to
-``block_size`` by the harness.  Requests run in float32 on ``--device`` (default ``cpu``).
-
-**Before any work** the folder's files are checked against its ``SHA256SUMS``, which must list every one of them
-(none: refused unless ``--trust-unverified``; :func:`lm.hf_convert.verify_export`), or the shipped model against its
-card, every task is loaded and every document rendered (text, target, choices; a target
-index inside the choices), so a broken task, an empty data file or a bad JSONL line is one line naming the
-task and the document, and ``--json`` may not be one of the inputs (the folder, ``--include-path``, a task's
-data file).
-
-**The claim** ``lm.harness_equals_direct_loglik``: the harness's log-likelihood of every request of the first
-:data:`CLAIM_DOCS` documents of each task equals the project module's own, computed here from the bytes
-(same truncation, same prefix), within the float32 tolerance of :mod:`rmsgauge.tolerance`.  It is printed
-after the harness's table and written to ``--json``; exit 1 when it fails (a bug in the wrapper, the
-tokenizer or the conventions changes the numbers, and the exit status says so).
+Before any work every task is loaded and every document rendered (text, target, choices), so a broken task, an
+empty data file or a bad JSONL line is one line naming the task and the document, and ``--json`` may not be one of
+the inputs.  **The claim** ``lm.harness_equals_direct_loglik``: the harness's log-likelihood of every request of
+the first :data:`CLAIM_DOCS` documents of each task equals the project module's own, computed here from the bytes,
+within the float32 tolerance of :mod:`rmsgauge.tolerance`; exit 1 when it fails.
 """
 
 from __future__ import annotations
@@ -43,6 +31,7 @@ from typing import Any
 
 import torch
 
+from lm.dist import check_device, resolve_device
 from lm.reference import NAMES, load_model, model_inputs
 from rmsgauge import Claim, atomic_write_json, check_output_file, check_range, json_safe, tolerance
 from rmsgauge.cli import check_outputs_against_inputs, make_parser, one_line, run_main
@@ -60,7 +49,7 @@ def _require_harness():
         from lm_eval.tasks import TaskManager
     except ImportError as e:  # the extra is optional: say which one to install
         raise ModuleNotFoundError(f"python -m lm.evaluate needs lm-evaluation-harness: {EXTRA_HINT} ({e})") from e
-    import lm.hf  # noqa: F401  registers the GRT / dense classes with the Auto factories
+    import lm.hf_classes  # noqa: F401  registers the GRT / dense classes with the Auto factories
 
     return lm_eval, HFLM, TaskManager
 
@@ -159,7 +148,7 @@ def evaluate(model_or_dir: str | os.PathLike | torch.nn.Module, tasks: list[str]
     if not tasks:
         raise ValueError("--tasks must name at least one task")
     if isinstance(model_or_dir, torch.nn.Module):
-        from lm.hf import ByteTokenizer, wrap
+        from lm.hf_classes import ByteTokenizer, wrap
 
         hf = wrap(model_or_dir.float().to(device).eval())
         tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
@@ -304,13 +293,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Any, Any]:
         raise ValueError("--only-include-path needs --include-path FOLDER")
     if args.include_path and not Path(args.include_path).is_dir():
         raise ValueError(f"--include-path {args.include_path} is not a folder")
-    if args.model_dir is not None and not Path(args.model_dir).is_dir():
-        raise ValueError(f"--model-dir {args.model_dir} is not a folder (write one with python -m lm.hf export)")
-    if not (args.device == "cpu" or args.device == "cuda" or (args.device.startswith("cuda:")
-                                                             and args.device[5:].isdigit())):
-        raise ValueError(f"--device must be one of cpu, cuda, cuda:N; got {args.device!r}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {args.device} but CUDA is not available on this machine; use --device cpu")
+    resolve_device(check_device("--device", args.device, ("cpu", "cuda")), name="--device")
     check_output_file("--json", args.json)
     inputs = {"--model-dir": args.model_dir, "--include-path": args.include_path,
               "--reference": model_inputs(reference=args.reference) if args.reference else None}
@@ -318,7 +301,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Any, Any]:
     if args.reference:
         module, _ = load_model(reference=args.reference, device=args.device)
     else:
-        from lm.hf_convert import verify_export
+        from lm.hf import verify_export
 
         verify_export(args.model_dir, trust_unverified=args.trust_unverified)
         module = None
@@ -346,7 +329,7 @@ def _work(args: argparse.Namespace, checked: tuple[list[str], Any, Any]) -> int:
                        bootstrap_iters=args.bootstrap_iters, log_samples=True, task_manager=manager)
     from lm_eval.utils import make_table
 
-    from lm.hf import load_pretrained
+    from lm.hf_classes import load_pretrained
 
     direct = load_pretrained(args.model_dir).model if module is None else module
     claim = harness_claim(direct.float().eval(), results)

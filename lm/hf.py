@@ -1,356 +1,246 @@
-r"""The GRT and the dense baseline as Hugging Face ``transformers`` models (``pip install -e ".[hf]"``).
+"""``python -m lm.hf export|import``: project checkpoints <-> Hugging Face ``save_pretrained`` folders.
 
-What this module adds (nothing else in the project imports it, so without ``transformers`` the
-rest works unchanged):
+The classes themselves are :mod:`lm.hf_classes`, imported only when a conversion runs, so ``--help`` works without
+the ``hf`` extra and a command without it is one line naming ``pip install -e ".[hf]"``.
 
-* :class:`GRTHFConfig` / :class:`DenseHFConfig` (``PretrainedConfig``; ``model_type``
-  ``rmsgauge-grt`` / ``rmsgauge-dense``) holding the project config dict (``GRTConfig`` /
-  ``DenseConfig``) in ``project_config``, plus the usual ``vocab_size``, ``hidden_size``,
-  ``num_hidden_layers``, ``num_attention_heads`` and ``max_position_embeddings`` (= ``block_size``,
-  which lm-eval reads as the context length).
-* :class:`GRTForCausalLM` / :class:`DenseForCausalLM` (``PreTrainedModel`` + ``GenerationMixin``):
-  ``self.model`` IS the project's module (so the safetensors keys are the project's state-dict keys
-  under ``model.``); ``forward(input_ids, labels=...)`` returns ``CausalLMOutputWithPast`` with the
-  usual shifted next-token loss when ``labels`` are given.
-* :class:`ByteTokenizer`: UTF-8 bytes, ids 0..255, exactly :func:`rmsgauge.corpus.encode`.  The
-  models have no special tokens, so ``"\n"`` (byte 10) doubles as BOS/EOS/PAD (the tokenizer's and
-  ``config.json``'s ids): the project's document separator (``load_text`` joins files with it) and
-  its sampler's empty prompt.  It is never added to an encoding, and decoding keeps it even with
-  ``skip_special_tokens=True`` (every id is a real byte).  Generation does not stop on it and never
-  takes a prompt's ``"\n"`` for padding (``eos_token_id`` and ``pad_token_id`` are unset in the
-  generation config, :data:`GENERATION_DEFAULTS`), like ``lm.sample``.
-* Converters (:mod:`lm.hf_convert`, which imports this module, never the other way):
-  :func:`save_pretrained_dir` (project checkpoint /
-  module / shipped reference -> ``save_pretrained`` directory in safetensors, with ``SHA256SUMS``) and
-  :func:`to_checkpoint` (directory -> project checkpoint, after checking ``SHA256SUMS``), and
-  ``python -m lm.hf export|import``.
+**Nothing certified that was not checked.**  An export writes ``SHA256SUMS`` over the files it wrote (from a
+checksum-verified checkpoint or an in-memory module); an import checks the folder against it before and after
+loading -- every file of the folder must be listed (one it does not list is refused like a changed one) with its
+sha256, and the loader shim must be the project's own text -- and only then writes the checkpoint's sha256.  A
+folder without ``SHA256SUMS`` is refused unless ``--trust-unverified``, and then the checkpoint is written
+*without* a checksum (it stays unverified: loading it needs ``--trust-unverified`` again).  Likewise an export of
+an unverified checkpoint writes no ``SHA256SUMS``.
 
-Importing :mod:`lm.hf` registers the classes with ``AutoConfig``, ``AutoModelForCausalLM`` and
-``AutoTokenizer`` (:func:`register`, idempotent).  A process that cannot import the project first
-(e.g. the plain ``lm_eval`` CLI) loads a directory with ``trust_remote_code=True``: every directory
-carries a two-line shim ``rmsgauge_hf.py`` named in ``auto_map`` that imports these classes from the
-installed project (no model code is copied into the directory).
-
-**Logits.**  Without a cache and without padding, ``forward`` calls the project module itself:
-the logits are the project's, bit for bit.  With a KV cache or a padding mask it runs
-:func:`lm.sample.cached_forward` (the project sampler's own): the project module's own forward with only its
-attention step handed to a cached one (:func:`grt_model.attention.attention_override`), so a change to a block
-changes the Hugging Face model too (tested: a patched block changes both paths; cached = uncached to float
-tolerance).
-
-**KV cache: valid inside one context window, impossible across a slide.**  Both models are
-per-token everywhere except attention: the dense block's projections, norms and MLP, and the
-GRT's phase embedding, PearlNorms, Q/K/V/O cascades (whose Clifford coupling reads only the
-token's own pair features), mixer and FFN cascades all act on each token alone, and rotary
-position depends only on the token's absolute position.  So the keys and values of earlier
-tokens never change while the sequence grows, and caching them is exact -- the GRT's cascades
-are no obstacle.  Once the sequence exceeds ``block_size``, ``lm.sample`` re-reads the last
-``block_size`` tokens from position 0: every token's rotary position shifts and every deeper
-layer's keys depend on a context that lost its first token, so no cached entry stays valid and
-each further step recomputes the whole window (what :meth:`prepare_inputs_for_generation` does, and
-``lm.sample.generate`` with the same :class:`lm.sample.KVCache`).
-
-**Sampling agrees with** ``lm.sample.generate``: HF applies temperature, then top-k (the same
-``logits < k-th largest`` rule), then softmax and ``torch.multinomial`` on the default CPU
-generator.  After ``torch.manual_seed(s)`` that generator is in the state of
-``torch.Generator().manual_seed(s)`` that ``lm.sample`` uses, and one multinomial draw per step
-consumes it the same way, so the same seed gives the same bytes.  Two differences, neither a
-different distribution: HF softmaxes in float32 where ``lm.sample`` uses float64 (a draw can differ
-only when it lands within float32 rounding of a cumulative-probability boundary), and
-``lm.sample`` has no top-p (HF's ``top_p`` is HF's own nucleus filter).
+**Nothing overwritten.**  An export goes to a new (or empty) folder, written under a temporary name and renamed
+into place, the folder and its files at the user's umask like every other output; an import refuses an existing
+checkpoint path (``--force`` moves it and its ``.sha256`` aside to ``<path>.replaced-<time>``) and a run folder's
+``ckpt.pt`` (importing would mix two models in one run), and neither may write inside its input.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import shutil
 import sys
-from typing import Any, ClassVar
+import tempfile
+from pathlib import Path
+from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
-from lm.checkpoint import (
-    MODEL_KINDS,
-    build_model,
-    config_from_dict,
-    config_to_dict,
-    default_model_config,
-    model_classes,
+from lm.checkpoint import checksum_path, save_checkpoint, verify_folder, write_folder_sums
+from lm.errors import CheckpointError
+from lm.models import MODEL_KINDS
+from lm.preflight import set_aside
+from lm.reference import load_model, model_inputs
+from lm.trainconfig import RUN_FILES
+from rmsgauge.atomic import current_umask
+from rmsgauge.cli import (
+    add_subcommand,
+    add_subcommands,
+    check_output_dir,
+    check_output_file,
+    check_outputs_against_inputs,
+    make_parser,
+    run_main,
 )
-from lm.sample import KVCache, cached_forward
-from rmsgauge.corpus import VOCAB_SIZE
 
-try:
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        GenerationConfig,
-        GenerationMixin,
-        PretrainedConfig,
-        PreTrainedModel,
-    )
-    from transformers.modeling_outputs import CausalLMOutputWithPast
-    from transformers.tokenization_python import AddedToken, PreTrainedTokenizer
-except ImportError as e:  # the extra is optional: say which one to install
-    if __name__ == "__main__":  # python -m lm.hf: --help works without the extra, a command names it (lm.hf_convert)
-        from lm.hf_convert import main as _cli_main
-
-        sys.exit(_cli_main())
-    raise ModuleNotFoundError(f"lm.hf needs the Hugging Face extra: pip install -e \".[hf]\" ({e})") from e
-
-NEWLINE_ID = 10  # "\n": BOS/EOS/PAD of the byte tokenizer (see the module docstring)
-# generate() runs to max_new_tokens and never infers padding from "\n" bytes, like lm.sample
-GENERATION_DEFAULTS = {"do_sample": False, "bos_token_id": NEWLINE_ID, "pad_token_id": None, "eos_token_id": None}
-MODEL_TYPES = {"grt": "rmsgauge-grt", "dense": "rmsgauge-dense"}
+SHIM_NAME = "rmsgauge_hf"  # the auto_map module written into every directory
 
 
-# ---------------------------------------------------------------------------------------------------
-# Configs
-# ---------------------------------------------------------------------------------------------------
+def _shim_text() -> str:
+    return ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
+            "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
+            "from lm.hf_classes import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, "
+            "GRTHFConfig  # noqa\n")
 
 
-class _ProjectHFConfig(PretrainedConfig):
-    kind = ""  # "grt" / "dense" (a class attribute, not a config field)
+def save_pretrained_dir(source: str | os.PathLike | nn.Module, out_dir: str | os.PathLike, *,
+                        trust_unverified: bool = False, verified: bool = True) -> Path:
+    """Write a ``save_pretrained`` directory (safetensors, tokenizer, generation config, loader shim, ``SHA256SUMS``).
 
-    # transformers >= 5 configs are dataclasses: fields here, derivation in __post_init__
-    project_config: dict | None = None  # the GRTConfig / DenseConfig as a dict; None: the CPU preset
-    vocab_size: int = VOCAB_SIZE
-    max_position_embeddings: int = 0  # = block_size (lm-eval reads it as the context length)
-    hidden_size: int = 0
-    num_attention_heads: int = 0
-    num_hidden_layers: int = 0
-    # "\n" is the byte tokenizer's BOS, EOS and pad (module docstring); the generation config leaves pad and EOS
-    # unset (GENERATION_DEFAULTS): generate() would stop at the first "\n" and mask every "\n" of a prompt as padding
-    bos_token_id: int | None = NEWLINE_ID
-    pad_token_id: int | None = NEWLINE_ID
-    eos_token_id: int | None = NEWLINE_ID
-    tie_word_embeddings: bool = False  # the project ties inside its own module; HF must not tie anything
-
-    def __post_init__(self, **kwargs: Any) -> None:
-        # HF also builds a config with no arguments (defaults, diffs): the CPU preset stands in
-        pc = config_to_dict(default_model_config(self.kind)) if self.project_config is None else self.project_config
-        cfg = config_from_dict(self.kind, dict(pc))  # validates: unknown keys and bad values fail here
-        self.project_config = config_to_dict(cfg)
-        # derived from project_config, whatever a saved config.json says
-        self.vocab_size = cfg.vocab_size
-        self.max_position_embeddings = cfg.block_size
-        self.hidden_size = cfg.d_model
-        self.num_attention_heads = cfg.n_heads
-        self.num_hidden_layers = cfg.n_blocks if self.kind == "grt" else cfg.n_layers
-        self.tie_word_embeddings = False
-        super().__post_init__(**kwargs)
-
-    def project(self):
-        """The project config dataclass (``GRTConfig`` / ``DenseConfig``)."""
-        return config_from_dict(self.kind, self.project_config)
+    ``source``: a checkpoint path (a run's, or a shipped model's ``.pt``: :func:`lm.reference.load_model`) or a
+    project module.  ``out_dir`` must not exist or be an empty folder (an export never overwrites); the folder is
+    written beside it under a temporary name and renamed into place, so it is complete or absent.  ``SHA256SUMS``
+    certifies the bytes written, unless the source was unverified (a checkpoint loaded with ``trust_unverified``,
+    or ``verified=False``): then the export stays unverified too.
+    """
+    out = _new_folder(out_dir)
+    if not isinstance(source, nn.Module):
+        source, verified = load_model(source, trust_unverified=trust_unverified)
+    model = source.cpu().eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        _write_pretrained(model, tmp)
+        _user_modes(tmp)
+        if verified:
+            write_folder_sums(tmp)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
 
 
-class GRTHFConfig(_ProjectHFConfig):
-    model_type = MODEL_TYPES["grt"]
-    kind = "grt"
+def _new_folder(out_dir: str | os.PathLike) -> Path:
+    out = check_output_dir("--out-dir", out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"--out-dir {out} already holds files: an export never overwrites; choose a new folder")
+    return out
 
 
-class DenseHFConfig(_ProjectHFConfig):
-    model_type = MODEL_TYPES["dense"]
-    kind = "dense"
+def _user_modes(folder: Path) -> None:
+    """Give the folder and everything in it the modes a new folder and file get under the user's umask: ``mkdtemp``
+    makes the folder 0700 and safetensors writes its file 0600, which would hide an export from the user's group."""
+    mask = current_umask()
+    for p in (folder, *folder.rglob("*")):
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------------------
+def _write_pretrained(model: nn.Module, out: Path) -> None:
+    from lm.hf_classes import ByteTokenizer, wrap
+
+    hf = wrap(model)
+    hf.config.auto_map = {"AutoConfig": f"{SHIM_NAME}.{type(hf.config).__name__}",
+                          "AutoModelForCausalLM": f"{SHIM_NAME}.{type(hf).__name__}"}
+    hf.save_pretrained(out, safe_serialization=True)
+    tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
+    tok.save_pretrained(out)
+    # the tokenizer's own auto_map entry, so AutoTokenizer resolves it through the shim too
+    tc_path = out / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc["auto_map"] = {"AutoTokenizer": [f"{SHIM_NAME}.ByteTokenizer", None]}
+    tc_path.write_text(json.dumps(tc, indent=2) + "\n")
+    (out / f"{SHIM_NAME}.py").write_text(_shim_text())
 
 
-class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
-    _no_split_modules: ClassVar[list[str]] = []
-
-    def __init__(self, config: _ProjectHFConfig, model: nn.Module | None = None) -> None:
-        super().__init__(config)
-        self.kind = config.kind
-        self.model = build_model(self.kind, config.project()) if model is None else model
-        self.generation_config = GenerationConfig(**GENERATION_DEFAULTS)
-        self.post_init()
-
-    def _init_weights(self, module: nn.Module) -> None:
-        # the project module initializes itself in its constructor; from_pretrained then loads every tensor
-        return
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model brings its own KVCache (see the module docstring)
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.tok_emb if self.kind == "dense" else self.model.embed
-
-    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, cache: KVCache | None = None,
-                labels: torch.Tensor | None = None, use_cache: bool | None = None,
-                return_dict: bool | None = None, **kwargs: Any) -> CausalLMOutputWithPast:
-        if input_ids is None:
-            raise ValueError("input_ids is required (the models read byte ids, not embeddings)")
-        cache = kwargs.pop("past_key_values", None) if cache is None else cache  # the older transformers name
-        B, T = input_ids.shape
-        past = cache.get_seq_length() if cache is not None else 0
-        block = self.config.max_position_embeddings
-        if past + T > block:
-            raise ValueError(f"cached length {past} + new tokens {T} must be in [1, block_size={block}]; "
-                             "generate() re-reads the window itself, a direct call must crop")
-        mask = (torch.ones(B, past + T, dtype=torch.long, device=input_ids.device) if attention_mask is None
-                else attention_mask.to(input_ids.device).long())
-        if mask.shape != (B, past + T):
-            raise ValueError(f"attention_mask must be [B, past + T] = [{B}, {past + T}], got {tuple(mask.shape)}")
-        if position_ids is None:
-            # a left-padded row starts at position 0 at its first real token (lm.sample never pads)
-            position_ids = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
-        position_ids = position_ids.to(input_ids.device)
-        plain = bool(mask.all()) and torch.equal(position_ids, torch.arange(T, device=input_ids.device).expand(B, T))
-        if cache is None and not use_cache and plain:
-            logits, _ = self.model(input_ids)  # the project's own forward: its logits exactly
-        else:
-            if cache is None and use_cache:
-                cache = KVCache(self.config.num_hidden_layers)
-            q_idx = torch.arange(past, past + T, device=input_ids.device)
-            k_idx = torch.arange(past + T, device=input_ids.device)
-            allowed = (k_idx[None, :] <= q_idx[:, None])[None] & mask.bool()[:, None, :]  # (B, T, past+T)
-            # a padding query sees no real key; letting it see itself keeps its (unused) row finite
-            allowed = allowed | (k_idx[None, :] == q_idx[:, None])[None]
-            logits = cached_forward(self.model, input_ids, cache, positions=position_ids, allowed=allowed[:, None])
-        loss = None
-        if labels is not None:
-            # HF convention: labels are the inputs; position t predicts label t+1; -100 is ignored
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
-                                   labels[:, 1:].reshape(-1).to(logits.device), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache if use_cache else None)
-
-    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, next_sequence_length: int | None = None,
-                                      cache: KVCache | None = None,
-                                      attention_mask: torch.Tensor | None = None, **kwargs: Any) -> dict[str, Any]:
-        block = self.config.max_position_embeddings
-        use_cache = kwargs.get("use_cache", True)
-        past = cache.get_seq_length() if cache is not None else 0
-        if past and input_ids.shape[1] <= block:
-            ids = input_ids[:, past:]  # the cache holds everything before
-        else:
-            if cache is not None:
-                cache.reset()  # the window slid: no cached entry is valid any more (module docstring)
-            ids = input_ids[:, -block:]
-            if attention_mask is not None:
-                attention_mask = attention_mask[:, -block:]
-        return {"input_ids": ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
+REQUIRED_FILES = ("config.json", "model.safetensors")  # what SHA256SUMS must list (it must cover every file)
 
 
-class GRTForCausalLM(_ProjectForCausalLM):
-    config_class = GRTHFConfig
+def verify_export(model_dir: str | os.PathLike, *, trust_unverified: bool = False) -> bool:
+    """Check a ``save_pretrained`` folder before anything reads it: ``SHA256SUMS`` covers every file, each with its
+    sha256 (:func:`lm.checkpoint.verify_folder`; none: refused unless ``trust_unverified``), and its loader shim
+    ``rmsgauge_hf.py`` -- the code ``trust_remote_code=True`` runs -- is the project's own, byte for byte (a sum
+    file can be rewritten along with the code it lists; the shim's text cannot change unnoticed).  Returns whether
+    the sums verified the folder."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"--model-dir {model_dir} is not a folder (python -m lm.hf export writes one)")
+    verified = verify_folder(model_dir, REQUIRED_FILES, trust_unverified=trust_unverified)
+    shim = model_dir / f"{SHIM_NAME}.py"
+    if shim.exists() and (not shim.is_file() or shim.read_bytes() != _shim_text().encode()):
+        raise CheckpointError(f"{shim}: not the loader shim python -m lm.hf export writes (the code "
+                              f"trust_remote_code=True would run); export the model again")
+    return verified
 
 
-class DenseForCausalLM(_ProjectForCausalLM):
-    config_class = DenseHFConfig
+def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = False) -> tuple[nn.Module, bool]:
+    """The model of a ``save_pretrained`` folder, its files checked against ``SHA256SUMS`` before and after the load
+    (no SHA256SUMS: refused unless ``trust_unverified``).  Returns ``(model, verified)``.  An unreadable folder
+    (truncated weights, missing or unexpected tensors) is one :class:`lm.errors.CheckpointError` naming it."""
+    from lm.hf_classes import load_pretrained
+
+    verified = verify_export(model_dir, trust_unverified=trust_unverified)
+
+    try:
+        hf, info = load_pretrained(model_dir, output_loading_info=True)
+    except Exception as e:
+        raise CheckpointError(f"{model_dir}: not a loadable save_pretrained folder ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:200]})") from None
+    wrong = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    if wrong:
+        raise CheckpointError(f"{model_dir}: its weights do not fit its config ({wrong}); the folder is corrupt")
+    if verified:  # the files did not change while they were read
+        verify_export(model_dir)
+    return hf, verified
 
 
-HF_CLASSES = {"grt": (GRTHFConfig, GRTForCausalLM), "dense": (DenseHFConfig, DenseForCausalLM)}
+def to_checkpoint(model_dir: str | os.PathLike, ckpt_path: str | os.PathLike, *,
+                  trust_unverified: bool = False) -> Path:
+    """Convert a directory back to a project checkpoint (no optimizer state; step 0).  The checkpoint gets a sha256
+    only when the folder's files were verified against its ``SHA256SUMS``: a conversion never certifies bytes
+    nobody checked (with ``trust_unverified`` the checkpoint is written without one, and stays unverified)."""
+    hf, verified = load_verified(model_dir, trust_unverified=trust_unverified)
+    return _save_imported(hf, verified, model_dir, ckpt_path)
 
 
-# ---------------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------------
+def _save_imported(hf: nn.Module, verified: bool, model_dir: str | os.PathLike, ckpt_path: str | os.PathLike
+                   ) -> Path:
+    return save_checkpoint(ckpt_path, model_kind=hf.kind, model=hf.model, optimizer=None,
+                           train_config={}, step=0, tokens_seen=0, checksum=verified,
+                           extra={"converted_from": str(Path(model_dir).resolve()), "source_verified": verified})
 
 
-class ByteTokenizer(PreTrainedTokenizer):
-    """UTF-8 bytes as ids 0..255 (= :func:`rmsgauge.corpus.encode`); ``"\\n"`` doubles as BOS/EOS/PAD."""
-
-    vocab_files_names: ClassVar[dict[str, str]] = {}  # nothing to store: the vocabulary is the 256 bytes
-    model_input_names: ClassVar[list[str]] = ["input_ids", "attention_mask"]
-
-    def __init__(self, **kwargs: Any) -> None:
-        nl = AddedToken("\n", special=True, normalized=False, lstrip=False, rstrip=False)
-        self._added_tokens_decoder = {NEWLINE_ID: nl}
-        for key in ("bos_token", "eos_token", "pad_token"):
-            kwargs[key] = nl
-        kwargs.setdefault("clean_up_tokenization_spaces", False)  # bytes round-trip exactly
-        super().__init__(**kwargs)
-
-    @property
-    def vocab_size(self) -> int:
-        return VOCAB_SIZE
-
-    def get_vocab(self) -> dict[str, int]:
-        return {chr(i): i for i in range(VOCAB_SIZE)}
-
-    def _tokenize(self, text: str, **kwargs: Any) -> list[str]:
-        return [chr(b) for b in text.encode("utf-8")]  # one latin-1 character per byte
-
-    def _convert_token_to_id(self, token: str) -> int:
-        if len(token) != 1 or ord(token) >= VOCAB_SIZE:
-            raise ValueError(f"a byte token is one character with code in [0, 255], got {token!r}")
-        return ord(token)
-
-    def _convert_id_to_token(self, index: int) -> str:
-        return chr(index)
-
-    def convert_tokens_to_string(self, tokens: list[str]) -> str:
-        return bytes(ord(t) for t in tokens).decode("utf-8", errors="replace")  # as rmsgauge.corpus.decode
-
-    def _decode(self, token_ids: int | list[int], skip_special_tokens: bool = False, **kwargs: Any) -> str:
-        # every id is a real byte: "\n" is text even when asked to skip special tokens
-        ids = [token_ids] if isinstance(token_ids, int) else [int(i) for i in token_ids]
-        return bytes(ids).decode("utf-8", errors="replace")
-
-    def build_inputs_with_special_tokens(self, token_ids_0: list[int],
-                                         token_ids_1: list[int] | None = None) -> list[int]:
-        return list(token_ids_0) + list(token_ids_1 or [])  # the models were trained on raw bytes
-
-    def get_special_tokens_mask(self, token_ids_0: list[int], token_ids_1: list[int] | None = None,
-                                already_has_special_tokens: bool = False) -> list[int]:
-        return [0] * (len(token_ids_0) + len(token_ids_1 or []))
-
-    def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        return ()
+def build_parser() -> argparse.ArgumentParser:
+    p = make_parser("python -m lm.hf", "Convert between project checkpoints and Hugging Face save_pretrained "
+                    "folders (safetensors + SHA256SUMS). Exit status 0 done, 1 a corrupt or unverified input, 2 a "
+                    "usage error (nothing written), 130 interrupted.")
+    subs = add_subcommands(p)
+    ex = add_subcommand(subs, "export", "checkpoint or shipped reference -> a new save_pretrained folder")
+    src = ex.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", metavar="PATH", help="project checkpoint (python -m lm.train writes OUT/ckpt.pt)")
+    src.add_argument("--reference", choices=MODEL_KINDS, help="a shipped reference model (lm/reference_models/)")
+    ex.add_argument("--out-dir", required=True, help="folder to write: new, or empty (an export never overwrites)")
+    ex.add_argument("--trust-unverified", action="store_true",
+                    help="export a checkpoint that has no checksum file (the export then gets no SHA256SUMS)")
+    im = add_subcommand(subs, "import", "save_pretrained folder -> project checkpoint (weights only, step 0)")
+    im.add_argument("--model-dir", required=True, help="a save_pretrained folder written by export")
+    im.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file to write (a new path)")
+    im.add_argument("--force", action="store_true",
+                    help="if --checkpoint exists, move it and its .sha256 aside to <path>.replaced-<time> first")
+    im.add_argument("--trust-unverified", action="store_true",
+                    help="import a folder without SHA256SUMS (the checkpoint is then written without a checksum)")
+    return p
 
 
-# ---------------------------------------------------------------------------------------------------
-# Registration and converters
-# ---------------------------------------------------------------------------------------------------
+def _check(args: argparse.Namespace) -> Any:
+    """The extra, the outputs against the inputs, then the input loaded and verified: all before anything is
+    written."""
+    import lm.hf_classes  # noqa: F401  without the hf extra: one line naming it (ModuleNotFoundError, exit 1)
+
+    if args.command == "export":
+        _new_folder(args.out_dir)
+        flag = "--reference" if args.reference else "--checkpoint"
+        check_outputs_against_inputs({flag: model_inputs(args.checkpoint, args.reference)}, {},
+                                     {"--out-dir": args.out_dir})
+        return load_model(args.checkpoint, args.reference, trust_unverified=args.trust_unverified)
+    target = Path(args.checkpoint)
+    check_output_file("--checkpoint", target, protect=False)  # existing checkpoints: refused or moved, below
+    check_outputs_against_inputs({"--model-dir": args.model_dir}, {"--checkpoint": target})
+    held = [n for n in RUN_FILES if n != target.name and (target.parent / n).exists()]
+    if held:
+        raise ValueError(f"--checkpoint {target}: its folder holds a training run ({', '.join(held)}); an imported "
+                         f"model there would mix two models in one run folder; choose a path outside it")
+    if (target.exists() or checksum_path(target).exists()) and not args.force:
+        raise ValueError(f"--checkpoint {target} exists: an import never replaces a checkpoint; choose a new path, "
+                         f"or --force to move it (and its .sha256) aside to {target.name}.replaced-<time>")
+    return load_verified(args.model_dir, trust_unverified=args.trust_unverified)
 
 
-def register() -> None:
-    """Register both model families with the Auto factories (idempotent; done on import)."""
-    for cfg_cls, model_cls in HF_CLASSES.values():
-        AutoConfig.register(cfg_cls.model_type, cfg_cls, exist_ok=True)
-        AutoModelForCausalLM.register(cfg_cls, model_cls, exist_ok=True)
-        AutoTokenizer.register(cfg_cls, tokenizer_class=ByteTokenizer, exist_ok=True)
+def _work(args: argparse.Namespace, loaded: Any) -> int:
+    if args.command == "export":
+        out = save_pretrained_dir(loaded[0], args.out_dir, verified=loaded[1])
+        note = "" if (out / "SHA256SUMS").is_file() else " (no SHA256SUMS: the checkpoint was unverified)"
+        sys.stdout.write(f"wrote {out}{note}\n")
+        return 0
+    hf, verified = loaded
+    target = Path(args.checkpoint)
+    if args.force and (target.exists() or checksum_path(target).exists()):
+        sys.stderr.write(f"--force: moved the earlier {target} to {set_aside(target, sidecar=True)}\n")
+    _save_imported(hf, verified, args.model_dir, target)
+    note = "" if verified else " without a checksum (the folder had no SHA256SUMS; load it with --trust-unverified)"
+    sys.stdout.write(f"wrote {target}{note}\n")
+    return 0
 
 
-register()
+def main(argv: list[str] | None = None) -> int:
+    return run_main(build_parser(), argv, _work, check=_check)
 
 
-def kind_of(model: nn.Module) -> str:
-    """``"grt"`` or ``"dense"`` from the module's config type."""
-    for kind in MODEL_KINDS:
-        if isinstance(getattr(model, "config", None), model_classes(kind)[0]):
-            return kind
-    raise TypeError(f"not a project model (GRT or DenseTransformer): {type(model).__name__}")
-
-
-def wrap(model: nn.Module) -> _ProjectForCausalLM:
-    """The HF model around an in-memory project module (shares its parameters, no copy)."""
-    kind = kind_of(model)
-    cfg_cls, model_cls = HF_CLASSES[kind]
-    hf = model_cls(cfg_cls(project_config=config_to_dict(model.config)), model=model)
-    first = next(model.parameters())
-    hf.config.dtype = first.dtype  # what save_pretrained records (the project trains in float32)
-    return hf
-
-
-def load_pretrained(model_dir: str | os.PathLike, **kwargs: Any) -> _ProjectForCausalLM:
-    """``AutoModelForCausalLM.from_pretrained`` (registration is this module's import)."""
-    return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
-
-
-if __name__ == "__main__":  # python -m lm.hf: the converters' command line (a script entry, not an import edge)
-    from lm.hf_convert import main as _cli_main
-
-    sys.exit(_cli_main())
+if __name__ == "__main__":
+    sys.exit(main())

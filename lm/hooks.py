@@ -1,23 +1,13 @@
 """Step hooks: what the training loop lets code outside it observe, without the loop knowing about it.
 
-A hook is any object with these three methods (:class:`StepHook`)::
+A hook is any object with the three methods of :class:`StepHook` (``on_start`` once before the first step, may
+add fields to the run's ``start`` record; ``after_step`` after every optimizer step; ``on_end`` once at the end,
+may add summary keys) and, optionally, ``state_dict()`` / ``load_state_dict(d)``: the loop stores that state in
+each checkpoint and hands it back on ``--resume``, so a hook's statistics cover the whole run.  The weights between
+two ``after_step`` calls are the weights the next step starts from.
 
-    on_start(model, optimizer, info)  -> dict | None   # once, before the first step; may add fields to
-                                                       # the run's "start" log record
-    after_step(step, lr)                               # after every optimizer step (step = steps done)
-    on_end(summary)                                    # once, after the last step; may add summary keys
-
-and, optionally, ``state_dict() -> dict`` / ``load_state_dict(d)``: the loop stores that state in each
-checkpoint and hands it back on ``--resume``, so a hook's end-of-run statistics cover the whole run, not
-only the part after the last resume.  The weights between two ``after_step`` calls are exactly the
-weights the next step starts from, so a hook that wants a per-step change snapshots in one call and
-compares in the next.
-
-The loop has no hook of its own, and nothing in ``lm`` attaches one.  ``python -m studies.train`` (and the
-comparison's runs) attach :class:`dynamics.train_hook.TrainHook` (built by :func:`studies.train.monitor_hooks`): a
-gauge census of the model on the probe batch at the start, then every ``gauge_interval`` steps each gauge
-tensor's norm and per-step rotation against the equilibrium laws of :mod:`dynamics.laws`.  Those packages sit
-above ``lm``, so the loop never imports them; it only calls whatever hooks it is given.
+Nothing in ``lm`` attaches a hook: ``python -m studies.train`` attaches the equilibrium monitor
+(:class:`dynamics.train_hook.TrainHook`), from above ``lm``.
 """
 
 from __future__ import annotations

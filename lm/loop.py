@@ -18,26 +18,17 @@ import torch.distributed as dist
 from torch import nn
 
 from lm.batches import BatchSampler
-from lm.bpe import load_corpus
-from lm.checkpoint import (
-    build_model,
-    check_resumable,
-    config_to_dict,
-    load_checkpoint,
-    restore,
-    save_checkpoint,
-)
+from lm.bpe import TokenCorpus, load_corpus
+from lm.checkpoint import check_resumable, load_checkpoint, restore, save_checkpoint
 from lm.dist import DistContext
 from lm.errors import CheckpointError, NonFiniteError
 from lm.hooks import LoopInfo, StepHook
+from lm.models import build_model, config_to_dict
 from lm.optim import make_optimizer, param_breakdown
-from lm.preflight import check_memory, check_run_dir, run_files, set_aside, validate_model_config
+from lm.preflight import check_memory, check_run_dir, run_files, set_aside
 from lm.runlog import JsonLog, Progress, RunLock, machine_description
 from lm.trainconfig import WRITTEN_FILES, TrainConfig
-from rmsgauge import (
-    atomic_write_json,
-    seed_everything,
-)
+from rmsgauge import atomic_write_json, seed_everything
 from rmsgauge.atomic import clean_orphan_tmp
 
 LN2 = math.log(2.0)
@@ -146,7 +137,7 @@ class Run:
 
 def _agree(ctx: DistContext, error: BaseException | None) -> None:
     """Raise ``error`` on rank 0 and a pointer to it on the other ranks, so no rank waits at a collective."""
-    if ctx.any_flag(error is not None):
+    if ctx.any_flags(error is not None)[0]:
         raise error if error is not None else ValueError("rank 0 refused to start the run (see its error)")
 
 
@@ -199,7 +190,7 @@ def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, r
     out = Path(cfg.out_dir)
     if cfg.batch_size % ctx.world:
         raise ValueError(f"train.batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({ctx.world})")
-    validate_model_config(kind, model_cfg, cfg.tokenizer)
+    cfg.check_model(model_cfg)
     check_memory(kind, model_cfg, cfg, ctx.device, ctx.world)
     corpus = load_corpus(cfg.data, cfg.val_fraction, cfg.tokenizer, int(model_cfg.vocab_size))
     if int(corpus.tokens.max()) >= int(model_cfg.vocab_size):
@@ -239,7 +230,8 @@ def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, r
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ddp_model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    run = Run(ctx, kind, cfg, model, ddp_model, opt, sampler, corpus.sha256, tokens_per_byte(corpus), out,
+    per_byte = corpus.tokens_per_byte("val") if isinstance(corpus, TokenCorpus) else 1.0
+    run = Run(ctx, kind, cfg, model, ddp_model, opt, sampler, corpus.sha256, per_byte, out,
               JsonLog(out / log_name if ctx.is_main else None, start if ckpt is not None else None),
               Progress(total, progress and ctx.is_main, label), hooks, label, total, start,
               int(ckpt["tokens_seen"]) if ckpt is not None else 0,
@@ -286,13 +278,6 @@ def _restore_all(ckpt: dict, model: nn.Module, opt: torch.optim.Optimizer, hooks
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
                 raise CheckpointError(f"{ckpt.get('source')}: the state of hook {_hook_name(h)!r} does not load "
                                       f"({type(e).__name__}: {e}); the checkpoint is corrupt") from None
-
-
-def tokens_per_byte(corpus: Any) -> float:
-    """Validation tokens per byte: 1 for a byte corpus, below 1 for BPE (a sampled loss per token, in bits, times
-    this is bits per byte; the whole-split score counts each token's own bytes: lm.scoring)."""
-    fn = getattr(corpus, "tokens_per_byte", None)
-    return 1.0 if fn is None else float(fn("val"))
 
 
 def _hook_name(hook: Any) -> str:

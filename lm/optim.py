@@ -7,10 +7,6 @@ from torch import nn
 
 from lm.trainconfig import NO_DECAY_KEYWORDS, TrainConfig
 
-# ---------------------------------------------------------------------------------------------
-# Optimizer, parameter accounting
-# ---------------------------------------------------------------------------------------------
-
 
 def decay_split(model: nn.Module) -> tuple[list[str], list[str]]:
     """Names that get weight decay: tensors with >= 2 dims (matrices, couplings, embedding tables),
@@ -83,6 +79,3 @@ def param_breakdown(model: nn.Module) -> dict[str, int]:
     out = {k: v for k, v in out.items() if v}
     out["total"] = sum(out.values())
     return out
-
-
-

@@ -60,7 +60,7 @@ def _reference_recipes() -> dict[str, Recipe]:
     import torch
 
     from grt_model.config import GRTConfig
-    from lm.checkpoint import build_model, config_to_dict
+    from lm.models import build_model, config_to_dict
     from lm.sizing import dense_family, n_params, param_matched_width
     from lm.trainconfig import TrainConfig
 
@@ -84,7 +84,7 @@ def _reference_recipes() -> dict[str, Recipe]:
 
 def _tiny_grt() -> Recipe:
     from grt_model.config import GRTConfig
-    from lm.checkpoint import config_to_dict
+    from lm.models import config_to_dict
     from lm.trainconfig import TrainConfig
 
     d_model = 64

@@ -1,19 +1,12 @@
 """Shipped reference models: load (checksum-verified), list, verify, and ship them from a finished run.
 
-The package folder ``lm/reference_models/`` holds, per model name (``grt``, ``dense``):
-
-- ``<name>.pt`` -- the weights only (no optimizer state): ``{"format", "model_kind", "model_config",
-  "dtype", "model"}``, loadable with ``torch.load(weights_only=True)``;
-- ``<name>.json`` -- its model card: the configs, tokens seen, training and wall seconds, the machine,
-  the final validation bits per byte, the exact command that made it, the recipe that reproduces it
-  (``python -m lm.train --recipe reference-<name>``) and the sha256 of the weights (and of the log);
-- ``<name>.log.jsonl`` -- the run's training log (what ``tests/test_reference_models.py`` replays).
-
-:func:`load_reference` checks the weights' sha256 against the card before unpickling anything (a mismatch
-is one error naming the file), loads with ``weights_only=True`` and rebuilds the config with
-``Config(**d)``.  :func:`load_model` is what a command's ``--checkpoint PATH`` / ``--reference NAME`` load: a
-shipped model by name, a shipped ``.pt`` through the card beside it, or a training run's checksummed checkpoint.
-Each file is at most 10 MB (:data:`MAX_FILE_BYTES`); :func:`ship_run` refuses more.
+The package folder ``lm/reference_models/`` holds, per model name (``grt``, ``dense``): ``<name>.pt``, the weights
+only (``{"format", "model_kind", "model_config", "dtype", "model"}``, loadable with ``weights_only=True``);
+``<name>.json``, its model card (the configs, tokens seen, times, the machine, the final validation bits per byte,
+the command that made it, the recipe that reproduces it, the sha256 of the weights and of the log); and
+``<name>.log.jsonl``, the run's training log.  :func:`load_reference` checks the weights' sha256 against the card
+before unpickling anything.  :func:`load_model` is what a command's ``--checkpoint PATH`` / ``--reference NAME``
+load.  Each file is at most :data:`MAX_FILE_BYTES`.
 
     python -m lm.reference list                      # what is shipped
     python -m lm.reference verify                    # every checksum (exit 1 on a mismatch)
@@ -33,15 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lm.checkpoint import (
-    build_model,
-    checkpoint_inputs,
-    checksum_path,
-    config_from_dict,
-    load_checkpoint,
-    model_from_checkpoint,
-    torch_load_bytes,
-)
+from lm.checkpoint import checkpoint_inputs, checksum_path, load_checkpoint, model_from_checkpoint, torch_load_bytes
 from lm.errors import CheckpointError
 from rmsgauge import atomic_write_bytes, atomic_write_json, check_output_dir
 from rmsgauge.atomic import sha256_bytes
@@ -123,15 +108,7 @@ def load_reference(name: str, *, root: str | Path | None = None, device: str | t
         raise CheckpointError(f"{weights_path}: not a reference model of format {REFERENCE_FORMAT}")
     if payload.get("model_config") != card.get("model_config") or payload.get("model_kind") != card["model_kind"]:
         raise CheckpointError(f"{weights_path}: its config differs from its card's")
-    kind = payload["model_kind"]
-    cfg = config_from_dict(kind, payload["model_config"])  # Config(**d)
-    model = build_model(kind, cfg).to(device=device, dtype=getattr(torch, payload.get("dtype", "float32")))
-    try:
-        model.load_state_dict(payload["model"])
-    except (RuntimeError, KeyError) as e:
-        raise CheckpointError(f"{weights_path}: the weights do not fit the config ({' '.join(str(e).split())[:200]})"
-                              ) from None
-    model.eval()
+    model = model_from_checkpoint({**payload, "source": str(weights_path)}, device=device).eval()
     model.reference_card = card
     return model
 
@@ -156,26 +133,20 @@ def reference_at(path: str | Path) -> tuple[str, Path] | None:
 
 
 def load_model(checkpoint: str | Path | None = None, reference: str | None = None, *, trust_unverified: bool = False,
-               device: str | torch.device = "cpu") -> tuple[nn.Module, dict[str, Any] | None]:
-    """``(model, card)`` in eval mode, for a command that takes ``--checkpoint PATH`` or ``--reference NAME``.
+               device: str | torch.device = "cpu") -> tuple[nn.Module, bool]:
+    """``(model, verified)`` in eval mode, for a command that takes ``--checkpoint PATH`` or ``--reference NAME``.
 
     ``reference``: the shipped model of that name, verified against its model card (:func:`load_reference`).
     ``checkpoint``: a training run's checkpoint, verified by its ``.sha256``
-    (:func:`lm.checkpoint.load_checkpoint`; ``trust_unverified`` lets one without it load), or a shipped model's
-    weights file beside its card (:func:`reference_at`), verified against the card.  ``card`` is the model card,
-    or None for a checkpoint."""
+    (:func:`lm.checkpoint.load_checkpoint`; ``trust_unverified`` lets one without it load: ``verified`` False),
+    or a shipped model's weights file beside its card (:func:`reference_at`), verified against the card."""
     if (checkpoint is None) == (reference is None):
         raise ValueError("give one of --checkpoint PATH or --reference NAME")
-    if reference is not None:
-        model = load_reference(reference, device=device)
-        return model, dict(model.reference_card)
-    shipped = reference_at(checkpoint)
+    shipped = (reference, None) if reference is not None else reference_at(checkpoint)
     if shipped is not None:
-        model = load_reference(shipped[0], root=shipped[1], device=device)
-        return model, dict(model.reference_card)
-    model = model_from_checkpoint(load_checkpoint(checkpoint, map_location="cpu", trust_unverified=trust_unverified),
-                                  device=device)
-    return model.eval(), None
+        return load_reference(shipped[0], root=shipped[1], device=device), True
+    ckpt = load_checkpoint(checkpoint, map_location="cpu", trust_unverified=trust_unverified)
+    return model_from_checkpoint(ckpt, device=device).eval(), ckpt["verified"]
 
 
 def model_inputs(checkpoint: str | Path | None = None, reference: str | None = None) -> list[Path]:

@@ -16,9 +16,7 @@ from pathlib import Path
 import torch
 
 from lm.errors import RunFolderBusy
-from rmsgauge import (
-    atomic_write_text,
-)
+from rmsgauge import atomic_write_text
 from rmsgauge.atomic import json_nulls
 
 try:
@@ -27,10 +25,6 @@ except ImportError:  # pragma: no cover - Windows: the lock falls back to O_EXCL
     fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = "run.lock"
-
-# ---------------------------------------------------------------------------------------------
-# Progress line and JSON-lines log
-# ---------------------------------------------------------------------------------------------
 
 
 class Progress:
@@ -120,13 +114,6 @@ def machine_description() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {platform.system()}"
-
-
-
-
-# ---------------------------------------------------------------------------------------------
-# The run folder's lock
-# ---------------------------------------------------------------------------------------------
 
 
 class RunLock:

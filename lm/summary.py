@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from lm.trainconfig import EQUILIBRIUM_FACTOR
-from rmsgauge import (
-    Claim,
-)
+from rmsgauge import Claim
 
 
 def expected_gauges(kind: str, model_config: dict[str, Any]) -> list[str] | None:
@@ -26,11 +25,7 @@ def expected_gauges(kind: str, model_config: dict[str, Any]) -> list[str] | None
 
 
 def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return math.nan
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else 0.5 * (xs[m - 1] + xs[m])
+    return statistics.median(xs) if xs else math.nan
 
 
 def equilibrium_medians(summary: dict[str, Any]) -> dict[str, float]:

@@ -11,53 +11,35 @@ Usage (see ``--help``)::
     python -m lm.train --out-dir runs/a --resume --max-steps 2000   # a finished run, trained longer
     python -m lm.train sample --checkpoint runs/a/ckpt.pt --prompt "ROMEO:"   # = python -m lm.sample
 
-**Configuration.**  The model config is the model's own dataclass (:class:`lm.dense.DenseConfig`
-or ``grt_model.config.GRTConfig``), starting from the CPU preset of
-:func:`lm.checkpoint.default_model_config`; the loop's is :class:`TrainConfig`.  Layers, later
-wins: defaults < ``--recipe NAME`` or ``--config FILE`` < ``--set key=value`` (bare keys: TrainConfig
-first, then the model config; or ``train.key`` / ``model.key``) < explicit flags.  Every key, every
-cross-field constraint (``lr * wd < 1``, heads dividing the width, the batch dividing across ranks), every
-output path and a memory estimate are checked before any work, naming the key and the allowed range.  On
-``--resume`` the base is the checkpoint's configs, and keys that shape the trajectory
-(:data:`RESUME_LOCKED`) may not change; the run length (``max_steps`` / ``max_tokens``) may, to extend a
-run, at the price of a recomputed cosine schedule.
+**Configuration.**  The model config is the model's own dataclass (:class:`lm.dense.DenseConfig` or
+``grt_model.config.GRTConfig``), starting from the CPU preset of :func:`lm.models.default_model_config`; the loop's
+is :class:`TrainConfig`.  Layers, later wins: defaults < ``--recipe NAME`` or ``--config FILE`` < ``--set
+key=value`` (bare keys: TrainConfig first, then the model config; or ``train.key`` / ``model.key``) < explicit
+flags.  The configs check their own keys (the dataclasses); the paths, the run folder and a memory estimate are
+checked before any work.  On ``--resume`` the base is the checkpoint's configs, and keys that shape the trajectory
+(:data:`RESUME_LOCKED`) may not change; the run length may, to extend a run (the cosine schedule is recomputed).
 
-**What is safe.**  A run folder is never overwritten: a new run into a folder that holds one
-(``ckpt.pt``, ``log.jsonl`` or ``summary.json``) is refused, naming ``--resume`` (continue it) and
-``--force`` (move it aside to ``<out>.replaced-<time>`` and start over).  The training process holds the
-folder's lock ``OUT/run.lock`` (an ``flock`` naming its pid, host and command) from before its checks until it
-ends: a second training of the same folder is refused naming the holder, and a lock left by a killed run is
-named and taken over.  Checkpoints are atomic and carry a sha256 (``ckpt.pt.sha256``) verified on load; one
-without it is refused unless ``--trust-unverified``, and one whose fields are not a checkpoint's is one line
-naming the file and the field.  The corpus's sha256 is recorded and a resume on changed data is refused.  No
-output may be an input: ``--json`` is checked against ``--data``, ``--config`` and the run folder's own files.
-A NaN or infinite loss or gradient norm stops the run before the bad step is applied, keeps the last good
-checkpoint and exits 1.  Logs are strict JSON (a non-finite value is ``null``, its key listed under
-``"nonfinite"``).  A finished run trains longer with ``--resume --max-steps N`` (or ``--max-tokens``); an explicit
-``--max-steps`` clears an inherited ``max_tokens``.
+**What is safe.**  A run folder is never overwritten: a new run into a folder that holds one is refused, naming
+``--resume`` (continue it) and ``--force`` (move it aside to ``<out>.replaced-<time>``).  The training process
+holds the folder's lock ``OUT/run.lock`` (:class:`lm.runlog.RunLock`) until it ends.  Checkpoints are atomic and
+checksummed (:mod:`lm.checkpoint`); the corpus's sha256 is recorded and a resume on changed data is refused; no
+output may be an input.  A NaN or infinite loss or gradient norm stops the run before the bad step is applied,
+keeps the last good checkpoint and exits 1.  Logs are strict JSON (a non-finite value is ``null``, its key listed
+under ``"nonfinite"``).
 
-**Exact resume.**  Batch ``t`` is drawn by a generator seeded from ``(seed, t)`` alone
-(:meth:`BatchSampler.train_batch`), the learning rate is a function of ``t``, the model has no
-dropout, and the checkpoint holds the optimizer state, RNG states, the loop's running sums and the
-hooks' state: so ``--stop-after k`` then ``--resume`` reproduces the uninterrupted run bit for bit on one
-CPU process (``tests/test_train.py::test_resume_is_bit_exact``).  SIGINT/SIGTERM stop after the current
-step with a checkpoint (acknowledged at once; a second Ctrl-C stops immediately).
+**Exact resume.**  Batch ``t`` is drawn from ``(seed, t)`` alone (:meth:`lm.batches.BatchSampler.train_batch`),
+the learning rate is a function of ``t``, the model has no dropout, and the checkpoint holds the optimizer and RNG
+states, the loop's running sums and the hooks' state: ``--stop-after k`` then ``--resume`` reproduces the
+uninterrupted run bit for bit on one CPU process.  SIGINT/SIGTERM stop after the current step with a checkpoint
+(a second Ctrl-C stops at once).
 
-**Hooks.**  The loop (:func:`_train`, nanoGPT-sized) calls step hooks (:mod:`lm.hooks`): ``on_start``,
-``after_step``, ``on_end``; ``train(..., hooks=[...])`` passes them, and by default there are none.
-``python -m studies.train`` is this command with the equilibrium monitor attached (:mod:`dynamics.monitor` on
-the gauges :func:`gauge.census.census` finds on a fixed probe batch): both packages sit above ``lm``, so the
-command that attaches them lives above them too (``main(hooks_for=...)``).
+**Hooks and data parallel.**  The loop (:mod:`lm.loop`) calls step hooks (:mod:`lm.hooks`), none by default;
+``python -m studies.train`` is this command with the equilibrium monitor attached (``main(hooks_for=...)``).
+Under ``torchrun`` each rank draws the same global batch and keeps its contiguous shard; DDP averages gradients,
+and only rank 0 writes logs and checkpoints.
 
-**Data parallel.**  Under ``torchrun`` (env ``WORLD_SIZE`` > 1) each rank draws the same global batch
-of ``batch_size`` windows and keeps its contiguous shard of ``batch_size / WORLD_SIZE``; DDP averages
-gradients, so the update is the one-process update on the global batch up to the order of the
-floating-point sum (``tests/test_ddp.py``).  Only rank 0 writes logs and checkpoints.
-
-**Logs.**  ``OUT/log.jsonl`` (one JSON object a line): ``start`` (configs, parameter counts, corpus
-sha256, gauge census), ``train`` (loss, lr, tokens, tokens/s), ``eval`` (val loss and bits per byte
-:math:`= \text{loss}/\ln 2`), ``equilibrium`` (the monitor's record: norm and per-step angle of every gauge
-tensor against the rotational-equilibrium predictions of :mod:`dynamics.laws`), ``end`` (summary, also in
+**Logs.**  ``OUT/log.jsonl``: ``start`` (configs, parameter counts, corpus sha256), ``train`` (loss, lr, tokens,
+tokens/s), ``eval`` (val loss and bits per byte), the hooks' records, ``end`` (the summary, also in
 ``OUT/summary.json``).  ``OUT/ckpt.pt`` is the checkpoint.
 """
 
@@ -72,34 +54,17 @@ from pathlib import Path
 from typing import Any
 
 from lm import sample as sample_cli
-from lm.checkpoint import (
-    MODEL_KINDS,
-    check_resumable,
-    config_from_dict,
-    config_to_dict,
-    default_model_config,
-    load_checkpoint,
-    model_classes,
-)
+from lm.checkpoint import check_resumable, load_checkpoint
 from lm.dist import resolve_device
-from lm.loop import train  # re-exported: `from lm.train import train, TrainConfig, read_log`
-from lm.preflight import _n_layers_key, check_memory, check_model_values, check_run_dir, validate_model_config
-from lm.runlog import LOCK_NAME, read_log  # noqa: F401  (read_log: public API, see above)
+from lm.loop import train
+from lm.models import DEPTH_KEY, MODEL_KINDS, config_from_dict, config_to_dict, default_model_config, model_classes
+from lm.preflight import check_memory, check_run_dir
+from lm.runlog import LOCK_NAME
 from lm.summary import format_summary, summary_claims
 from lm.trainconfig import RESUME_LOCKED, WRITTEN_FILES, TrainConfig
-from rmsgauge import (
-    check_choice,
-    check_output_file,
-    check_range,
-    reject_unknown_keys,
-    write_claims_json,
-)
+from rmsgauge import check_choice, check_output_file, check_range, reject_unknown_keys, write_claims_json
 from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, one_line, run_main
 from rmsgauge.corpus import corpus_files
-
-# ---------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------
 
 
 def _parse_value(key: str, raw: str, current: Any) -> Any:
@@ -114,10 +79,7 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
             return int(raw)
         if isinstance(current, float):
             return float(raw)
-        if isinstance(current, (list, tuple)):
-            return type(current)(json.loads(raw)) if raw.strip().startswith("[") else type(current)(
-                type(current[0])(v) for v in raw.split(","))
-        if current is None:
+        if current is None or isinstance(current, dict):
             return json.loads(raw)
         return raw
     except (ValueError, TypeError, json.JSONDecodeError):
@@ -161,12 +123,9 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
     file_cfg, recipe_out = _base_config(args)
     out_dir = args.out_dir if args.out_dir is not None else (
         recipe_out or file_cfg.get("train", {}).get("out_dir") or TrainConfig.out_dir)
-    if out_dir == "":
-        raise ValueError("--out-dir must be a folder path, got an empty string")
+    check_run_dir(out_dir, args.resume, args.force)
     ckpt = None
     if args.resume:
-        if args.force:
-            raise ValueError("--resume continues the run in --out-dir and --force starts over: give one of them")
         ckpt = load_checkpoint(Path(out_dir) / "ckpt.pt", trust_unverified=args.trust_unverified)
         check_resumable(ckpt)
         kind = ckpt["model_kind"]
@@ -198,18 +157,17 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
     for flag, key in MODEL_FLAGS.items():
         v = getattr(args, flag, None)
         if v is not None:
-            mdict[key or _n_layers_key(kind)] = v
-            explicit_model.add(key or _n_layers_key(kind))
+            mdict[key or DEPTH_KEY[kind]] = v
+            explicit_model.add(key or DEPTH_KEY[kind])
     if getattr(args, "d_model", None) is not None and "d_ff" not in explicit_model and not args.resume:
         mdict["d_ff"] = FF_RATIO * args.d_model  # the FFN's width follows the model's (a resume keeps the model)
     tdict["out_dir"] = out_dir
     tcfg = TrainConfig(**tdict)
-    check_model_values(mdict, tcfg.tokenizer)
     try:
         mcfg = config_from_dict(kind, mdict)
     except (ValueError, TypeError) as e:
         raise ValueError(f"model config: {one_line(e)}") from None
-    validate_model_config(kind, mcfg, tcfg.tokenizer)
+    tcfg.check_model(mcfg)
     if ckpt is not None:
         _check_resume(ckpt, tdict, mcfg)
     return kind, mcfg, tcfg, args.resume
@@ -355,7 +313,6 @@ def _check(args: argparse.Namespace) -> Any:
     check_output_file("--json", args.json)
     kind, mcfg, tcfg, resume = resolve(args)
     out = Path(tcfg.out_dir)
-    check_run_dir(out, resume, args.force)
     data = corpus_files(tcfg.data or None) if tcfg.data else None  # the data exists (read before the model)
     check_outputs_against_inputs({"--data": [tcfg.data, *data] if data else None, "--config": args.config},
                                  {"--json": args.json}, {"--out-dir": out},

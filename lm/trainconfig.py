@@ -6,10 +6,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rmsgauge import (
-    check_choice,
-    check_range,
-)
+from lm.dist import check_device
+from rmsgauge import check_choice, check_range
+from rmsgauge.corpus import VOCAB_SIZE
 
 # Structure-aware learning rates: a structured layer's parameters are not a dense matrix's, and one lr for all of
 # them is the wrong-multiplier baseline (Qiu et al. 2024, "Compute Better Spent", arXiv 2406.06248, give each
@@ -60,52 +59,43 @@ class TrainConfig:
     lr_mult: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _float("train.lr", self.lr, 0.0, 10.0, lo_open=True)
-        _float("train.min_lr_frac", self.min_lr_frac, 0.0, 1.0)
-        _int("train.warmup_steps", self.warmup_steps, 0)
-        _choice("train.schedule", self.schedule, ("cosine", "constant"))
-        _float("train.wd", self.wd, 0.0, 10.0)
-        if self.lr * self.wd >= 1.0:  # AdamW multiplies decayed weights by 1 - lr*wd every step
-            raise ValueError(f"train.lr * train.wd must be in [0, 1) (AdamW scales the weights by 1 - lr*wd each "
-                             f"step), got {self.lr:g} * {self.wd:g} = {self.lr * self.wd:g}")
-        _float("train.beta1", self.beta1, 0.0, 1.0, hi_open=True)
-        _float("train.beta2", self.beta2, 0.0, 1.0, hi_open=True)
-        _float("train.adam_eps", self.adam_eps, 0.0, 1.0, lo_open=True)
-        _float("train.grad_clip", self.grad_clip, 0.0)
-        _int("train.batch_size", self.batch_size, 1)
-        _int("train.max_steps", self.max_steps, 1)
-        _int("train.max_tokens", self.max_tokens, 0)
-        _int("train.eval_interval", self.eval_interval, 0)
-        _int("train.eval_batches", self.eval_batches, 1)
-        _int("train.log_interval", self.log_interval, 1)
-        _int("train.gauge_interval", self.gauge_interval, 0)
-        _int("train.ckpt_interval", self.ckpt_interval, 0)
-        _float("train.val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
-        _int("train.seed", self.seed, 0, 2**32 - 1)
-        if not isinstance(self.device, str) or not (
-                self.device in ("auto", "cpu", "cuda")
-                or (self.device.startswith("cuda:") and self.device[5:].isdigit())):
-            raise ValueError(f"train.device must be one of auto, cpu, cuda, cuda:N; got {self.device!r}")
-        _choice("train.dtype", self.dtype, ("float32", "float64"))
-        _int("train.threads", self.threads, 0, 1024)
-        _choice("train.tokenizer", self.tokenizer, ("bytes", "bpe"))
+        """Every field against its allowed range (one-line errors naming ``train.<field>``)."""
+        for name, lo, hi, kw in _REALS:
+            _float(f"train.{name}", getattr(self, name), lo, hi, **kw)
+        for name, lo, hi in _INTS:
+            _int(f"train.{name}", getattr(self, name), lo, hi)
+        for name, choices in _CHOICES:
+            check_choice(f"train.{name}", getattr(self, name), choices)
+        check_device("train.device", self.device)
         if not isinstance(self.data, str):
             raise ValueError(f"train.data must be a path string (\"\" = the bundled corpus), got {self.data!r}")
         if not isinstance(self.out_dir, str) or not self.out_dir:
             raise ValueError(f"train.out_dir must be a non-empty folder path, got {self.out_dir!r}")
         if not isinstance(self.probe_gauges, bool):
             raise ValueError(f"train.probe_gauges must be true or false, got {self.probe_gauges!r}")
-
         if not isinstance(self.lr_mult, dict):
             raise ValueError(f"train.lr_mult must be a mapping of lr group to multiplier, got {self.lr_mult!r}")
         for k, v in self.lr_mult.items():
             if k not in LR_GROUPS:
                 raise ValueError(f"train.lr_mult: unknown lr group {k!r}; the groups are {', '.join(LR_GROUPS)}")
             _float(f"train.lr_mult.{k}", v, 0.0, 1e4, lo_open=True)
+        # AdamW multiplies decayed weights by 1 - lr*wd every step: at or past 1 it flips or zeroes them
+        if self.lr * self.wd >= 1.0:
+            raise ValueError(f"train.lr * train.wd must be in [0, 1) (AdamW scales the weights by 1 - lr*wd each "
+                             f"step), got {self.lr:g} * {self.wd:g} = {self.lr * self.wd:g}")
         peak = self.lr * max([1.0, *self.lr_mult.values()])
         if peak * self.wd >= 1.0:
             raise ValueError(f"train.lr * train.lr_mult * train.wd must be in [0, 1) for every group, got "
                              f"{peak:g} * {self.wd:g} = {peak * self.wd:g}")
+
+    def check_model(self, model_cfg: Any) -> None:
+        """The model's vocabulary fits this run's tokens: the 256 bytes, or (BPE) more than the 256 byte symbols."""
+        v = model_cfg.vocab_size
+        if self.tokenizer == "bytes" and v != VOCAB_SIZE:
+            raise ValueError(f"model.vocab_size must be {VOCAB_SIZE} (the tokens are bytes), got {v!r}")
+        if self.tokenizer != "bytes" and v <= VOCAB_SIZE:
+            raise ValueError(f"model.vocab_size must be an integer above {VOCAB_SIZE} for BPE (the byte alphabet "
+                             f"plus merges), got {v!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +116,16 @@ class TrainConfig:
         return self.lr * (self.min_lr_frac + (1.0 - self.min_lr_frac) * cosine)
 
 
+_REALS = (("lr", 0.0, 10.0, {"lo_open": True}), ("min_lr_frac", 0.0, 1.0, {}), ("wd", 0.0, 10.0, {}),
+          ("beta1", 0.0, 1.0, {"hi_open": True}), ("beta2", 0.0, 1.0, {"hi_open": True}),
+          ("adam_eps", 0.0, 1.0, {"lo_open": True}), ("grad_clip", 0.0, None, {}),
+          ("val_fraction", 0.0, 1.0, {"lo_open": True, "hi_open": True}))
+_INTS = (("warmup_steps", 0, None), ("batch_size", 1, None), ("max_steps", 1, None), ("max_tokens", 0, None),
+         ("eval_interval", 0, None), ("eval_batches", 1, None), ("log_interval", 1, None), ("gauge_interval", 0, None),
+         ("ckpt_interval", 0, None), ("seed", 0, 2**32 - 1), ("threads", 0, 1024))
+_CHOICES = (("schedule", ("cosine", "constant")), ("dtype", ("float32", "float64")),
+            ("tokenizer", ("bytes", "bpe")))
+
 # keys that shape the trajectory: changing them on --resume would not continue the same run
 RESUME_LOCKED = ("lr", "min_lr_frac", "warmup_steps", "schedule", "wd", "beta1", "beta2", "adam_eps", "grad_clip",
                  "batch_size", "seed", "dtype", "data", "val_fraction", "lr_mult", "tokenizer")
@@ -141,9 +141,3 @@ def _int(name: str, v: Any, lo: int, hi: int | None = None) -> None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"{name} must be an integer in [{lo}, {'inf' if hi is None else hi}], got {v!r}")
     check_range(name, v, lo, hi)
-
-
-def _choice(name: str, v: Any, choices: tuple[str, ...]) -> None:
-    check_choice(name, v, choices)
-
-

@@ -365,9 +365,9 @@ CONSOLE_COMMANDS = {
     "rmsgauge-train": ("studies.train", "python -m studies.train"),  # lm.train with the equilibrium monitor
     "rmsgauge-sample": ("lm.sample", "python -m lm.sample"),
     "rmsgauge-evaluate": ("lm.evaluate", "python -m lm.evaluate"),
-    "rmsgauge-hf": ("lm.hf_convert", "python -m lm.hf"),
+    "rmsgauge-hf": ("lm.hf", "python -m lm.hf"),
     "rmsgauge-reference": ("lm.reference", "python -m lm.reference"),
-    "rmsgauge-bench": ("lm.bench", "python -m lm.bench"),
+    "rmsgauge-bench": ("lm.bench.__main__", "python -m lm.bench"),
     "rmsgauge-experiments": ("studies.experiments", "python -m studies.experiments"),
     "rmsgauge-trained": ("studies.trained", "python -m studies.trained"),
 }

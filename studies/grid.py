@@ -170,7 +170,7 @@ def model_params(kind: str, cfg: dict[str, Any]) -> int:
     """A model's parameter count for a config dict (built on the meta device: nothing allocated; tied once)."""
     import torch
 
-    from lm.checkpoint import build_model, config_from_dict
+    from lm.models import build_model, config_from_dict
 
     with torch.device("meta"):
         m = build_model(kind, config_from_dict(kind, cfg))

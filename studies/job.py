@@ -43,9 +43,9 @@ def _log_records(run_dir: Path) -> list[dict[str, Any]]:
 
 def _train(spec: dict[str, Any], run_dir: Path, threads: int) -> tuple[dict[str, Any] | None, str]:
     """Train to the end; ``(summary, status)`` with status ``complete`` | ``diverged`` | ``interrupted``."""
-    from lm.checkpoint import config_from_dict
     from lm.errors import NonFiniteError
     from lm.loop import train
+    from lm.models import config_from_dict
     from lm.trainconfig import TrainConfig
     from studies.grid import RunSpec
 
@@ -94,7 +94,7 @@ def is_stable(status: str, initial: float, final: float | None, max_train: float
 
 def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tuple, path: dict[str, Any],
                status: str) -> dict[str, Any]:
-    from lm.checkpoint import build_model
+    from lm.models import build_model
     from studies.measure import block_grad_norms, grad_norm_ratio
 
     seed_everything(seed)
@@ -154,7 +154,8 @@ def _imported(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_job(run_dir: Path, threads: int = 1) -> int:
-    from lm.checkpoint import config_from_dict, load_checkpoint, model_from_checkpoint
+    from lm.checkpoint import load_checkpoint, model_from_checkpoint
+    from lm.models import config_from_dict
     from rmsgauge.corpus import ByteCorpus
     from studies.measure import held_out_batch
 
@@ -204,7 +205,7 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
 
 def _trained_claims(model: torch.nn.Module, spec: dict[str, Any], run_dir: Path) -> None:
     """The trained-model claims on this run (float64 copies, against its own init): ``trained_claims.json``."""
-    from lm.checkpoint import build_model
+    from lm.models import build_model
     from rmsgauge import write_claims_json
     from rmsgauge.corpus import ByteCorpus
     from studies.measure import held_out_batch

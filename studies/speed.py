@@ -40,8 +40,8 @@ def probe(reference: tuple[str, dict[str, Any]], fast: tuple[str, dict[str, Any]
 
     Returns ``speed_ratio`` = tok/s(fast) / tok/s(reference) = median step(reference) / median step(fast), both
     medians, every timed step, and the load average around the probe."""
-    from lm.bench_profile import training_step
-    from lm.checkpoint import build_model, config_from_dict
+    from lm.bench import training_step
+    from lm.models import build_model, config_from_dict
     from rmsgauge import seed_everything
     from rmsgauge.corpus import ByteCorpus
 

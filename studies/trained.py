@@ -87,7 +87,7 @@ def load(path: str | None, kind: str, name: str | None = None) -> tuple[nn.Modul
 
 def init_copy(model: nn.Module, kind: str, card: dict[str, Any] | None) -> nn.Module:
     """The same config initialized with the run's seed: the model before its first step."""
-    from lm.checkpoint import build_model
+    from lm.models import build_model
 
     seed_everything(int(card["train_config"]["seed"]) if card else 0)
     return build_model(kind, model.config)

@@ -1,4 +1,4 @@
-"""The benchmark's trainer case (``python -m lm.bench --trainer``, :mod:`lm.bench_trainer`) and its checks before
+"""The benchmark's trainer case (``python -m lm.bench --trainer``, :mod:`lm.bench.trainer`) and its checks before
 work.  No timing is asserted: the shapes are the recipes', the figures come from the trainer's own log, the
 ratios, floors and claims are computed as documented, bad flags and a bad ``--json`` are refused in one line
 before anything runs, and (slow) a tiny shape trains end to end through ``python -m lm.train``."""
@@ -11,12 +11,15 @@ import time
 
 import pytest
 
-from lm import bench, bench_trainer
-from lm.bench_trainer import SHAPES, Setting, TrainerConfig, TrainerRow
+from lm import bench
+from lm.bench import SHAPES, Setting, TrainerConfig, TrainerRow
+from lm.bench import trainer as bench_trainer
+from lm.bench.__main__ import main
+from lm.models import param_count
 
 
 def test_shipped_shape_is_the_shipped_recipes():
-    from lm.checkpoint import config_to_dict
+    from lm.models import config_to_dict
     from lm.recipes import get_recipe
 
     g, d = bench_trainer.model_configs(SHAPES["shipped"])
@@ -24,7 +27,7 @@ def test_shipped_shape_is_the_shipped_recipes():
     assert config_to_dict(d) == get_recipe("reference-dense").model_config  # width 136
     g, d = bench_trainer.model_configs(SHAPES["text"])
     assert (g.d_model, g.n_heads, g.n_blocks, g.d_ff, g.block_size) == (256, 4, 12, 1024, 64)
-    assert d.n_layers == 12 and abs(bench_trainer._n_params("dense", d) / bench_trainer._n_params("grt", g) - 1) < 0.05
+    assert d.n_layers == 12 and abs(param_count("dense", d) / param_count("grt", g) - 1) < 0.05
 
 
 def test_flops_per_token_counts_the_layers():
@@ -73,7 +76,7 @@ def test_a_failed_run_is_reported_not_hidden():
     rows = [_row("text", "1 thread", "grt", math.nan, 2e7, error="exit 1: boom"),
             _row("text", "1 thread", "dense", 1000, 1.9e7)]
     assert "exit 1: boom" in bench_trainer.format_trainer(rows, 0.6)
-    assert not [c for c in bench.claims_from([], "float32", rows) if c.id == "bench.trainer_text_vs_dense"]
+    assert not [c for c in bench.claims_and_floors([], "float32", rows)[0] if c.id == "bench.trainer_text_vs_dense"]
 
 
 @pytest.mark.parametrize(("argv", "msg"), [
@@ -92,7 +95,7 @@ def test_bad_flags_and_outputs_are_refused_before_work(tmp_path, capsys, argv, m
     (tmp_path / "afile").write_text("x")
     t0 = time.perf_counter()
     with pytest.raises(SystemExit) as ex:
-        bench.main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+        main([a.replace("{tmp}", str(tmp_path)) for a in argv])
     assert ex.value.code == 2 and time.perf_counter() - t0 < 10  # refused at once, nothing run
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("python -m lm.bench: error:")]
     assert len(err) == 1 and msg in err[0]
@@ -116,7 +119,7 @@ def test_a_tiny_shape_trains_through_the_trainer(tmp_path):
 def test_the_step_profile_adds_up_and_names_the_glue(tmp_path, capsys):
     """The tiny shape (eager cascades: below the fused kernels' token threshold): every category's time sums to
     the profiled step, the GRT runs many more operators than its dense twin, and the CLI writes it as JSON."""
-    from lm.bench_profile import CATEGORIES, categorize, profile_shape
+    from lm.bench import CATEGORIES, categorize, profile_shape
 
     assert categorize("_CascadeFnBackward") == "cascade backward" and categorize("aten::mm") == "matmul (dense GEMMs)"
     assert categorize("aten::mul") == "elementwise + glue" and categorize("MulBackward0") == "autograd engine"
@@ -126,7 +129,7 @@ def test_the_step_profile_adds_up_and_names_the_glue(tmp_path, capsys):
         assert set(p.ms_per_step) <= {c for c, _ in CATEGORIES} | {"other"} and p.wall_ms_per_step > 0
     assert sum(grt.ops_per_step.values()) > 2 * sum(dense.ops_per_step.values())
     out = tmp_path / "p.json"
-    assert bench.main(["--only", "none", "--profile", "--trainer-shapes", "tiny", "--profile-steps", "1",
+    assert main(["--only", "none", "--profile", "--trainer-shapes", "tiny", "--profile-steps", "1",
                        "--threads", "1", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "step profile: tiny" in text and text.strip().splitlines()[-1].startswith("no targets measured")

@@ -77,11 +77,11 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     "proofs": ("proofs.__main__", {
         "--only": ("zzz-no-such-proof",), "--json": BAD_OUT_FILE,
     }, ()),
-    "lm.hf import": ("lm.hf_convert", {
+    "lm.hf import": ("lm.hf", {
         "--model-dir": ("missing", "afile", "emptydir", "adir"), "--checkpoint": ("adir", "afile/x.pt", ""),
         "--ckpt": ("new.pt",),
     }, ("import", "--model-dir", "HF", "--checkpoint", "new.pt")),
-    "lm.hf export": ("lm.hf_convert", {
+    "lm.hf export": ("lm.hf", {
         "--checkpoint": ("missing.pt", "adir", "afile", "junk.pt"), "--out-dir": ("afile", "afile/sub", "", "adir"),
         "--reference": ("gpt",), "--out": ("x",),
     }, ("export", "--checkpoint", "RUN/ckpt.pt", "--out-dir", "exp")),
@@ -90,7 +90,7 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "--device": ("tpu", "cuda:x"), "--json": BAD_OUT_FILE, "--model-dir": ("missing", "afile", "emptydir"),
         "--tasks": ("", ","), "--include-path": ("missing", "afile"),
     }, ("--model-dir", "HF", "--tasks", "fuzz_mc", "--include-path", "tasks", "--only-include-path")),
-    "lm.bench": ("lm.bench", {
+    "lm.bench": ("lm.bench.__main__", {
         "--tokens": BAD_INT, "--ref-tokens": BAD_INT, "--repeats": BAD_INT, "--warmup": BAD_INT,
         "--threads": BAD_INT, "--only": ("nosuch", ""), "--dtype": ("float16", ""), "--json": BAD_OUT_FILE,
     }, ("--only", "qkvo", "--tokens", "16", "--repeats", "1", "--warmup", "0")),
@@ -131,7 +131,8 @@ def _template() -> Path:
     if _TEMPLATE:
         return _TEMPLATE[0]
     from lm.dense import DenseConfig
-    from lm.train import TrainConfig, train
+    from lm.loop import train
+    from lm.trainconfig import TrainConfig
     from rmsgauge.corpus import bundled_corpus_files
 
     root = _sandbox()
@@ -142,7 +143,7 @@ def _template() -> Path:
                       out_dir=str(root / "RUN"))
     train("dense", DenseConfig(d_model=16, n_heads=2, n_layers=1, d_ff=32, block_size=16), cfg, progress=False)
     try:
-        from lm.hf_convert import save_pretrained_dir
+        from lm.hf import save_pretrained_dir
 
         save_pretrained_dir(root / "RUN" / "ckpt.pt", root / "HF")
     except ModuleNotFoundError:  # no hf extra: the hf and evaluate draws are skipped
@@ -177,9 +178,9 @@ IO_CASES = {
     "lm.sample": ("lm.sample", ["--checkpoint", "RUN/ckpt.pt", "--tokens", "2"], "--json",
                   ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256", "RUN/log.jsonl")),
     "gauge": ("gauge.__main__", ["--data", "c.txt", "--train-steps", "0", "--quiet"], "--json", ("c.txt",)),
-    "lm.hf import": ("lm.hf_convert", ["import", "--model-dir", "HF"], "--checkpoint",
+    "lm.hf import": ("lm.hf", ["import", "--model-dir", "HF"], "--checkpoint",
                      ("HF/model.safetensors", "HF/x.pt", "RUN/ckpt.pt", "HF/SHA256SUMS")),
-    "lm.hf export": ("lm.hf_convert", ["export", "--checkpoint", "RUN/ckpt.pt"], "--out-dir", ("RUN", "HF", ".")),
+    "lm.hf export": ("lm.hf", ["export", "--checkpoint", "RUN/ckpt.pt"], "--out-dir", ("RUN", "HF", ".")),
     "lm.evaluate": ("lm.evaluate", ["--model-dir", "HF", "--tasks", "fuzz_mc", "--include-path", "tasks",
                                     "--only-include-path"], "--json",
                     ("tasks/mc.jsonl", "tasks/mc.yaml", "HF/config.json", "HF/new.json", "tasks/new.json")),
@@ -311,7 +312,7 @@ def test_fuzz_input_equals_output(data):
     any work, and nothing in the sandbox changes."""
     name = data.draw(st.sampled_from(sorted(IO_CASES)), label="cli")
     module, base, out_flag, inputs = IO_CASES[name]
-    if module in ("lm.hf_convert", "lm.evaluate"):
+    if module in ("lm.hf", "lm.evaluate"):
         _needs_hf()
     target = data.draw(st.sampled_from(inputs), label="input")
     _refused_onto_input(name, target)
@@ -331,7 +332,7 @@ def _refused_onto_input(name: str, target: str) -> None:
 @pytest.mark.parametrize(("name", "target"), [(n, t) for n, case in sorted(IO_CASES.items()) for t in case[3]])
 def test_every_output_onto_every_input_is_refused(name, target):
     """Each pair the draws above sample from, every time: no input of any command is ever written over."""
-    if IO_CASES[name][0] in ("lm.hf_convert", "lm.evaluate"):
+    if IO_CASES[name][0] in ("lm.hf", "lm.evaluate"):
         _needs_hf()
     _refused_onto_input(name, target)
 

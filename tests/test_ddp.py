@@ -23,7 +23,9 @@ import torch.multiprocessing as mp
 
 from lm.checkpoint import load_checkpoint
 from lm.dense import DenseConfig
-from lm.train import TrainConfig, read_log, train
+from lm.loop import train
+from lm.runlog import read_log
+from lm.trainconfig import TrainConfig
 from rmsgauge import tolerance
 from rmsgauge.corpus import bundled_corpus_files
 from studies.train import monitor_hooks

@@ -20,8 +20,10 @@ import torch
 from lm.checkpoint import checksum_path, load_checkpoint, save_checkpoint
 from lm.dense import DenseConfig, DenseTransformer
 from lm.errors import CheckpointError, RunFolderBusy
+from lm.loop import train
 from lm.runlog import LOCK_NAME, RunLock
-from lm.train import TrainConfig, main, train
+from lm.train import main
+from lm.trainconfig import TrainConfig
 from rmsgauge.atomic import sha256_bytes
 from rmsgauge.cli import (
     CONSOLE_COMMANDS,
@@ -420,7 +422,7 @@ CONVERTED = {
     "rotational_compare": ("tools.rotational_compare", "build_parser"),
     "grt_model": ("grt_model.__main__", "build_parser"), "studies.experiments": ("studies.experiments", "build_parser"),
     "studies.trained": ("studies.trained", "build_parser"), "gauge census": ("gauge.census_cli", "build_parser"),
-    "lm.bench": ("lm.bench", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
+    "lm.bench": ("lm.bench.__main__", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
     "tools.readme_blocks": ("tools.readme_blocks", "build_parser"), "lm.bpe": ("lm.bpe", "build_parser"),
     "gauge.census_bench": ("gauge.census_bench", "build_parser"), "bench/cuda_check.py": ("bench/cuda_check.py",
                                                                                           "build_parser"),
@@ -429,7 +431,6 @@ CONVERTED = {
 NOT_PARSERS = {
     "studies.job": "the experiment driver's worker: one positional run folder, written by the driver",
     "studies.train": "lm.train's parser (CONVERTED) under another prog",
-    "lm.hf": "runs lm.hf_convert's parser (CONVERTED)",
     "gauge.py": "runs gauge.__main__ (CONVERTED)", "dynamics.py": "runs dynamics.__main__ (CONVERTED)",
     "test_rmsgauge.py": "pytest's own command line: every flag passes through to pytest",
 }

@@ -20,10 +20,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from grt_model import GRT, GRTConfig
 from lm.checkpoint import load_checkpoint, model_from_checkpoint
 from lm.dense import DenseConfig, DenseTransformer
-from lm.hf import NEWLINE_ID, DenseForCausalLM, GRTForCausalLM, wrap
-from lm.hf_convert import main, save_pretrained_dir, to_checkpoint
+from lm.hf import main, save_pretrained_dir, to_checkpoint
+from lm.hf_classes import NEWLINE_ID, DenseForCausalLM, GRTForCausalLM, wrap
+from lm.loop import train
 from lm.sample import generate as project_generate
-from lm.train import TrainConfig, train
+from lm.trainconfig import TrainConfig
 from rmsgauge import assert_close, seed_everything
 from rmsgauge.corpus import decode, encode
 
@@ -301,7 +302,7 @@ def test_import_refuses_a_file_the_sums_do_not_cover(models, tmp_path, capsys):
     """The loader shim is the code ``trust_remote_code=True`` runs: a line appended to it is refused whether its sum
     is left (a mismatch), taken off the list, or rewritten to match; and a file the sums do not list is refused."""
     from lm.checkpoint import SUMS_NAME
-    from lm.hf_convert import SHIM_NAME
+    from lm.hf import SHIM_NAME
 
     _, d = models[("dense", "random")]
     shim = f"{SHIM_NAME}.py"

@@ -26,8 +26,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from grt_model import GRT, GRTConfig
 from lm.dense import DenseConfig, DenseTransformer
 from lm.evaluate import evaluate, main
-from lm.hf import NEWLINE_ID
-from lm.hf_convert import save_pretrained_dir
+from lm.hf import save_pretrained_dir
+from lm.hf_classes import NEWLINE_ID
 from rmsgauge import assert_close, seed_everything
 from rmsgauge.corpus import encode
 
@@ -242,7 +242,7 @@ def test_json_never_replaces_an_input(runs, tmp_path, capsys):
 def test_claim_holds_and_a_planted_bug_flips_it(runs, tmp_path, capsys, monkeypatch):
     """lm.evaluate states 'evaluation equals direct log-likelihood' as a claim: it holds, and a one-line bug in the
     HF wrapper (logits shifted by 0.01 on one byte) makes the command exit 1 with the claim failed."""
-    import lm.hf as hf
+    import lm.hf_classes as hf
 
     _, d, _, root = runs["grt"]
     argv = ["--model-dir", str(d), "--tasks", "rmsgauge_local_mc,rmsgauge_local_ppl", "--include-path", str(root),

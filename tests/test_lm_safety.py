@@ -18,7 +18,9 @@ import torch
 from lm.checkpoint import checksum_path, load_checkpoint, save_checkpoint
 from lm.dense import DenseConfig, DenseTransformer
 from lm.errors import CheckpointError, NonFiniteError
-from lm.train import TrainConfig, main, train
+from lm.loop import train
+from lm.train import main
+from lm.trainconfig import TrainConfig
 from rmsgauge import atomic_write_json
 from rmsgauge.corpus import ByteCorpus, bundled_corpus_files, load_bytes
 
@@ -114,7 +116,7 @@ def test_nan_norm_eps_is_refused_before_training(tmp_path, small_corpus, capsys)
     with pytest.raises(SystemExit) as exc:
         main(_argv(out, small_corpus, "--max-steps", "4", "--set", "model.norm_eps=nan"))
     assert exc.value.code == 2
-    assert "model.norm_eps" in _one_error_line(capsys.readouterr().err) and not out.exists()
+    assert "DenseConfig.norm_eps" in _one_error_line(capsys.readouterr().err) and not out.exists()
 
 
 class _PoisonAt:
@@ -269,9 +271,9 @@ def test_sigint_during_evaluation_is_acknowledged(tmp_path, small_corpus, capsys
 
 @pytest.mark.parametrize(("setting", "message"), [
     ("model.vocab_size=512", "model.vocab_size must be 256"),
-    ("model.init_std=nan", "model.init_std must be in [0, inf)"),
-    ("model.init_std=-1", "model.init_std must be in [0, inf)"),
-    ("model.qk_norm_eps=inf", "model.qk_norm_eps must be in [0, inf)"),
+    ("model.init_std=nan", "DenseConfig.init_std must be a finite number in [0, inf)"),
+    ("model.init_std=-1", "DenseConfig.init_std must be a finite number in [0, inf)"),
+    ("model.qk_norm_eps=inf", "DenseConfig.qk_norm_eps must be a finite number in [0, inf)"),
 ])
 def test_model_keys_are_validated(tmp_path, small_corpus, capsys, setting, message):
     with pytest.raises(SystemExit) as exc:

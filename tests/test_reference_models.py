@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm.checkpoint import config_from_dict, config_to_dict, model_from_checkpoint
+from lm.checkpoint import model_from_checkpoint
 from lm.dense import DenseConfig
 from lm.errors import CheckpointError
+from lm.loop import train
+from lm.models import config_from_dict, config_to_dict
 from lm.recipes import RECIPE_NAMES, REFERENCE_RECIPE_NAMES, get_recipe
 from lm.reference import (
     MAX_FILE_BYTES,
@@ -28,7 +30,8 @@ from lm.reference import (
     ship_run,
     verify_reference,
 )
-from lm.train import TrainConfig, read_log, train
+from lm.runlog import read_log
+from lm.trainconfig import TrainConfig
 from rmsgauge import tolerance
 from rmsgauge.corpus import bundled_corpus_files
 
@@ -91,8 +94,8 @@ def test_a_shipped_file_loads_by_name_or_path_through_its_card(shipped, tiny_run
     from lm.reference import load_model
     from lm.sample import main as sample_main
 
-    model, card = load_model(checkpoint=shipped / "dense.pt")
-    assert card == reference_card("dense", root=shipped) and not model.training
+    model, verified = load_model(checkpoint=shipped / "dense.pt")
+    assert verified and model.reference_card == reference_card("dense", root=shipped) and not model.training
     trained = model_from_checkpoint(load_checkpoint(tiny_run / "ckpt.pt"))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), trained.state_dict().values()))
     argv = ["--tokens", "6", "--seed", "4", "--quiet"]

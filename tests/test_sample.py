@@ -132,9 +132,10 @@ def test_bench_sample_case_reports_the_three_samplers(tmp_path, capsys):
     import json
 
     from lm import bench
+    from lm.bench.__main__ import main
 
     out = tmp_path / "bench.json"
-    assert bench.main(["--only", "sample", "--sample-bytes", "4", "--repeats", "1", "--threads", "1",
+    assert main(["--only", "sample", "--sample-bytes", "4", "--repeats", "1", "--threads", "1",
                        "--json", str(out)]) == 0
     rec = json.loads(out.read_text())
     rows = {(r["case"], r["impl"]): r for r in rec["rows"]}

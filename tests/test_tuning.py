@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tiny(kind):
-    from lm.checkpoint import build_model, config_from_dict
+    from lm.models import build_model, config_from_dict
 
     cfg = ({"vocab_size": 256, "block_size": 16, "d_model": 16, "n_heads": 2, "n_blocks": 1, "d_ff": 32}
            if kind == "grt" else
@@ -63,8 +63,9 @@ def test_bad_multipliers_are_refused_naming_the_group(mult, needle):
 
 
 def test_multipliers_reach_the_optimizer_groups_at_every_step(tmp_path):
-    from lm.checkpoint import config_from_dict, load_checkpoint
+    from lm.checkpoint import load_checkpoint
     from lm.loop import train
+    from lm.models import config_from_dict
 
     cfg = TrainConfig(lr=1e-2, batch_size=2, max_steps=4, warmup_steps=2, eval_interval=0, eval_batches=1,
                       log_interval=1, gauge_interval=0, ckpt_interval=0, device="cpu", out_dir=str(tmp_path),

@@ -1,30 +1,22 @@
 r"""``python -m lm.bench --trainer``: the GRT against its parameter-matched dense model, trained by the real trainer.
 
-Each run is ``python -m lm.train`` in a fresh process (``torchrun`` for data parallel), on the bundled corpus,
-float32, with ``--threads N`` and ``OMP_NUM_THREADS=N``; the GRT and its dense twin run one after the other with
-the same settings.  The figure is the trainer's own: the ``tok_per_s`` of its per-step ``train`` log records
-(``log_interval = 1``), median over the steady-state steps (the first ``warmup`` steps dropped: they load the
-kernels and touch memory for the first time).  The run skips the gauge census (``probe_gauges = false``; the
-dense model would otherwise carry the equilibrium monitor's hooks, the GRT none) and evaluates once at the
-start and once at the end (one batch), outside the timed steps.  Peak memory is the process's maximum resident
-set (``wait4``), interpreter and libraries included.
+Each run is ``python -m lm.train`` in a fresh process (``torchrun`` for data parallel) on the bundled corpus,
+float32, with ``--threads N`` and ``OMP_NUM_THREADS=N``; the GRT and its dense twin run one after the other with the
+same settings.  The figure is the trainer's own: the ``tok_per_s`` of its per-step ``train`` records, median over
+the steady-state steps (the first ``warmup`` steps load the kernels and touch memory for the first time).  The run
+skips the gauge census and evaluates one batch at the start and the end, outside the timed steps.  Peak memory is
+the process's maximum resident set (``wait4``), interpreter included.  The fused kernels are compiled (or loaded)
+once in this process first, so no run pays numba's compile.
 
-Shapes: **shipped** (the shipped models: width 128, 4 heads, 2 blocks, d_ff 512, context 64, batch 16; dense
-width 136) and **text** (the source text's widths: 256, 4 heads, 12 blocks, d_ff 1024, context 64, batch 16).
-Settings: one process at 1 and at 2 threads, and with ``--trainer-parallel`` two processes of one thread each,
-either one run data-parallel (``torchrun``, 8 windows per rank) or two independent runs at once (two jobs of an
-experiment grid: their tokens per second summed).
+Shapes: **shipped** (width 128, 4 heads, 2 blocks, d_ff 512, context 64, batch 16; dense width 136) and **text**
+(256, 4 heads, 12 blocks, d_ff 1024).  Settings: one process at 1 and at 2 threads, and with ``--trainer-parallel``
+two processes of one thread, one data-parallel run (``torchrun``) or two independent runs at once (tokens/s summed).
+The floor beside each ratio is ``dense FLOPs / GRT FLOPs`` (:func:`lm.bench.cases.flops_per_token`): the ratio if
+both ran at the same FLOP rate.
 
-Floor.  Beside each ratio, the best it could be if both models ran their forward FLOPs per token (the bench's
-count: 8 per pair and rotation stage, the features and coupling product of a coupled stage, ``2 n_in n_out``
-per dense matmul, causal attention, the tied head) at the same rate: ``dense FLOPs / GRT FLOPs``.
-
-Before the runs the fused kernels are compiled (or loaded) once in this process, so no run pays numba's compile.
-
-Threads.  On a machine whose cores are busy with other work, a multi-threaded run spends its time in OpenMP's
-spin-waits (libgomp spins after every parallel region unless ``OMP_WAIT_POLICY=PASSIVE``; measured here at
-load 7 on 2 cores: the shipped GRT's 2-thread step 12.3 s spinning against 1.2 s passive, the dense model's
-3.0 s against 0.12 s).  The runs inherit the environment; the table's header names the policy in effect.
+On cores busy with other work a multi-threaded run spends its time in OpenMP's spin-waits unless
+``OMP_WAIT_POLICY=PASSIVE`` (measured at load 7 on 2 cores: the shipped GRT's 2-thread step 12.3 s spinning against
+1.2 s passive); the runs inherit the environment and the table's header names the policy in effect.
 """
 
 from __future__ import annotations
@@ -35,11 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lm.bench_cases import flops_per_token
+from lm.bench.cases import flops_per_token, matched_dense
+from lm.models import config_to_dict, param_count
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,23 +110,12 @@ def model_configs(shape: Shape) -> tuple[Any, Any]:
     matched to it in parameters exactly as the recipes and the experiment grid match it."""
     from grt_model.config import GRTConfig
     from lm.recipes import get_recipe
-    from lm.sizing import dense_family, param_matched_width
 
     base = dict(get_recipe("reference-grt").model_config)
     base.update(d_model=shape.d_model, n_heads=shape.n_heads, n_blocks=shape.n_blocks, d_ff=shape.d_ff,
                 block_size=shape.block_size)
     gcfg = GRTConfig(**base)
-    return gcfg, dense_family(gcfg, param_matched_width(gcfg, _n_params("grt", gcfg)))
-
-
-def _n_params(kind: str, mcfg: Any) -> int:
-    import torch
-
-    from lm.checkpoint import build_model
-    from lm.sizing import n_params
-
-    with torch.device("meta"):
-        return n_params(build_model(kind, mcfg))
+    return gcfg, matched_dense(gcfg)
 
 
 def train_config(shape: Shape, setting: Setting, steps: int, out_dir: Path) -> dict[str, Any]:
@@ -189,8 +171,6 @@ def _wait(p: subprocess.Popen) -> tuple[int, float]:
 
 def run_one(kind: str, mcfg: Any, shape: Shape, setting: Setting, steps: int, work: Path) -> TrainerRow:
     """Train ``kind`` for ``shape.warmup + steps`` steps under ``setting``; its steady-state tokens/s."""
-    from lm.checkpoint import config_to_dict
-
     n_jobs = setting.procs if setting.mode == "jobs" else 1
     load0, t0 = os.getloadavg()[0], time.perf_counter()
     procs, outs = [], []
@@ -203,7 +183,7 @@ def run_one(kind: str, mcfg: Any, shape: Shape, setting: Setting, steps: int, wo
         outs.append(out)
     results = [_wait(p) for p in procs]
     wall, load1 = time.perf_counter() - t0, os.getloadavg()[0]
-    row = TrainerRow(shape.name, setting.label, kind, _n_params(kind, mcfg), mcfg.d_model, float("nan"), [],
+    row = TrainerRow(shape.name, setting.label, kind, param_count(kind, mcfg), mcfg.d_model, float("nan"), [],
                      flops_per_token(kind, mcfg), max(r[1] for r in results), load0, load1, wall)
     bad = [(o, code) for o, (code, _) in zip(outs, results) if code != 0]
     if bad:
@@ -297,7 +277,3 @@ def format_trainer(rows: list[TrainerRow], target: float) -> str:
                  "the largest process, interpreter included; load: the highest 1-minute load average around the "
                  "pair of runs (contention: the run itself adds its threads)")
     return "\n".join(lines)
-
-
-def as_records(rows: list[TrainerRow]) -> list[dict[str, Any]]:
-    return [asdict(r) for r in rows]

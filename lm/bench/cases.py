@@ -1,9 +1,6 @@
-r"""The cases of ``python -m lm.bench`` (the command, its report and its targets are in :mod:`lm.bench`): the
-roofline, one cascade against the reference, eager and dense layers, one block's training step, the whole
-model's training step.  The trainer case (whole runs of ``python -m lm.train``) is :mod:`lm.bench_trainer`.
-
-The sample case times ``lm.sample.generate`` (KV cache, and without it) against Hugging Face ``generate`` on the
-same model and bytes.
+r"""The in-process cases of ``python -m lm.bench``: the roofline, one cascade against the reference, eager and
+dense layers, one block's training step, the whole model's training step, and sampling (``lm.sample.generate``
+with and without its KV cache against Hugging Face ``generate`` on the same model and bytes).
 
 The cascade and block cases run at the text's widths (``--widths reference``: d 256, 4 heads of 64, d_ff 1024,
 as the README's table) or at the shipped models' (``--widths shipped``: d 128, 4 heads of 32, d_ff 512); stage
@@ -24,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lm.models import DEPTH_KEY, build_model, config_from_dict, param_count
+from lm.sizing import dense_family, param_matched_width
 from rmsgauge import seed_everything
 
 CASES = ("roofline", "qkvo", "mixer", "ffn", "block", "model", "sample")
@@ -33,7 +32,7 @@ WIDTHS = {"reference": (256, 4, 1024), "shipped": (128, 4, 512)}  # name -> (d_m
 
 @dataclass
 class BenchConfig:
-    tokens: int = 8192  # tokens per timed call (the issue's target size)
+    tokens: int = 8192  # tokens per timed call: a training batch's worth
     ref_tokens: int = 8  # the reference cascade multiplies d x d matrices per token: a few tokens suffice
     repeats: int = 5  # timed repetitions; the median is reported
     warmup: int = 1  # untimed runs first (the fused kernels compile on first use, then load from disk)
@@ -75,11 +74,11 @@ class Row:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def _median_time(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
+def median_time(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
     for _ in range(warmup):
         fn()
     times = []
@@ -88,6 +87,31 @@ def _median_time(fn: Callable[[], Any], repeats: int, warmup: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def fwd_step_times(forward: Callable[[], Any], step: Callable[[], Any], cfg: BenchConfig,
+                   repeats: int | None = None) -> tuple[float, float]:
+    """Median seconds of ``forward()`` (under ``no_grad``) and of ``step()`` (forward and backward, maybe more)."""
+    def no_grad_forward() -> None:
+        with torch.no_grad():
+            forward()
+
+    reps = cfg.repeats if repeats is None else repeats
+    return median_time(no_grad_forward, reps, cfg.warmup), median_time(step, reps, cfg.warmup)
+
+
+def training_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    """The trainer's step on one fixed batch, as a closure: forward, loss, backward, clip at 1, AdamW, zero grads."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
 
 
 def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
@@ -123,9 +147,9 @@ def roofline(cfg: BenchConfig) -> dict[str, float]:
             for _ in range(inner):
                 dst.copy_(src)
 
-        out[key] = 2 * n * src.element_size() * inner / _median_time(copies, cfg.repeats, 1) / 1e9
+        out[key] = 2 * n * src.element_size() * inner / median_time(copies, cfg.repeats, 1) / 1e9
     a, b = torch.randn(1024, 1024, dtype=dt), torch.randn(1024, 1024, dtype=dt)
-    out["matmul_GFLOPs"] = 2 * 1024**3 / _median_time(lambda: torch.mm(a, b), cfg.repeats, 1) / 1e9
+    out["matmul_GFLOPs"] = 2 * 1024**3 / median_time(lambda: torch.mm(a, b), cfg.repeats, 1) / 1e9
     return out
 
 
@@ -140,19 +164,22 @@ def cascade_flops(width: int, n_stages: int, heads: int, coupled: bool) -> float
     return float(heads * n_stages * P * per_pair)
 
 
-def flops_per_token(kind: str, cfg: Any) -> float:
-    """Forward FLOPs per token of a whole model (``kind`` "grt" or "dense"): the cascades as
-    :func:`cascade_flops` counts them, ``2 n_in n_out`` per dense matmul, causal attention ``2 T d`` per layer
-    (scores and values over ``T / 2`` keys on average), the tied head ``2 d V``; norms and embeddings left out."""
-    d, T, V = cfg.d_model, cfg.block_size, cfg.vocab_size
-    attn = 2.0 * T * d  # causal scores and values: 2 * (T/2) * d each
+def block_flops(kind: str, cfg: Any) -> float:
+    """Forward FLOPs per token of one block: the cascades as :func:`cascade_flops` counts them, ``2 n_in n_out``
+    per dense matmul, causal attention ``2 T d`` (scores and values over ``T / 2`` keys on average); norms left out."""
+    d = cfg.d_model
+    attn = 2.0 * cfg.block_size * d
     if kind == "grt":
-        dh = d // cfg.n_heads
-        per = (4 * cascade_flops(dh, cfg.qkvo_stages, cfg.n_heads, cfg.qkvo_coupling)
-               + cascade_flops(d, cfg.mixer_stages, 1, cfg.mixer_coupling)
-               + 2 * cascade_flops(cfg.d_ff, cfg.ffn_stages, 1, cfg.ffn_coupling) + attn)
-        return cfg.n_blocks * per + 2.0 * d * V
-    return cfg.n_layers * (8.0 * d * d + 4.0 * d * cfg.d_ff + attn) + 2.0 * d * V
+        return (4 * cascade_flops(d // cfg.n_heads, cfg.qkvo_stages, cfg.n_heads, cfg.qkvo_coupling)
+                + cascade_flops(d, cfg.mixer_stages, 1, cfg.mixer_coupling)
+                + 2 * cascade_flops(cfg.d_ff, cfg.ffn_stages, 1, cfg.ffn_coupling) + attn)
+    return 8.0 * d * d + 4.0 * d * cfg.d_ff + attn
+
+
+def flops_per_token(kind: str, cfg: Any) -> float:
+    """Forward FLOPs per token of a whole model (``kind`` "grt" or "dense"): its blocks and the tied head
+    ``2 d V`` (embeddings left out)."""
+    return getattr(cfg, DEPTH_KEY[kind]) * block_flops(kind, cfg) + 2.0 * cfg.d_model * cfg.vocab_size
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -163,20 +190,13 @@ def flops_per_token(kind: str, cfg: Any) -> float:
 def _time_impl(run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, cfg: BenchConfig,
                repeats: int | None = None) -> tuple[float, float, float]:
     """(forward s, forward+backward s, saved bytes) for ``run`` on ``x`` (all for ``x``'s tokens)."""
-    reps = cfg.repeats if repeats is None else repeats
     xg = x.detach().requires_grad_(True)
-
-    def fwd() -> None:
-        with torch.no_grad():
-            run(x)
 
     def step() -> None:
         y = run(xg)
         y.backward(torch.ones_like(y))
 
-    t_fwd = _median_time(fwd, reps, cfg.warmup)
-    t_step = _median_time(step, reps, cfg.warmup)
-    return t_fwd, t_step, saved_bytes(lambda: run(xg))
+    return (*fwd_step_times(lambda: run(x), step, cfg, repeats), saved_bytes(lambda: run(xg)))
 
 
 def _case_rows(case: str, impls: dict[str, Callable[[torch.Tensor], torch.Tensor]], flops: dict[str, float],
@@ -189,7 +209,7 @@ def _case_rows(case: str, impls: dict[str, Callable[[torch.Tensor], torch.Tensor
     for impl, run in impls.items():
         n = cfg.ref_tokens if impl == "reference" else cfg.tokens
         xi = x[:n].contiguous()
-        _log(f"{case}: {impl} at {n} tokens ...")
+        log(f"{case}: {impl} at {n} tokens ...")
         t_fwd, t_step, sb = _time_impl(run, xi, cfg, repeats=min(cfg.repeats, 2) if impl == "reference" else None)
         rows.append(Row(case, impl, n, 1e6 * t_fwd / n, 1e6 * t_step / n, sb / n, flops[impl],
                         _floor_us(flops[impl], bytes_fwdbwd[impl], roof), notes.get(impl, "")))
@@ -259,11 +279,8 @@ def bench_ffn(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
 
 
 def bench_block(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
-    try:
-        from grt_model.config import GRTConfig
-        from grt_model.model import GRTBlock
-    except ImportError as e:  # the GRT model is built by another issue; the rest of the bench stands alone
-        return [Row("block", "grt", 0, math.nan, math.nan, math.nan, math.nan, math.nan, f"GRTBlock unavailable: {e}")]
+    from grt_model.config import GRTConfig
+    from grt_model.model import GRTBlock
     from lm.dense import DenseBlock, DenseConfig
 
     dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
@@ -273,33 +290,22 @@ def bench_block(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     gcfg = GRTConfig(block_size=T, d_model=cfg.d_model, n_heads=cfg.n_heads, d_ff=cfg.d_ff)
     dcfg = DenseConfig(d_model=gcfg.d_model, n_heads=gcfg.n_heads, d_ff=gcfg.d_ff, block_size=T)
     seed_everything(cfg.seed)
-    blocks = {"grt": GRTBlock(gcfg, dtype=dt), "dense": DenseBlock(dcfg).to(dt)}
+    blocks = {"grt": (GRTBlock(gcfg, dtype=dt), gcfg), "dense": (DenseBlock(dcfg).to(dt), dcfg)}
     x = torch.randn(B, T, gcfg.d_model, generator=torch.Generator().manual_seed(cfg.seed), dtype=dt)
-    # forward FLOPs per token: projections/FFN as counted above, attention 4 T d / 2 (causal, scores + values)
-    attn = 2.0 * T * gcfg.d_model
-    grt_fl = (4 * cascade_flops(gcfg.d_head, gcfg.qkvo_stages, gcfg.n_heads, True)
-              + cascade_flops(gcfg.d_model, gcfg.mixer_stages, 1, True)
-              + 2 * cascade_flops(gcfg.d_ff, gcfg.ffn_stages, 1, False) + attn)
-    dense_fl = 4 * 2.0 * gcfg.d_model**2 + 2 * 2.0 * gcfg.d_model * gcfg.d_ff + attn
     rows = []
-    for name, blk in blocks.items():
-        _log(f"block: {name} training step at {n} tokens ({B} x {T}) ...")
+    for name, (blk, bcfg) in blocks.items():
+        log(f"block: {name} training step at {n} tokens ({B} x {T}) ...")
         opt = torch.optim.AdamW(blk.parameters(), lr=1e-4)
-
-        def fwd(blk=blk):
-            with torch.no_grad():
-                blk(x)
 
         def step(blk=blk, opt=opt):
             opt.zero_grad(set_to_none=True)
             blk(x).square().mean().backward()
             opt.step()
 
-        t_fwd = _median_time(fwd, cfg.repeats, cfg.warmup)
-        t_step = _median_time(step, cfg.repeats, cfg.warmup)
+        t_fwd, t_step = fwd_step_times(lambda blk=blk: blk(x), step, cfg)
         params = sum(p.numel() for p in blk.parameters()) * item
         saved = saved_bytes(lambda blk=blk: blk(x))
-        fl = dense_fl if name == "dense" else grt_fl
+        fl = block_flops(name, bcfg)
         rows.append(Row("block", name, n, 1e6 * t_fwd / n, 1e6 * t_step / n, (saved + 4 * params) / n, fl,
                         _floor_us(fl, 0.0, roof),
                         "training memory = saved activations + params, grads, 2 AdamW moments",
@@ -307,26 +313,26 @@ def bench_block(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     return rows
 
 
+def matched_dense(gcfg: Any) -> Any:
+    """The dense model matched to the GRT config ``gcfg`` in parameters (:func:`lm.sizing.param_matched_width`)."""
+    return dense_family(gcfg, param_matched_width(gcfg, param_count("grt", gcfg)))
+
+
 def _model_pair(preset: str, seq: int):
     """``(GRT config, dense config)`` of one preset: the GRT and the dense model matched to its parameters."""
     from grt_model.config import GRTConfig
-    from grt_model.model import GRT
-    from lm.sizing import dense_family, grt_config, n_params, param_matched_width
+    from lm.sizing import grt_config
 
     if preset == "small":
         gcfg = grt_config()
     else:  # the reference widths, shallow, on bytes
         gcfg = GRTConfig.small(d_model=256, n_heads=4, n_blocks=2, d_ff=1024, block_size=seq)
-    return gcfg, dense_family(gcfg, param_matched_width(gcfg, n_params(GRT(gcfg))))
+    return gcfg, matched_dense(gcfg)
 
 
 def bench_model(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     """The trainer's step (forward, loss, backward, grad-norm clip, AdamW) per token, GRT vs dense matched in
     parameters, at compare's small preset and at the reference widths."""
-    from grt_model.model import GRT
-    from lm.dense import DenseTransformer
-    from lm.sizing import n_params
-
     dt = cfg.torch_dtype()
     rows = []
     for preset in ("small", "reference"):
@@ -335,37 +341,23 @@ def bench_model(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
         B = max(1, cfg.tokens // T)
         ids = torch.randint(0, 256, (B, T + 1), generator=torch.Generator().manual_seed(cfg.seed))
         x, y = ids[:, :-1], ids[:, 1:]
-        for impl in ("grt", "dense"):
+        for impl, mcfg in (("grt", gcfg), ("dense", dcfg)):
             seed_everything(cfg.seed)
-            model = GRT(gcfg, dtype=dt) if impl == "grt" else DenseTransformer(dcfg).to(dt)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-            _log(f"model: {preset} {impl} ({n_params(model):,} parameters) training step at {B} x {T} ...")
-
-            def step(model=model, opt=opt, x=x, y=y):
-                _, loss = model(x, y)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            def fwd(model=model, x=x, y=y):
-                with torch.no_grad():
-                    model(x, y)
-
+            model = build_model(impl, mcfg).to(dt)
+            params = param_count(impl, mcfg)
+            log(f"model: {preset} {impl} ({params:,} parameters) training step at {B} x {T} ...")
             n = B * T
-            t_fwd = _median_time(fwd, cfg.repeats, cfg.warmup)
-            t_step = _median_time(step, cfg.repeats, cfg.warmup)
-            fl = flops_per_token(impl, gcfg if impl == "grt" else dcfg)
+            t_fwd, t_step = fwd_step_times(lambda m=model, x=x, y=y: m(x, y), training_step(model, x, y), cfg)
+            fl = flops_per_token(impl, mcfg)
             rows.append(Row(f"model-{preset[:3]}", impl, n, 1e6 * t_fwd / n, 1e6 * t_step / n, math.nan, fl,
-                            _floor_us(fl, 0.0, roof), f"{n_params(model):,} params, d {model.config.d_model}",
-                            {"params": n_params(model), "d_model": model.config.d_model}))
+                            _floor_us(fl, 0.0, roof), f"{params:,} params, d {mcfg.d_model}",
+                            {"params": params, "d_model": mcfg.d_model}))
     return rows
 
 
 def _sample_model(kind: str) -> tuple[nn.Module, str]:
     """The shipped model of ``kind`` (verified against its card), or, where none is shipped, its recipe's shape
     freshly initialized (sampling costs the same either way)."""
-    from lm.checkpoint import build_model, config_from_dict
     from lm.recipes import get_recipe
     from lm.reference import load_reference, shipped_names
 
@@ -384,7 +376,7 @@ def bench_sample(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     from lm.sample import generate
 
     try:
-        from lm.hf import wrap
+        from lm.hf_classes import wrap
     except ModuleNotFoundError:
         wrap = None
     rows = []
@@ -411,11 +403,11 @@ def bench_sample(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
             impls["hf"] = hf_generate
         ref = None
         for impl, fn in impls.items():
-            _log(f"sample: {kind} ({what}, context {block}) {impl}: {n} bytes ...")
+            log(f"sample: {kind} ({what}, context {block}) {impl}: {n} bytes ...")
             out = fn()
             ref = out if ref is None else ref
             repeats = max(1, min(cfg.repeats, 3))  # each repeat generates every byte: a few suffice
-            t = _median_time(fn, repeats, 0)  # the call above warmed it up
+            t = median_time(fn, repeats, 0)  # the call above warmed it up
             same = torch.equal(out, ref)
             rows.append(Row(f"sample-{kind}", impl, n, 1e6 * t / n, 1e6 * t / n, math.nan, math.nan, math.nan,
                             f"{what}, context {block}, {n / t:.1f} bytes/s, bytes {'=' if same else '!='} cached",

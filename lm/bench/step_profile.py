@@ -1,17 +1,12 @@
 r"""``python -m lm.bench --profile``: where a training step's time goes, GRT beside its parameter-matched dense twin.
 
-One process, one thread (unless ``--threads``), the trainer's step (forward, cross-entropy, backward, gradient
-clipping, AdamW) on one batch of the bundled corpus at a shape of :data:`lm.bench_trainer.SHAPES`, timed by
-``torch.profiler`` over ``steps`` steps after ``warmup`` untimed ones.  Each operator's *self* CPU time is
-summed into one category (:data:`CATEGORIES`, the first pattern that matches its name), so the rows add up to
-the profiled time; the table gives milliseconds per step and the share of the step.  The profiler adds its own
-overhead per operator (a few microseconds), so the wall time per step is measured separately, without it, and
-printed beside the profiled sum.
-
-The categories answer the issue-21 question "where does the remaining time go": the fused kernels (the coupled
-and plain rotation cascades forward and backward, the fused FFN), the dense GEMMs, attention, the optimizer, and
-everything else, which is the per-operator glue around them (norms, gates, RoPE, the embedding and head,
-autograd bookkeeping): many small operators whose cost is their count, not their FLOPs.
+The trainer's step (:func:`lm.bench.cases.training_step`) on one batch of the bundled corpus at a shape of
+:data:`lm.bench.trainer.SHAPES`, timed by ``torch.profiler`` over ``steps`` steps after ``warmup`` untimed ones.
+Each operator's *self* CPU time goes to the first category of :data:`CATEGORIES` whose pattern matches its name,
+so the rows add up to the profiled time: the fused kernels, the dense GEMMs, attention, the optimizer, and the
+per-operator glue around them (norms, gates, RoPE, embedding and head, autograd bookkeeping: many small operators
+whose cost is their count, not their FLOPs).  The profiler adds a few microseconds per operator, so the wall time
+per step is measured without it and printed beside the profiled sum.
 """
 
 from __future__ import annotations
@@ -21,10 +16,17 @@ import os
 import re
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity, profile
+
+from lm.bench.cases import median_time, training_step
+from lm.bench.trainer import SHAPES, model_configs
+from lm.models import build_model, param_count
+from rmsgauge import seed_everything
+from rmsgauge.corpus import ByteCorpus
 
 # (category, regex on the profiler's operator name); first match wins; "other" takes the rest
 CATEGORIES: tuple[tuple[str, str], ...] = (
@@ -80,30 +82,8 @@ def categorize(name: str) -> str:
     return "other"
 
 
-def training_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
-    """The trainer's step on one fixed batch, as a closure: forward, loss, backward, clip at 1, AdamW, zero grads."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step() -> None:
-        _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
-
-
 def profile_model(shape_name: str, kind: str, model_cfg: Any, *, steps: int, warmup: int, threads: int,
                   batch_size: int, seed: int = 0) -> StepProfile:
-    from torch.profiler import ProfilerActivity, profile
-
-    from lm.bench_cases import _median_time
-    from lm.checkpoint import build_model
-    from lm.sizing import n_params
-    from rmsgauge import seed_everything
-    from rmsgauge.corpus import ByteCorpus
-
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -112,7 +92,7 @@ def profile_model(shape_name: str, kind: str, model_cfg: Any, *, steps: int, war
         x, y = ByteCorpus.load().batch("train", batch_size, int(model_cfg.block_size),
                                        generator=torch.Generator().manual_seed(seed))
         step = training_step(model, x, y)
-        wall = _median_time(step, steps, warmup)  # seconds, the profiler off
+        wall = median_time(step, steps, warmup)  # seconds, the profiler off
         with _without_profiler_chatter(), profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
                 step()
@@ -126,14 +106,12 @@ def profile_model(shape_name: str, kind: str, model_cfg: Any, *, steps: int, war
         ops[cat] = ops.get(cat, 0.0) + ev.count / steps
     order = [c for c, _ in CATEGORIES] + ["other"]
     ms = {c: ms[c] for c in order if c in ms}
-    return StepProfile(shape_name, kind, n_params(model), threads, steps, 1e3 * wall,
+    return StepProfile(shape_name, kind, param_count(kind, model_cfg), threads, steps, 1e3 * wall,
                        sum(ms.values()), ms, {c: ops[c] for c in ms}, os.getloadavg()[0])
 
 
 def profile_shape(shape_name: str, *, steps: int = 0, threads: int = 1, log: Any = None) -> list[StepProfile]:
-    """The GRT and its parameter-matched dense model at ``shape_name`` (:data:`lm.bench_trainer.SHAPES`)."""
-    from lm.bench_trainer import SHAPES, model_configs
-
+    """The GRT and its parameter-matched dense model at ``shape_name`` (:data:`lm.bench.trainer.SHAPES`)."""
     shape = SHAPES[shape_name]
     n = steps or shape.steps
     out = []
@@ -163,7 +141,3 @@ def format_profiles(profiles: list[StepProfile]) -> str:
                      f"category; load average {max(p.load_average for p in ps):.1f})")
         lines.append("")
     return "\n".join(lines).rstrip()
-
-
-def as_json(profiles: list[StepProfile]) -> list[dict[str, Any]]:
-    return [asdict(p) for p in profiles]
