@@ -3,7 +3,7 @@ r"""Train the GRT or the dense baseline on bytes: one process or many (torchrun)
 Usage (see ``--help``)::
 
     python -m lm.train --model dense                      # bundled Shakespeare, CPU-sized preset
-    python -m lm.train --model grt --data my_texts/ --set lr=1e-3 --n-layers 6
+    python -m lm.train --model grt --corpus my_texts/ --set lr=1e-3 --n-layers 6
     python -m lm.train --config run.json --out-dir runs/a # JSON: {"model", "train", "model_config"}
     python -m lm.train --recipe reference-grt             # a shipped reference model's exact run (lm.recipes)
     python -m lm.train --out-dir runs/a --resume           # continue exactly where runs/a stopped
@@ -30,7 +30,7 @@ ends: a second training of the same folder is refused naming the holder, and a l
 named and taken over.  Checkpoints are atomic and carry a sha256 (``ckpt.pt.sha256``) verified on load; one
 without it is refused unless ``--trust-unverified``, and one whose fields are not a checkpoint's is one line
 naming the file and the field.  The corpus's sha256 is recorded and a resume on changed data is refused.  No
-output may be an input: ``--json`` is checked against ``--data``, ``--config`` and the run folder's own files.
+output may be an input: ``--json`` is checked against ``--corpus``, ``--config`` and the run folder's own files.
 A NaN or infinite loss or gradient norm stops the run before the bad step is applied, keeps the last good
 checkpoint and exits 1.  Logs are strict JSON (a non-finite value is ``null``, its key listed under
 ``"nonfinite"``).  A finished run trains longer with ``--resume --max-steps N`` (or ``--max-tokens``); an explicit
@@ -83,7 +83,7 @@ from lm.checkpoint import (
 )
 from lm.dist import resolve_device
 from lm.loop import train  # re-exported: `from lm.train import train, TrainConfig, read_log`
-from lm.preflight import _n_layers_key, check_memory, check_model_values, check_run_dir, validate_model_config
+from lm.preflight import _n_layers_key, check_memory, check_model_values, check_run_dir
 from lm.runlog import LOCK_NAME, read_log  # noqa: F401  (read_log: public API, see above)
 from lm.summary import format_summary, summary_claims
 from lm.trainconfig import RESUME_LOCKED, WRITTEN_FILES, TrainConfig
@@ -126,7 +126,7 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
 
 TRAIN_FLAGS = ("lr", "batch_size", "max_steps", "max_tokens", "eval_interval", "seed", "device", "threads", "data",
                "dtype")  # flags that set the TrainConfig key of the same name
-MODEL_FLAGS = {"d_model": "d_model", "n_heads": "n_heads", "n_layers": None, "seq_len": "block_size",
+MODEL_FLAGS = {"d_model": "d_model", "n_heads": "n_heads", "n_layers": None, "block_size": "block_size",
                "d_ff": "d_ff"}  # None: by kind
 FF_RATIO = 4  # --d-model sets d_ff = FF_RATIO * d_model unless d_ff is given (both CPU presets are 4x wide)
 
@@ -209,7 +209,6 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
         mcfg = config_from_dict(kind, mdict)
     except (ValueError, TypeError) as e:
         raise ValueError(f"model config: {one_line(e)}") from None
-    validate_model_config(kind, mcfg, tcfg.tokenizer)
     if ckpt is not None:
         _check_resume(ckpt, tdict, mcfg)
     return kind, mcfg, tcfg, args.resume
@@ -298,7 +297,7 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
     g.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one configuration key (repeatable): lr=1e-3, train.wd=0, model.n_layers=6; the "
                         "keys are listed below")
-    g.add_argument("--data", default=None,
+    g.add_argument("--corpus", dest="data", default=None,
                    help="a file or a folder of .txt/.md files to train on, read as raw bytes (default: the bundled "
                         "Shakespeare)")
     m = p.add_argument_group("model size")
@@ -309,11 +308,11 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
                    help="FFN width (model.d_ff; the GRT's must be a power of two >= d_model)")
     m.add_argument("--n-heads", type=int, default=None, help="attention heads per layer (must divide --d-model)")
     m.add_argument("--n-layers", type=int, default=None, help="transformer blocks (the GRT's n_blocks)")
-    m.add_argument("--seq-len", type=int, default=None, help="context length in bytes (model.block_size)")
+    m.add_argument("--block-size", type=int, default=None, help="context length in bytes (model.block_size)")
     t = p.add_argument_group("optimization")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate after the warmup")
     t.add_argument("--batch-size", type=int, default=None,
-                   help="windows of --seq-len bytes per optimizer step, summed over all processes")
+                   help="windows of --block-size bytes per optimizer step, summed over all processes")
     t.add_argument("--max-steps", type=int, default=None, help="optimizer steps to train for")
     t.add_argument("--max-tokens", type=int, default=None,
                    help="training bytes to train for; when > 0 it sets the number of steps instead of --max-steps")
@@ -358,7 +357,7 @@ def _check(args: argparse.Namespace) -> Any:
     out = Path(tcfg.out_dir)
     check_run_dir(out, resume, args.force)
     data = corpus_files(tcfg.data or None) if tcfg.data else None  # the data exists (read before the model)
-    check_outputs_against_inputs({"--data": [tcfg.data, *data] if data else None, "--config": args.config},
+    check_outputs_against_inputs({"--corpus": [tcfg.data, *data] if data else None, "--config": args.config},
                                  {"--json": args.json}, {"--out-dir": out},
                                  written={"--out-dir": (*WRITTEN_FILES, LOCK_NAME)})
     check_memory(kind, mcfg, tcfg, resolve_device(tcfg.device), int(os.environ.get("WORLD_SIZE", "1")))

@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=2,
                    help="training runs in parallel, each its own process with one torch thread; "
                         "0 = one after another inside this process")
-    p.add_argument("--data", default=None, help="text file or folder (default: the bundled corpus)")
+    p.add_argument("--corpus", dest="data", default=None, help="text file or folder (default: the bundled corpus)")
     p.add_argument("--seed", type=int, default=0, help="seed of every run (init and data order)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | auto, for every run")
     p.add_argument("--progress-every", type=float, default=10.0, help="seconds between progress lines")
@@ -179,19 +179,13 @@ def _defaults(args: argparse.Namespace) -> None:
 def _check(args: argparse.Namespace):
     """Every flag, every sweep point's config, the data, and the outputs against the inputs: before any work."""
     _defaults(args)
-    check_range("--budget-tokens", args.budget_tokens, 1, 10**12)
-    for lr in args.lrs:
-        check_range("--lrs entry", lr, 0.0, 10.0, lo_open=True)
-    check_range("--batch-size", args.batch_size, 1, 1 << 16)
-    check_range("--evals", args.evals, 1, 10_000)
-    check_range("--eval-batches", args.eval_batches, 1, 10_000)
-    check_range("--jobs", args.jobs, 0, 64)
-    check_range("--seed", args.seed, 0, 2**32 - 1)
-    check_range("--progress-every", args.progress_every, 0.0, None)
+    check_range("--budget-tokens", args.budget_tokens, 1)  # the rest: TrainConfig, for every sweep point below
+    check_range("--batch-size", args.batch_size, 1)
+    check_range("--evals", args.evals, 1)
+    check_range("--jobs", args.jobs, 0)
+    check_range("--progress-every", args.progress_every, 0.0)
     if args.wall_d_model is not None:
-        check_range("--wall-d-model", args.wall_d_model, 0, 1 << 14)
-    if args.device not in ("cpu", "cuda", "auto") and not args.device.startswith("cuda:"):
-        raise ValueError(f"--device must be one of cpu, cuda, cuda:N, auto; got {args.device!r}")
+        check_range("--wall-d-model", args.wall_d_model, 0)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {args.device} but CUDA is not available")
     try:
@@ -210,13 +204,13 @@ def _check(args: argparse.Namespace):
     check_output_file("--json", args.json)
     out = Path(args.out)
     check_outputs_against_inputs(
-        {"--data": [args.data, *corpus_files(args.data)] if args.data else None},
+        {"--corpus": [args.data, *corpus_files(args.data)] if args.data else None},
         {"--json": args.json, **{f"the comparison's {n}": out / n for n in OUTPUT_FILES}}, {"--out-dir": out})
     for name in RUN_FILES:
         if (out / name).exists():
             raise ValueError(f"--out-dir {args.out} holds a training run ({name}); a comparison needs its own folder")
     if min(len(corpus.split("val")), len(corpus.split("train"))) < gcfg.block_size + 2:
-        raise ValueError(f"--data: a split is shorter than block_size + 2 = {gcfg.block_size + 2} bytes")
+        raise ValueError(f"--corpus: a split is shorter than block_size + 2 = {gcfg.block_size + 2} bytes")
     return gcfg
 
 

@@ -464,7 +464,7 @@ def test_compare_rejects_bad_flags(tmp_path, capsys):
     from studies.compare import main as compare_main
 
     for argv, msg in ((["--budget-tokens", "0"], "--budget-tokens must be in [1,"),
-                      (["--lrs", "0,1e-3"], "--lrs entry must be in (0, 10]"),
+                      (["--lrs", "0,1e-3"], "train.lr must be in (0, 10]"),  # TrainConfig checks every sweep point
                       (["--grt", "width=3"], "--grt expects KEY=VALUE"),
                       (["--wall-d-model", "50"], "--wall-d-model must be a multiple of 2 * n_heads")):
         with pytest.raises(SystemExit):
