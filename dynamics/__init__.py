@@ -10,7 +10,6 @@ loops in :mod:`dynamics.simulate` and :mod:`dynamics.noise_sim`, one check per c
 
 from typing import Any
 
-import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from dynamics import laws
 from dynamics.checks import DynamicsPlan, run_all
 from dynamics.heavyball import HeavyBall

@@ -25,13 +25,8 @@ import sys
 import textwrap
 import time
 
-from rmsgauge import (
-    check_output_file,
-    check_range,
-    claims_table,
-    parse_dtype,
-    write_claims_json,
-)
+from dynamics.context import DynamicsPlan
+from rmsgauge import check_output_file, claims_table, parse_dtype, write_claims_json
 from rmsgauge.claims import WIDTH
 from rmsgauge.cli import make_parser, run_main, seconds_since_process_start
 
@@ -76,49 +71,25 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def validate(args: argparse.Namespace) -> None:
-    """Every flag checked before any work; a ``ValueError`` names the flag and its allowed range."""
-    checks = [("--lr", args.lr, dict(lo=0.0, lo_open=True)),
-              ("--wd", args.wd, dict(lo=0.0, hi=1.0, hi_open=True)),
-              ("--momentum", args.momentum, dict(lo=0.0, hi=1.0, hi_open=True))]
-    if args.betas is not None:
-        checks += [("--betas[0]", args.betas[0], dict(lo=0.0, hi=1.0, hi_open=True)),
-                   ("--betas[1]", args.betas[1], dict(lo=0.0, hi=1.0, hi_open=True))]
-    for name, value, kw in checks:
-        if value is not None:
-            check_range(name, value, **kw)
-    if args.steps is not None and args.steps < 1:
-        raise ValueError(f"--steps must be in [1, inf), got {args.steps}")
-    if not 0 <= args.seed < 2**32:
-        raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
-    if args.optimizer == "adamw" and args.decay == "l2":
-        raise ValueError("--decay l2 applies to --optimizer sgd/sgdm only (torch.optim.SGD's coupled weight_decay); "
-                         "AdamW's decay is decoupled: use --decay source or torch")
-    if args.decay == "torch" and args.lr is not None and args.wd is not None and args.lr * args.wd >= 1.0:
-        raise ValueError(f"--decay torch needs --lr * --wd < 1 (the per-step decay), got {args.lr * args.wd:g}")
+def validate(args: argparse.Namespace) -> DynamicsPlan:
+    """Before any work: the plan the flags describe (:class:`DynamicsPlan` checks each value) and --json."""
     check_output_file("--json", args.json)
-    if args.quick and any(getattr(args, f) is not None for f in SETTING_FLAGS):
-        raise ValueError("--quick shortens the default reproduction; with a setting flag use --steps instead")
+    settings = {f: getattr(args, f) for f in SETTING_FLAGS if getattr(args, f) is not None}
+    return DynamicsPlan(single=bool(settings), seed=args.seed, quick=args.quick, **settings)
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_main(build_parser(), argv, _work, check=validate)
 
 
-def _work(args: argparse.Namespace, _checked: None) -> int:
-    from dynamics.checks import DynamicsPlan, run_all  # heavy imports only after the flags are valid
+def _work(args: argparse.Namespace, plan: DynamicsPlan) -> int:
+    from dynamics.checks import run_all  # heavy imports only after the flags are valid
 
-    single = any(getattr(args, f) is not None for f in SETTING_FLAGS)
-    plan = DynamicsPlan(single=single, seed=args.seed, quick=args.quick)
-    for f in SETTING_FLAGS:
-        v = getattr(args, f)
-        if v is not None:
-            setattr(plan, f, v)
     t0 = time.perf_counter()
     claims = run_all(plan)
     seconds = time.perf_counter() - t0
     if args.json:
-        write_claims_json(args.json, claims, package="dynamics", mode="single" if single else "default",
+        write_claims_json(args.json, claims, package="dynamics", mode="single" if plan.single else "default",
                           plan=plan.describe(), seed=plan.seed, seconds=round(seconds, 2))
         print(f"wrote {args.json}", file=sys.stderr)
     wall = seconds_since_process_start()  # the whole run: the imports take seconds more on a loaded machine

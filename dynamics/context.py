@@ -14,7 +14,7 @@ import torch
 import dynamics.laws as laws
 from dynamics.problems import NoiseToy, QKNormProblem, RegressionToy
 from dynamics.simulate import OptimConfig, Progress, Trace, run
-from rmsgauge import Claim, tolerance
+from rmsgauge import Claim, check_choice, check_range, tolerance
 from rmsgauge.corpus import ByteCorpus
 
 SOURCE_ANGLES = (0.0025, 0.010, 0.040)  # the source's per-step rotations at norm scales 1, 1/2, 1/4
@@ -40,6 +40,17 @@ class DynamicsPlan:
     seed: int = 0
     dtype: str | None = None  # None: float64 toys, float32 model (plus one run of each in the other dtype)
     quick: bool = False  # shorter runs and grids (for the report's quick mode)
+
+    def __post_init__(self) -> None:
+        """Every value checked once, here: a ``ValueError`` names it and its range."""
+        self.cfg(OptimConfig.lr if self.lr is None else self.lr)  # the optimizer's checks (lr None: chosen per run)
+        if self.steps is not None:
+            check_range("steps", self.steps, 1)
+        check_range("seed", self.seed, 0, 2**32 - 1)
+        if self.dtype is not None:
+            check_choice("dtype", self.dtype, ("float32", "float64"))
+        if self.quick and self.single:
+            raise ValueError("quick shortens the default reproduction; with one setting, give steps instead")
 
     def cfg(self, lr: float) -> OptimConfig:
         return OptimConfig(optimizer=self.optimizer, decay=self.decay, lr=lr, wd=self.wd, momentum=self.momentum,

@@ -13,7 +13,6 @@ Programmatic use::
 Nothing imports ``figures`` (it is the top of the import graph).
 """
 
-import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from figures.context import FigureContext
 from figures.registry import FIGURES, FigureOutput, FigureSpec, FigureUnavailable, figure, load_all
 from figures.runner import RunResult, run

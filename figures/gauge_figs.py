@@ -105,7 +105,8 @@ def forward_invariance(ctx) -> FigureOutput:
     err = max(float(np.max(np.abs(meas - exact))) for _, meas, exact, _, _ in eps_rows)
     cap = (f"W = {setup.weight_name()} of the gauge package's QK-norm transformer (d_model {cfg.d_model}, "
            f"{cfg.n_heads} heads, trained {cfg.train_steps} AdamW steps), inputs from a held-out Shakespeare batch "
-           f"({cfg.batch}x{cfg.block} bytes); {len(c)} log-spaced c in [{cfg.c_min:g}, {cfg.c_max:g}]. Left: eps = 0, "
+           f"({cfg.batch_size}x{cfg.block_size} bytes); {len(c)} log-spaced c in [{cfg.c_min:g}, {cfg.c_max:g}]. "
+           f"Left: eps = 0, "
            f"max deviation {curves['float64'].max():.2g} in float64 (tolerance {tols['float64']:.2g}) and "
            f"{curves['float32'].max():.2g} in float32 (tolerance {tols['float32']:.2g}); points at the floor are "
            f"bitwise-equal outputs. Right: eps in {{{', '.join(f'{e:.3g}' for e, *_ in eps_rows)}}} (float64): "

@@ -9,7 +9,6 @@ closed-form laws and ``gauge.model`` the model, data and helpers they are measur
 command line runs it to choose what ``dynamics.monitor`` watches.
 """
 
-import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from gauge.checks import (
     CLAIM_IDS,
     census_table,

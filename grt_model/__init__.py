@@ -5,7 +5,6 @@ Standalone: depends only on the ``rmsgauge`` core (claim record, tolerance, seed
 foundation that trains it (dense baseline, corpus, training loop, checkpoints) is :mod:`lm`, one level up.
 """
 
-import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from grt_model.butterfly import butterfly_pairs, stage_stride
 from grt_model.cascade import RotationCascade, clifford_features, materialize, reference_cascade
 from grt_model.config import GRTConfig

@@ -90,10 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
-    if "--trained" in argv:  # the trained-model claims load lm's shipped models: they live above lm
-        ap.error("--trained moved: the trained-model claims are python -m studies.trained [--checkpoint PATH]")
     return run_main(ap, argv, lambda args, _: _main(ap, args))
 
 
@@ -112,11 +109,10 @@ def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, 
         check_output_file("--json", args.json)
     except (ValueError, TypeError) as e:
         ap.error(str(e))
-    for flag, v, lo, hi in (("--seed", args.seed, 0, 2**32 - 1), ("--batch-size", args.batch_size, 1, 4096),
-                            ("--seq-len", args.seq_len, 1, f"block_size={cfg.block_size}"),
-                            ("--threads", args.threads, 1, 256)):
-        if not lo <= v <= (cfg.block_size if flag == "--seq-len" else hi):
-            ap.error(f"{flag} must be in [{lo}, {hi}], got {v}")
+    for flag, v, lo, hi in (("--seed", args.seed, 0, 2**32 - 1), ("--batch-size", args.batch_size, 1, None),
+                            ("--seq-len", args.seq_len, 1, cfg.block_size), ("--threads", args.threads, 1, None)):
+        if not lo <= v <= (hi or v):
+            ap.error(f"{flag} must be in [{lo}, {hi or 'inf'}], got {v}")
     dev = args.device
     if dev == "auto":
         dev = "cuda" if torch.cuda.is_available() else "cpu"

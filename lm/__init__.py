@@ -7,7 +7,6 @@ classes and the benchmark.  It trains both model families on the bundled byte co
 :mod:`dynamics`, :mod:`studies` or :mod:`figures` (above it).
 """
 
-import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from lm.dense import DenseConfig, DenseTransformer
 from lm.rmsnorm import RMSNorm, rms_norm, rms_norm_jacobian
 

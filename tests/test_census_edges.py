@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from gauge.census import CensusError, census, format_census
-from gauge.census_engine import EXACT_VAR_MIN, TINY_EPS, Engine, Float64Everywhere
-from gauge.census_search import Member, confirm, gradient_screen, plan
+from gauge.census.engine import EXACT_VAR_MIN, TINY_EPS, Engine, Float64Everywhere
+from gauge.census.search import Member, confirm, gradient_screen, plan
 from rmsgauge import tolerance
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never a download, even by accident
@@ -105,7 +105,7 @@ def test_models_it_cannot_analyse_get_one_line(model, pattern):
 
 
 def test_cli_one_line_for_every_failure(tmp_path, monkeypatch, capsys):
-    from gauge.census_cli import main
+    from gauge.census.cli import main
 
     (tmp_path / "edge_factories.py").write_text(textwrap.dedent("""
         import torch
@@ -238,14 +238,14 @@ def test_screen_decides_without_real_scalings():
 
 # ------------------------------------------------------------------------------------------------ command line
 def test_cli_conv_batchnorm_training_and_eval(capsys):
-    from gauge.census_cli import main
+    from gauge.census.cli import main
 
-    assert main(["--model", "gauge.census_examples:conv_bn"]) == 0
+    assert main(["--model", "gauge.census.examples:conv_bn"]) == 0
     cap = capsys.readouterr()
     assert "conv.weight" in cap.out and "rows: 6 blocks of 1" in cap.out and "unused" in cap.out
     assert "BatchNorm2d over 144 values: each channel over 4 samples × 36 positions" in cap.out
     assert "census: real scalings: block" in cap.err and "| ETA" in cap.err
-    assert main(["--model", "gauge.census_examples:conv_bn", "--mode", "eval", "--quiet"]) == 0
+    assert main(["--model", "gauge.census.examples:conv_bn", "--mode", "eval", "--quiet"]) == 0
     cap = capsys.readouterr()
     assert "(no gauge tensors or blocks" in cap.out and "running statistics" in cap.out and cap.err == ""
 
@@ -254,7 +254,7 @@ def test_cli_phi3_and_out_of_range_pad_ids(tmp_path, capsys):
     """Phi-3's default pad token id (32000) lies outside the tiny default vocabulary: dropped for a class name (the
     census batch never uses it), a one-line usage error naming the field for the user's own config folder."""
     tf = pytest.importorskip("transformers")
-    from gauge.census_cli import main
+    from gauge.census.cli import main
 
     assert main(["--hf", "Phi3ForCausalLM", "--set", "num_hidden_layers=1", "--quiet"]) == 0
     out = capsys.readouterr()

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gauge.census import census, format_census
-from gauge.census_examples import conv_bn, conv_bn_eval
+from gauge.census.examples import conv_bn, conv_bn_eval
 from rmsgauge import tolerance
 
 N, D_IN, WIDTH, CLASSES = 5, 4, 6, 3  # samples, input features, normalized width, classes
@@ -133,7 +133,7 @@ def test_batchnorm1d_eval_mode_makes_no_gauge():
 
 
 def test_batchnorm2d_training_mode_filters_and_the_eps_law():
-    """gauge.census_examples.conv_bn (its docstring derives it): conv 3->6 with bias -> BatchNorm2d in training mode.
+    """gauge.census.examples.conv_bn (its docstring derives it): conv 3->6 with bias -> BatchNorm2d in training mode.
     Each output filter W_c is its own gauge ("rows: 6 blocks of 1"), the conv bias is unused, BatchNorm's gain and
     bias and the head are not gauges; the norm reads each channel over 4 samples x 36 positions = 144 values.  torch
     refuses eps = 0 in training mode: the census runs it at 2^-1022 (bit-identical, noted), and the loss change of

@@ -40,11 +40,11 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     # name: (module with main, {flag: invalid values}, flags always passed (valid, keep outputs in the sandbox))
     "lm.train": ("lm.train", {
         "--max-steps": BAD_INT, "--batch-size": BAD_INT, "--eval-interval": BAD_INT, "--threads": BAD_INT,
-        "--seed": BAD_INT, "--d-model": BAD_INT, "--n-heads": BAD_INT, "--n-layers": BAD_INT, "--seq-len": BAD_INT,
+        "--seed": BAD_INT, "--d-model": BAD_INT, "--n-heads": BAD_INT, "--n-layers": BAD_INT, "--block-size": BAD_INT,
         "--max-tokens": BAD_INT, "--lr": BAD_FLOAT, "--json": BAD_OUT_FILE, "--out-dir": BAD_OUT_DIR,
-        "--model": ("gpt", ""), "--dtype": ("float16", ""), "--device": ("tpu", ""), "--data": BAD_DATA[:2],
+        "--model": ("gpt", ""), "--dtype": ("float16", ""), "--device": ("tpu", ""), "--corpus": BAD_DATA[:2],
         "--set": ("lr=nan", "bogus=1", "model.vocab_size=0", "x", "wd=nan", "model.init_std=-1"),
-        "--block-size": ("8",), "--heads": ("2",), "--recipe": ("nope", ""), "--config": ("missing.json", "afile"),
+        "--heads": ("2",), "--recipe": ("nope", ""), "--config": ("missing.json", "afile"),
     }, ("--quiet",)),
     "lm.sample": ("lm.sample", {
         "--checkpoint": ("missing.pt", "adir", "afile", ""), "--tokens": BAD_INT, "--temperature": BAD_FLOAT,
@@ -53,11 +53,10 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     }, ()),
     "gauge": ("gauge.__main__", {
         "--d-model": BAD_INT, "--n-heads": BAD_INT, "--n-layers": BAD_INT, "--batch-size": BAD_INT,
-        "--seq-len": BAD_INT, "--train-steps": BAD_INT, "--lr": BAD_FLOAT, "--c-min": BAD_FLOAT,
+        "--block-size": BAD_INT, "--train-steps": BAD_INT, "--lr": BAD_FLOAT, "--c-min": BAD_FLOAT,
         "--c-max": BAD_FLOAT, "--c-points": BAD_INT, "--eps": ("nan", "abc", "", "-1"),
         "--census-c": ("nan", "", "-1", "0"), "--seed": BAD_INT, "--threads": BAD_INT, "--json": BAD_OUT_FILE,
-        "--data": BAD_DATA, "--dtype": ("float16", ""), "--heads": ("2",), "--block": ("8",),
-        "--corpus": ("c.txt",),
+        "--corpus": BAD_DATA, "--dtype": ("float16", ""), "--heads": ("2",),
     }, ()),
     "dynamics": ("dynamics.__main__", {
         "--optimizer": ("adam", ""), "--decay": ("x",), "--lr": BAD_FLOAT, "--wd": (*BAD_FLOAT, "1"),
@@ -72,7 +71,7 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     "figures": ("figures.__main__", {
         "--only": ("nosuch", ",", ""), "--checkpoint": ("missing.pt", "adir"), "--cache-dir": ("afile",),
         "--seed": BAD_INT, "--threads": BAD_INT, "--claims": ("bogus", "", ","), "--json": BAD_OUT_FILE,
-        "--out-dir": ("afile", "afile/sub", "/sys/rmsgauge-fuzz"), "--out": ("figs",),
+        "--out-dir": ("afile", "afile/sub", "/sys/rmsgauge-fuzz"),
     }, ("--out-dir", "figs", "--quick")),
     "proofs": ("proofs.__main__", {
         "--only": ("zzz-no-such-proof",), "--json": BAD_OUT_FILE,
@@ -83,7 +82,7 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
     }, ("import", "--model-dir", "HF", "--checkpoint", "new.pt")),
     "lm.hf export": ("lm.hf", {
         "--checkpoint": ("missing.pt", "adir", "afile", "junk.pt"), "--out-dir": ("afile", "afile/sub", "", "adir"),
-        "--reference": ("gpt",), "--out": ("x",),
+        "--reference": ("gpt",),
     }, ("export", "--checkpoint", "RUN/ckpt.pt", "--out-dir", "exp")),
     "lm.evaluate": ("lm.evaluate", {
         "--batch-size": BAD_INT, "--limit": BAD_INT, "--num-fewshot": BAD_INT, "--bootstrap-iters": BAD_INT,
@@ -169,7 +168,7 @@ def _template() -> Path:
 
 # input-equals-output draws: (CLI, base argv, output flag, the inputs its value may name)
 IO_CASES = {
-    "lm.train": ("lm.train", ["--data", "c.txt", "--out-dir", "o", "--max-steps", "1", "--quiet"], "--json",
+    "lm.train": ("lm.train", ["--corpus", "c.txt", "--out-dir", "o", "--max-steps", "1", "--quiet"], "--json",
                  ("c.txt", "RUN/ckpt.pt")),
     "lm.train resume": ("lm.train", ["--out-dir", "RUN", "--resume", "--max-steps", "2", "--quiet"], "--json",
                         ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256", "RUN/log.jsonl", "RUN/summary.json")),
@@ -177,7 +176,7 @@ IO_CASES = {
                         ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256", "RUN/log.jsonl", "RUN/summary.json")),
     "lm.sample": ("lm.sample", ["--checkpoint", "RUN/ckpt.pt", "--tokens", "2"], "--json",
                   ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256", "RUN/log.jsonl")),
-    "gauge": ("gauge.__main__", ["--data", "c.txt", "--train-steps", "0", "--quiet"], "--json", ("c.txt",)),
+    "gauge": ("gauge.__main__", ["--corpus", "c.txt", "--train-steps", "0", "--quiet"], "--json", ("c.txt",)),
     "lm.hf import": ("lm.hf", ["import", "--model-dir", "HF"], "--checkpoint",
                      ("HF/model.safetensors", "HF/x.pt", "RUN/ckpt.pt", "HF/SHA256SUMS")),
     "lm.hf export": ("lm.hf", ["export", "--checkpoint", "RUN/ckpt.pt"], "--out-dir", ("RUN", "HF", ".")),
@@ -186,7 +185,7 @@ IO_CASES = {
                     ("tasks/mc.jsonl", "tasks/mc.yaml", "HF/config.json", "HF/new.json", "tasks/new.json")),
     "figures": ("figures.__main__", ["--checkpoint", "RUN/ckpt.pt", "--only", "grt.fig_gates", "--quick"], "--json",
                 ("RUN/ckpt.pt", "RUN/ckpt.pt.sha256")),
-    "gauge census": ("gauge.census_cli", ["--model", "fuzzmodels:make", "--quiet"], "--json", ("fuzzmodels.py",)),
+    "gauge census": ("gauge.census.cli", ["--model", "fuzzmodels:make", "--quiet"], "--json", ("fuzzmodels.py",)),
     "studies.experiments summary": ("studies.experiments", ["summary", "--results", "R", "--runs-dir", "RUN"],
                                     "--json", ("R/runs.json", "R/speed_probes.json", "R/logs/a.log.jsonl",
                                                "R/new.json", "RUN/log.jsonl")),
@@ -343,8 +342,8 @@ def test_tiny_successful_runs_train_and_sample():
 
     root = _sandbox()
     (root / "c.txt").write_bytes(bundled_corpus_files()[0].read_bytes()[:8_000])
-    argv = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "16", "--set", "d_ff=32",
-            "--batch-size", "2", "--max-steps", "2", "--threads", "1", "--device", "cpu", "--data", "c.txt",
+    argv = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--block-size", "16", "--set", "d_ff=32",
+            "--batch-size", "2", "--max-steps", "2", "--threads", "1", "--device", "cpu", "--corpus", "c.txt",
             "--out-dir", "run", "--json", "s.json", "--quiet"]
     code, _, err = run_cli("lm.train", argv, root)
     assert code == 0, err

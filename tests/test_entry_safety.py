@@ -27,10 +27,8 @@ from lm.trainconfig import TrainConfig
 from rmsgauge.atomic import sha256_bytes
 from rmsgauge.cli import (
     CONSOLE_COMMANDS,
-    HELPER_MARK,
-    RENAMED_FLAGS,
-    SHARED_FLAGS,
     Failure,
+    OneLineArgumentParser,
     check_outputs_against_inputs,
     make_parser,
     run_main,
@@ -39,7 +37,7 @@ from rmsgauge.corpus import bundled_corpus_files
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16}
-TINY_ARGS = ["--model", "dense", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "16",
+TINY_ARGS = ["--model", "dense", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--block-size", "16",
              "--set", "d_ff=32", "--batch-size", "2", "--eval-interval", "0", "--set", "eval_batches=1",
              "--set", "warmup_steps=1", "--set", "gauge_interval=0", "--threads", "1", "--device", "cpu", "--quiet"]
 
@@ -101,7 +99,7 @@ def test_train_json_equal_to_data_or_config_is_refused(tmp_path, corpus, capsys)
     cfg = tmp_path / "cfg.json"
     cfg.write_text('{"train": {"max_steps": 1}}')
     before = _snapshot(tmp_path)
-    for argv in (["--data", str(data), "--json", str(data)], ["--data", str(data), "--config", str(cfg), "--json",
+    for argv in (["--corpus", str(data), "--json", str(data)], ["--corpus", str(data), "--config", str(cfg), "--json",
                                                               str(cfg)]):
         assert _code(main, [*TINY_ARGS, *argv, "--out-dir", str(tmp_path / "o")]) == 2
         assert "is the input" in _one_line(capsys.readouterr().err)
@@ -125,21 +123,19 @@ def test_sample_and_resume_json_never_replace_the_run(run, capsys, target):
 def test_json_never_replaces_another_runs_checkpoint(run, corpus, tmp_path, capsys):
     """Not an input of this command, but a checksummed checkpoint: an output never replaces it."""
     before = _snapshot(run)
-    assert _code(main, [*TINY_ARGS, "--data", str(corpus), "--out-dir", str(tmp_path / "o"), "--json",
+    assert _code(main, [*TINY_ARGS, "--corpus", str(corpus), "--out-dir", str(tmp_path / "o"), "--json",
                         str(run / "ckpt.pt")]) == 2
     assert "checksummed" in _one_line(capsys.readouterr().err) and _snapshot(run) == before
 
 
-def test_gauge_json_equal_to_data_is_refused(tmp_path, corpus, capsys):
+def test_gauge_json_equal_to_the_corpus_is_refused(tmp_path, corpus, capsys):
     from gauge.__main__ import main as gauge_main
 
     data = tmp_path / "c.txt"
     data.write_bytes(corpus.read_bytes())
-    assert _code(gauge_main, ["--data", str(data), "--json", str(data), "--train-steps", "0"]) == 2
-    assert "is the input --data" in _one_line(capsys.readouterr().err)
+    assert _code(gauge_main, ["--corpus", str(data), "--json", str(data), "--train-steps", "0"]) == 2
+    assert "is the input --corpus" in _one_line(capsys.readouterr().err)
     assert data.read_bytes() == corpus.read_bytes()
-    assert _code(gauge_main, ["--corpus", str(data)]) == 2  # the old spelling names the shared one
-    assert "use --data" in _one_line(capsys.readouterr().err)
 
 
 def test_reference_ship_never_writes_over_the_run(run, capsys):
@@ -237,7 +233,7 @@ def test_run_folder_lock_refuses_a_second_training(run, corpus, capsys):
         assert (run / LOCK_NAME).is_file()
         before = (run / "log.jsonl").read_bytes()
         for argv in (["--out-dir", str(run), "--resume", "--max-steps", "6", "--quiet"],
-                     [*TINY_ARGS, "--data", str(corpus), "--out-dir", str(run), "--force"]):
+                     [*TINY_ARGS, "--corpus", str(corpus), "--out-dir", str(run), "--force"]):
             assert _code(main, argv) == 1
             line = _one_line(capsys.readouterr().err)
             assert "is in use" in line and LOCK_NAME in line and f"pid {os.getpid()}" in line
@@ -281,7 +277,7 @@ def test_a_refused_run_leaves_no_folder_and_no_lock(tmp_path):
 ])
 def test_resume_trains_a_finished_run_longer(tmp_path, corpus, capsys, first, extend, steps):
     out = tmp_path / "r"
-    assert main([*TINY_ARGS, "--data", str(corpus), "--out-dir", str(out), *first]) == 0
+    assert main([*TINY_ARGS, "--corpus", str(corpus), "--out-dir", str(out), *first]) == 0
     assert main(["--out-dir", str(out), "--resume", "--quiet", *extend]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["steps"] == steps and s["complete"] and load_checkpoint(out / "ckpt.pt")["step"] == steps
@@ -334,7 +330,7 @@ def test_gauge_small_corpus_is_one_line_before_work(tmp_path, capsys, content, m
 
     data = tmp_path / "c.txt"
     data.write_bytes(content)
-    assert _code(gauge_main, ["--data", str(data)]) == 2
+    assert _code(gauge_main, ["--corpus", str(data)]) == 2
     assert message in _one_line(capsys.readouterr().err)
 
 
@@ -375,7 +371,7 @@ def test_euler_record_names_the_tensor_it_differentiated():
     import gauge.checks as checks
     from gauge.model import GaugeConfig, build_setup
 
-    setup = build_setup(GaugeConfig(d_model=16, n_heads=2, n_layers=1, batch=2, block=8, train_steps=0,
+    setup = build_setup(GaugeConfig(d_model=16, n_heads=2, n_layers=1, batch_size=2, block_size=8, train_steps=0,
                                     c_points=3), qk_norm=True)
     assert checks.check_euler_radial_gradient(setup, "float64").details["tensor"] == "blocks.0.attn.q_proj.weight"
     src = textwrap.dedent(inspect.getsource(checks.check_euler_radial_gradient.__wrapped__
@@ -421,10 +417,10 @@ CONVERTED = {
     "proofs": ("proofs.__main__", "build_parser"), "figures": ("figures.__main__", "build_parser"),
     "rotational_compare": ("tools.rotational_compare", "build_parser"),
     "grt_model": ("grt_model.__main__", "build_parser"), "studies.experiments": ("studies.experiments", "build_parser"),
-    "studies.trained": ("studies.trained", "build_parser"), "gauge census": ("gauge.census_cli", "build_parser"),
+    "studies.trained": ("studies.trained", "build_parser"), "gauge census": ("gauge.census.cli", "build_parser"),
     "lm.bench": ("lm.bench.__main__", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
     "tools.readme_blocks": ("tools.readme_blocks", "build_parser"), "lm.bpe": ("lm.bpe", "build_parser"),
-    "gauge.census_bench": ("gauge.census_bench", "build_parser"), "bench/cuda_check.py": ("bench/cuda_check.py",
+    "gauge.census.bench": ("gauge.census.bench", "build_parser"), "bench/cuda_check.py": ("bench/cuda_check.py",
                                                                                           "build_parser"),
 }
 # the command lines that are not a parser of their own, and why
@@ -476,15 +472,19 @@ def test_every_command_line_is_on_the_helper_or_says_why_not():
     assert not missing, f"command lines not built by rmsgauge.cli (add them to CONVERTED, or say why): {missing}"
 
 
+# one spelling per concept: a flag whose destination is one of these concepts is spelled this way in every CLI
+SHARED_FLAGS = ("--d-model", "--n-heads", "--n-layers", "--batch-size", "--block-size", "--seed", "--dtype",
+                "--threads", "--device", "--json", "--verbose", "--quiet", "--out-dir", "--corpus", "--checkpoint",
+                "--model-dir", "--resume", "--force", "--trust-unverified", "--debug")
+
+
 @pytest.mark.parametrize("name", sorted(CONVERTED))
 def test_every_parser_uses_the_helper_and_the_shared_names(name):
     for p in _parsers(_build(*CONVERTED[name])):
-        assert getattr(p, HELPER_MARK, False), f"{p.prog}: not built by rmsgauge.cli.make_parser/add_subcommand"
+        assert isinstance(p, OneLineArgumentParser), f"{p.prog}: not built by rmsgauge.cli.make_parser/add_subcommand"
         flags = {o for a in p._actions for o in a.option_strings}
         forwarded = p.get_default("_cli_forward")
         assert forwarded or "--debug" in flags, f"{p.prog}: no --debug"
-        old = sorted(flags & set(RENAMED_FLAGS))
-        assert not old, f"{p.prog}: old spellings {old}; the shared names are {[RENAMED_FLAGS[f] for f in old]}"
         for a in p._actions:  # a flag whose destination is a shared concept uses the shared spelling
             shared = {f for f in SHARED_FLAGS if f[2:].replace("-", "_") == a.dest}
             assert not shared or shared & set(a.option_strings), f"{p.prog}: {a.option_strings} for {shared}"
@@ -495,22 +495,6 @@ def test_console_commands_match_pyproject():
     assert set(scripts) == set(CONSOLE_COMMANDS) and set(scripts.values()) == {"rmsgauge.cli:console"}
     for module, _ in CONSOLE_COMMANDS.values():
         assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), module
-
-
-def test_console_ctrl_c_during_imports_is_one_line(monkeypatch, capsys):
-    import importlib
-
-    from rmsgauge import cli
-
-    def interrupted(name):
-        raise KeyboardInterrupt
-
-    # sys.argv first: pytest resolves a dotted monkeypatch target through importlib.import_module, which the
-    # next line makes raise
-    monkeypatch.setattr("sys.argv", ["/usr/bin/rmsgauge-train", "--help"])
-    monkeypatch.setattr(importlib, "import_module", interrupted)
-    assert cli.console() == 130
-    assert capsys.readouterr().err == "rmsgauge-train: interrupted\n"
 
 
 @pytest.mark.parametrize(("raised", "code", "message"), [
@@ -545,72 +529,6 @@ def test_save_checkpoint_without_checksum_removes_a_stale_one(tmp_path):
     assert not checksum_path(path).exists()
     with pytest.raises(CheckpointError, match="--trust-unverified"):
         load_checkpoint(path)
-
-
-# ---- Ctrl-C while a python -m command is still importing (rmsgauge.interrupt) ------------------------------------
-
-
-def _first_import(path: Path) -> str:
-    """The first import of ``path`` that is not the standard library's (those are fast: nothing to interrupt)."""
-    import ast
-    import sys
-
-    for node in ast.parse(path.read_text()).body:
-        top = (node.names[0].name if isinstance(node, ast.Import) else node.module or "").split(".")[0] \
-            if isinstance(node, (ast.Import, ast.ImportFrom)) else ""
-        if top == "__future__" or top in sys.stdlib_module_names:
-            continue
-        if isinstance(node, ast.Import):
-            return node.names[0].name
-        if isinstance(node, ast.ImportFrom):
-            return f"from {node.module}"
-    return ""
-
-
-def test_every_package_imports_rmsgauge_first():
-    """``python -m pkg.module`` runs ``pkg/__init__.py`` first: its first import must install the hook."""
-    from tests.test_layering import LAYER
-
-    assert _first_import(ROOT / "rmsgauge" / "__init__.py") == "rmsgauge.interrupt"
-    late = {pkg: first for pkg in LAYER if pkg != "rmsgauge"
-            if (first := _first_import(ROOT / pkg / "__init__.py")) != "rmsgauge"}
-    assert not late, f"packages whose first import is not `import rmsgauge` (Ctrl-C would be a traceback): {late}"
-
-
-def test_ctrl_c_during_a_python_m_import_is_one_line(tmp_path):
-    """A command package that imports rmsgauge first, then a module that is interrupted while it imports."""
-    import subprocess
-    import sys
-
-    pkg = tmp_path / "kbpkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("import rmsgauge  # noqa: F401\n")
-    (pkg / "cmd.py").write_text("raise KeyboardInterrupt  # where a slow import would be cut\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    out = subprocess.run([sys.executable, "-m", "kbpkg.cmd"], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert out.stderr == "python -m kbpkg.cmd: interrupted\n"
-    assert out.returncode in (130, -2)  # Python ends by SIGINT after the hook: the shell's 130
-    lib = subprocess.run([sys.executable, "-c", "import rmsgauge, sys; print(sys.excepthook is sys.__excepthook__)"],
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert lib.stdout.strip() == "True"  # imported as a library: the program's own hook is left alone
-
-
-def test_sigint_while_lm_train_imports_is_one_line():
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    proc = subprocess.Popen([sys.executable, "-m", "lm.train", "--help"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(0.4)  # inside the imports (torch alone takes longer); a later signal meets main's own guard
-    proc.send_signal(signal.SIGINT)
-    err = proc.communicate(timeout=120)[1]
-    if proc.returncode == 0:
-        pytest.skip("the command finished before the signal (a very fast machine)")
-    assert proc.returncode in (130, -2), err
-    assert err.strip().endswith("interrupted") and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("what", ["while printing", "at the final flush"])
@@ -682,7 +600,7 @@ def test_gauge_names_the_flag_a_misspelling_meant(capsys):
 
 
 @pytest.mark.parametrize(("argv", "unknown"), [
-    (["--data", "census", "--zzz-top"], "--zzz-top"),  # a value that is a subcommand's name is still a value
+    (["--corpus", "census", "--zzz-top"], "--zzz-top"),  # a value that is a subcommand's name is still a value
     (["--json=out.json", "--d-modle=64"], "--d-modle"),
     (["--eps", "1e-6,torch", "-q"], "-q"),
 ])
@@ -699,8 +617,8 @@ def test_known_flags_values_and_forwarded_flags_still_parse():
 
     args, rest = build_parser().parse_known_args(["census", "--model", "m", "--frob"])  # census reads its own
     assert args.command == "census" and rest == ["--model", "m", "--frob"]
-    args = build_parser().parse_args(["--d-mod", "32", "--data", "census", "--c-min=0.5"])  # an abbreviation too
-    assert (args.d_model, args.data, args.c_min, args.command) == (32, "census", 0.5, None)
+    args = build_parser().parse_args(["--d-mod", "32", "--corpus", "census", "--c-min=0.5"])  # an abbreviation too
+    assert (args.d_model, args.corpus, args.c_min, args.command) == (32, "census", 0.5, None)
 
 
 # ---- gauge.py and dynamics.py say how long the whole run took ---------------------------------------------------

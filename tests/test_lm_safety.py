@@ -28,10 +28,10 @@ TINY = {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "block_size": 16
 
 
 def _argv(out: Path, data: Path, *extra: str) -> list[str]:
-    return ["--model", "dense", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--seq-len", "16",
+    return ["--model", "dense", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--block-size", "16",
             "--set", "d_ff=32", "--batch-size", "4", "--eval-interval", "2", "--set", "eval_batches=1",
             "--set", "warmup_steps=1", "--set", "log_interval=1", "--set", "gauge_interval=1", "--threads", "1",
-            "--device", "cpu", "--data", str(data), "--out-dir", str(out), "--quiet", *extra]
+            "--device", "cpu", "--corpus", str(data), "--out-dir", str(out), "--quiet", *extra]
 
 
 def _cfg(out: Path, data: Path, **kw) -> TrainConfig:

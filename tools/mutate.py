@@ -45,7 +45,7 @@ def mutant_env(root: Path) -> dict[str, str]:
     A mutant whose checks run the fused kernels pays their compile (about a minute)."""
     return {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1",
             "NUMBA_CACHE_DIR": str(root.parent / "numba-cache")}
-TINY_GAUGE = ["gauge.py", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "2", "--seq-len",
+TINY_GAUGE = ["gauge.py", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "2", "--block-size",
               "8", "--train-steps", "2", "--dtype", "float64", "--quiet"]
 GRT_CLAIMS = ("import sys; from grt_model.claims import run_all; cs = run_all(0, only=tuple(sys.argv[1:])); "
               "bad = [c.id for c in cs if not c.holds]; print('FAILS', bad); sys.exit(1 if bad else 0)")
@@ -129,7 +129,7 @@ MUTATIONS = [
     Mutation("rmsnorm_jacobian_closed_form", "lm/rmsnorm.py", "return (eye - outer / (n * rho.unsqueeze(-1) ** 2))",
              "return (eye - outer / (rho.unsqueeze(-1) ** 2))", "closed-form Jacobian misses 1/n",
              [pytest("tests/test_gauge.py", "jacobian_null_space")]),
-    Mutation("census_instancenorm_eval_rule", "gauge/census_norms.py", "m.training or not m.track_running_stats",
+    Mutation("census_instancenorm_eval_rule", "gauge/census/norms.py", "m.training or not m.track_running_stats",
              "m.training and not m.track_running_stats",
              "InstanceNorm's reason says running statistics where it normalizes by its own (the verdict is measured)",
              [pytest("tests/test_census_families.py", "instancenorm")]),

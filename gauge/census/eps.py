@@ -1,6 +1,6 @@
 r"""The census at the model's own eps: measured deviations beside the exact eps law of :mod:`gauge.laws`.
 
-For a normalized set :math:`z \in \mathbb{R}^n` (a row of :func:`gauge.census_norms.rows`: a token's features, a
+For a normalized set :math:`z \in \mathbb{R}^n` (a row of :func:`gauge.census.norms.rows`: a token's features, a
 group, a channel over the batch), with :math:`m` its mean square (RMSNorm) or variance (centring families),
 :math:`\operatorname{Norm}_\epsilon(cz) - \beta = r(c)\,(\operatorname{Norm}_\epsilon(z) - \beta)`,
 :math:`r(c) = c\sqrt{m+\epsilon}/\sqrt{c^2m+\epsilon}`, so each entry moves by :math:`|r(c)-1|\,|y_i - \beta_i|`.
@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from gauge.census_engine import Engine
-from gauge.census_norms import NormInfo, minus_bias, rows
-from gauge.census_records import Block, EpsReport
+from gauge.census.engine import Engine
+from gauge.census.norms import NormInfo, minus_bias, rows
+from gauge.census.records import Block, EpsReport
 from gauge.laws import break_scales, eps_ratio_minus_one
 from rmsgauge import tolerance
 

@@ -9,37 +9,23 @@ Wan et al. 2021).  The census decides this numerically, for any ``torch.nn.Modul
    ``"eval"`` overrides it): BatchNorm in training mode normalizes each channel over the batch, so each conv filter
    (or linear row) feeding it is its own gauge and the bias before it is unused; in eval mode it applies running
    statistics, an affine map, and makes no gauge.  Dropout is off on the copy (a mask commutes with every positive
-   scaling, so it changes no gauge) and every evaluation re-seeds the RNG (:mod:`gauge.census_engine`).
-2. **Screen, then real scalings** (:mod:`gauge.census_search`).  One float64 backward screens every tensor and
-   every aligned row/column block of every divisor size by Euler's theorem
-   (:math:`\langle\nabla_{W_I}L, W_I\rangle = 0` for a gauge block); only what passes is scaled by each :math:`c`
-   in ``scales`` (default :data:`DEFAULT_SCALES`: both sides of 1, *no powers of two*, which are exact in floating
-   point and would prove nothing) and compared with the float64 round-off bound of the loss from
-   :func:`rmsgauge.tolerance` (``size`` = the largest activation of the forward pass, ``depth`` = the number of
-   module calls in it).  The candidate blocks of all tensors are scaled together, each by its own :math:`c`
-   (gauge scalings compose), and a set that fails is bisected: a model whose gauges pass costs ``len(scales)``
-   forwards for the whole search (Qwen3-0.6B: 56 gauge tensors in about 4 minutes and 9.2 GB on 2 busy cores,
-   ``python -m gauge.census_bench``).  Per-head gauges of a per-head QK-norm come out as ``head_dim``-row blocks
-   (grouped-query attention's fewer key heads the same way); a norm over a whole projection (OLMo 2) leaves the
-   whole tensor; BatchNorm/InstanceNorm in training mode one row (filter) per block; GroupNorm one block per group;
-   weight normalization one block per slice of ``v``; a weight whose bias also feeds a centring norm is a gauge
-   only jointly with its bias (``status == "joint gauge"``, ``joint`` names the bias).
-3. **Why.**  Forward hooks on every normalization module (and the functional and hand-written norms found in the
-   forward) record which module output each norm reads (same storage: views and reshapes of a projection's output
-   count); the reason names the norm, its mode and the size of each set it normalizes over
-   (:mod:`gauge.census_norms`); weight-normalized tensors name the parametrization.
-4. **eps.**  The exact gauges are found with every norm's ``eps`` (``eps``, ``variance_epsilon``, ``epsilon``) set
-   to 0 on the copy, and with the eps of every functional or hand-written norm in the forward dropped, wherever the
-   model keeps it (:mod:`gauge.census_sites`: ``F.rms_norm(..., eps=1e-5)`` in an attention module, ``x *
-   rsqrt(mean(x²) + self.e)`` in a class of any name; each named in the notes and as the reason of the weights it
-   reads).  An eps-named float of a module that none of these accounts for is kept, and said so: the table's
-   header, a note, and the reason of every weight it reads.  Norms that refuse 0 (torch's BatchNorm in training)
-   get the smallest normal float64 :math:`2^{-1022}`, which the variance absorbs bit for bit
-   (:math:`\mathrm{fl}(v + 2^{-1022}) = v` for every :math:`v \ge 2^{-968}`, checked on the batch), so their
-   arithmetic is exactly eps = 0's.  At the model's own
-   eps the census measures the reading norm's output deviation next to the exact eps law of :mod:`gauge.laws`,
-   with the break scales outside which it exceeds round-off, and the loss deviation (first order in the measured
-   output change where that is below 1% of the output, measured otherwise; :mod:`gauge.census_eps`).
+   scaling, so it changes no gauge) and every evaluation re-seeds the RNG (:mod:`gauge.census.engine`).
+2. **Screen, then real scalings** (:mod:`gauge.census.search`).  One float64 backward screens every tensor and
+   every aligned row/column block by Euler's theorem (:math:`\langle\nabla_{W_I}L, W_I\rangle = 0` for a gauge
+   block); only what passes is scaled by each :math:`c` in ``scales`` (default :data:`DEFAULT_SCALES`: both sides of
+   1, *no powers of two*, which are exact in floating point and would prove nothing) and compared with the float64
+   round-off bound of the loss from :func:`rmsgauge.tolerance` (``size`` = the largest activation of the forward
+   pass, ``depth`` = the number of module calls in it).  A weight whose bias also feeds a centring norm is a gauge
+   only jointly with its bias (``status == "joint gauge"``, ``joint`` names the bias).  Qwen3-0.6B: 56 gauge
+   tensors in about 4 minutes and 9.2 GB on 2 busy cores (``python -m gauge.census.bench``).
+3. **Why.**  Forward hooks on every normalization module (and the norms found in the forward) record which module
+   output each norm reads; the reason names the norm, its mode and the size of each set it normalizes over
+   (:mod:`gauge.census.norms`); weight-normalized tensors name the parametrization.
+4. **eps.**  The exact gauges are found with every norm's eps set to 0 on the copy, wherever the model keeps it
+   (:mod:`gauge.census.sites`; an eps the census cannot place is kept and named); norms that refuse 0 (torch's
+   BatchNorm in training) get :math:`2^{-1022}`, which the variance absorbs bit for bit
+   (:mod:`gauge.census.engine`).  At the model's own eps the census measures the reading norm's output deviation
+   next to the exact eps law of :mod:`gauge.laws`, and the loss deviation (:mod:`gauge.census.eps`).
 
 Float64 throughout: the copy runs under a torch-function mode that keeps every floating computation in float64,
 because many models (Hugging Face's RMSNorms, eager attention's softmax) upcast to float32 *explicitly*.
@@ -63,20 +49,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from gauge.census_capture import Capture, Progress, capture, randomize_zero_tensors
-from gauge.census_engine import (
+from gauge.census.capture import Capture, Progress, capture, randomize_zero_tensors
+from gauge.census.engine import (
     CensusError,
     Engine,
     Float64Everywhere,
     batch_call_error,
     batch_loss_fn,
     finite_or_raise,
-    loss_from_output,
 )
-from gauge.census_eps import Probe, eps_losses, eps_report
-from gauge.census_norms import describe, is_norm_module, norm_info, norm_kind, weight_norm_reasons
-from gauge.census_records import Block, CensusResult, EpsReport, TensorCensus, describe_blocks, format_census
-from gauge.census_search import (
+from gauge.census.eps import Probe, eps_losses, eps_report
+from gauge.census.norms import describe, norm_info, weight_norm_reasons
+from gauge.census.records import Block, CensusResult, TensorCensus, describe_blocks
+from gauge.census.search import (
     Member,
     Target,
     confirm,
@@ -93,21 +78,22 @@ DEFAULT_SCALES = (0.37, 0.81, 1.7, 6.3)  # both sides of 1, none a power of two 
 MODES = ("train", "eval")
 SEED_LIMIT = 2**32  # seeds lie in [0, 2**32), as rmsgauge.seed_everything takes them
 
-__all__ = ["DEFAULT_SCALES", "Block", "CensusError", "CensusResult", "EpsReport", "TensorCensus", "batch_loss_fn",
-           "census", "format_census", "is_norm_module", "loss_from_output", "norm_kind"]
 
-
-def _check_scales(scales: Sequence[float]) -> tuple[float, ...]:
-    out = []
+def check_arguments(seed: int, mode: str | None, scales: Sequence[float]) -> tuple[int, tuple[float, ...]]:
+    """The census's own arguments (the CLI checks them before any work): ``(seed, scales)`` as the census uses them,
+    or a ``ValueError`` naming the argument and its range."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed must be an integer in [0, 2**32 - 1] (rmsgauge.seed_everything's range), got {seed!r}")
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode must be None (the model's own .training flags), 'train' or 'eval'; got {mode!r}")
     for c in scales:
         check_range("scales", c, lo=0.0, lo_open=True)
         if c == 1.0 or math.log2(c).is_integer():
             raise ValueError(f"scales must be positive, not 1 and not powers of two (exact in floating point), "
                              f"got {c!r}")
-        out.append(float(c))
-    if len(out) < 2:
+    if len(scales) < 2:
         raise ValueError(f"scales needs at least 2 values (both sides of 1 recommended), got {list(scales)!r}")
-    return tuple(out)
+    return int(seed), tuple(float(c) for c in scales)  # a numpy integer seed too: torch's generators take ints
 
 
 def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None = None, *, batch: Any = None,
@@ -128,14 +114,9 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     """
     if (loss_fn is None) == (batch is None):
         raise ValueError("census needs exactly one of loss_fn (a closure) or batch (an example batch)")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"seed must be an integer in [0, 2**32 - 1] (rmsgauge.seed_everything's range), got {seed!r}")
-    seed = int(seed)  # a numpy integer too: torch's generators take Python ints only
+    seed, scales = check_arguments(seed, mode, scales)
     if batch is not None and (why := batch_call_error(model, batch)) is not None:
         raise CensusError(why)
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"mode must be None (the model's own .training flags), 'train' or 'eval'; got {mode!r}")
-    scales = _check_scales(scales)
     fn = loss_fn if loss_fn is not None else batch_loss_fn(batch)
     prev_default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
@@ -272,7 +253,7 @@ def _joint(eng: Engine, by: dict[str, TensorCensus], targets: dict[str, Target],
 def _own_eps(eng: Engine, rows: list[TensorCensus], cap: Capture, bound: float, cs: torch.Tensor,
              prog: Progress, measure: bool) -> float:
     """The eps report of every tensor with gauge blocks (its first block), at the model's own eps: one forward and
-    one backward to the norms' outputs, then per tensor a few small calls (see :mod:`gauge.census_eps`)."""
+    one backward to the norms' outputs, then per tensor a few small calls (see :mod:`gauge.census.eps`)."""
     eng.set_eps(zero=False)
     gauged = [r for r in rows if r.blocks]
     owners = {r.name: cap.owner.get(r.name, "") for r in gauged}

@@ -6,7 +6,7 @@ r"""The census's float64 copy of a model and the batched evaluation of its loss 
 - :func:`float64_copy`: the copy, one tensor at a time (no float32 + float64 double copy of a large model), with
   legacy ``torch.nn.utils.weight_norm`` modules and ``torch.compile``'d modules handled.
 - :class:`Engine`: the copy in the mode the user trains it, its loss (re-seeded before every evaluation: a random
-  op draws the same values at every candidate, and :class:`gauge.census_sites.EpsWatch` watches it for the norms
+  op draws the same values at every candidate, and :class:`gauge.census.sites.EpsWatch` watches it for the norms
   no module type or name shows), and ``losses``: many candidate values of one or two parameters in
   one ``torch.func.vmap`` of ``functional_call`` where the model allows it, chunked to a memory budget.
 
@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from gauge.census_norms import eps_attr, is_norm_module
-from gauge.census_sites import EpsWatch, eps_like_attrs
+from gauge.census.norms import eps_attr, is_norm_module
+from gauge.census.sites import EpsWatch, eps_like_attrs
 
 _LOW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # torch refuses eps = 0 in BatchNorm's training mode; the smallest normal float64 2^-1022 stands in for 0.  The kernel
@@ -271,7 +271,7 @@ class Engine:
 
     def set_eps(self, zero: bool) -> None:
         """Every norm's eps to 0 (the exact gauges) or back to its own value; ``zero`` also drops the eps of every
-        functional and hand-written norm of the forward (:class:`gauge.census_sites.EpsWatch`)."""
+        functional and hand-written norm of the forward (:class:`gauge.census.sites.EpsWatch`)."""
         for n, e in self.own_eps.items():
             m = self.norms[n]
             setattr(m, eps_attr(m), 0.0 if zero else e)

@@ -1,4 +1,4 @@
-r"""``python -m gauge.census_bench``: the gauge census of a real-size model, timed, with its peak memory.
+r"""``python -m gauge.census.bench``: the gauge census of a real-size model, timed, with its peak memory.
 
 The case is the Qwen3-0.6B configuration (28 layers, width 1024, 16 query heads and 8 key/value heads of 128,
 MLP 3072, vocabulary 151,936, tied embeddings; :data:`QWEN3_06B`), written as a local ``config.json`` and
@@ -14,8 +14,8 @@ gauges, 1 otherwise, 2 on a usage error.
 
 Examples::
 
-    python -m gauge.census_bench                          # the full 28-layer case
-    python -m gauge.census_bench --n-layers 4 --json b4.json
+    python -m gauge.census.bench                          # the full 28-layer case
+    python -m gauge.census.bench --n-layers 4 --json b4.json
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ QWEN3_06B: dict[str, Any] = {  # Qwen/Qwen3-0.6B's config.json (its architecture
     "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True, "bos_token_id": 151643,
     "eos_token_id": 151645, "hidden_act": "silu", "attention_bias": False,
 }
-LIMIT_SECONDS = 600.0  # the issue's targets for the full case on 2 cores
+LIMIT_SECONDS = 600.0  # the targets for the full case on 2 cores
 LIMIT_GB = 12.0
 
 
@@ -92,7 +92,7 @@ def _verdict(found: dict[str, Any], layers: int) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = make_parser("python -m gauge.census_bench", __doc__)
+    ap = make_parser("python -m gauge.census.bench", __doc__)
     ap.add_argument("--n-layers", type=int, default=QWEN3_06B["num_hidden_layers"],
                     help=f"layers of the Qwen3-0.6B shape, in [1, {QWEN3_06B['num_hidden_layers']}] "
                          "(default: the real model's)")

@@ -48,7 +48,7 @@ class NormInfo:
 def is_norm_module(m: nn.Module) -> bool:
     """Normalization-like: torch's norms or any class whose name contains ``Norm`` or ``RMS`` (RMSNorm, PearlNorm,
     a user's ``RMS``...); norms of other names and functional ones are found in the forward
-    (:mod:`gauge.census_sites`)."""
+    (:mod:`gauge.census.sites`)."""
     name = type(m).__name__
     return isinstance(m, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, _BatchNorm, _InstanceNorm)) or "Norm" in name or \
         "RMS" in name

@@ -1,10 +1,10 @@
 """python -m gauge census: which weights of YOUR model are scale gauges (float64, exact at eps = 0, deviation at eps).
 
   python -m gauge census --model pkg.module:factory [--set KEY=VALUE] [--json PATH] [--all]
-  python -m gauge census --model gauge.census_cli:dense_qknorm --set n_layers=1
+  python -m gauge census --model gauge.census.examples:dense_qknorm --set n_layers=1
   python -m gauge census --hf LlamaForCausalLM [--set num_key_value_heads=2] [--json PATH]
   python -m gauge census --hf path/to/config_folder [--weights path/to/model.safetensors]
-  python -m gauge census --model gauge.census_examples:conv_bn       # conv -> BatchNorm2d, training mode
+  python -m gauge census --model gauge.census.examples:conv_bn       # conv -> BatchNorm2d, training mode
 
 ``--model``: ``factory(**sets)`` returns ``(model, batch)`` or ``(model, loss_fn)`` where ``loss_fn(model)`` returns
 a scalar loss (called with the float64 copy), or a model with an ``example_batch()`` method; each ``--set KEY=VALUE``
@@ -39,10 +39,11 @@ from typing import Any
 
 import torch
 
-from gauge.census import DEFAULT_SCALES, SEED_LIMIT, census, format_census
-from gauge.census_engine import CensusError
+from gauge.census.analysis import DEFAULT_SCALES, census, check_arguments
+from gauge.census.engine import CensusError
+from gauge.census.records import format_census
 from rmsgauge import atomic_write_json, check_output_file, parse_float_list, seed_everything
-from rmsgauge.cli import EXIT_FAILURE, EXIT_USAGE, check_outputs_against_inputs, make_parser, one_line
+from rmsgauge.cli import Failure, check_outputs_against_inputs, make_parser, one_line, run_main
 
 # tiny sizes for a class name: a few layers, several heads with fewer key/value heads (GQA), small vocabulary
 HF_TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -51,17 +52,6 @@ HF_TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_
 HF_BATCH = (2, 16)  # (sequences, tokens) of the random example batch
 SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")  # token ids a config may hold beyond a tiny vocabulary
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
-
-
-def _seed(value: str) -> int:
-    """argparse ``type=``: an integer seed in ``[0, 2**32)`` (the range of :func:`rmsgauge.seed_everything`)."""
-    try:
-        seed = int(value)
-    except ValueError:
-        seed = None
-    if seed is None or not 0 <= seed < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, {SEED_LIMIT - 1}], got {value!r}")
-    return seed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,9 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--mode", choices=("train", "eval"), default=None,
                     help="run the model in training or eval mode (default: the model's own .training flags)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    ap.add_argument("--seed", type=_seed, default=0,
-                    help=f"seed for random weights and the example batch, an integer in [0, {SEED_LIMIT - 1}] "
-                         f"(default 0)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed for random weights and the example batch, an integer in [0, 2**32 - 1] (default 0)")
     ap.add_argument("--json", metavar="PATH", help="write the census records to PATH (atomically)")
     return ap
 
@@ -258,42 +247,6 @@ def _load_weights(model: torch.nn.Module, weights: str) -> None:
                          f"{len(unexpected)} unexpected keys")
 
 
-# the project's own models as --model factories (lazy imports: this entry module may reach up, a library may not)
-def dense_qknorm(d_model: int = 64, n_layers: int = 2) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``--model gauge.census_cli:dense_qknorm [--set n_layers=1]``: lm.dense with per-head QK-norm (eps 1e-6), 4
-    heads, random init."""
-    return _project("dense", d_model, n_layers, qk_norm=True, qk_norm_eps=1e-6)
-
-
-def dense_plain(d_model: int = 64, n_layers: int = 2) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``--model gauge.census_cli:dense_plain``: lm.dense without QK-norm."""
-    return _project("dense", d_model, n_layers, qk_norm=False)
-
-
-def grt(d_model: int = 32, n_layers: int = 1) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    """``--model gauge.census_cli:grt``: a small GRT (one block, 2 heads, short cascades)."""
-    return _project("grt", d_model, n_layers)
-
-
-def _project(kind: str, d_model: int, n_layers: int,
-             **kw: Any) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-    seed_everything(0)
-    if kind == "dense":
-        from lm.dense import DenseConfig, DenseTransformer
-
-        model: torch.nn.Module = DenseTransformer(DenseConfig(d_model=d_model, n_heads=4, n_layers=n_layers,
-                                                              d_ff=2 * d_model, block_size=32, **kw))
-    else:
-        from grt_model import GRT
-        from grt_model.config import GRTConfig
-
-        model = GRT(GRTConfig(vocab_size=256, block_size=32, d_model=d_model, n_heads=2, n_blocks=n_layers,
-                              d_ff=2 * d_model, qkvo_stages=3, mixer_stages=1, ffn_stages=3))
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, HF_BATCH, generator=gen)
-    return model, (x, torch.roll(x, -1, dims=1))
-
-
 def progress_printer(stream: Any = None) -> Any:
     """Progress lines for ``census(progress=...)``: rewritten in place on a terminal, else one line every
     :data:`PROGRESS_EVERY` seconds (phase lines always)."""
@@ -316,48 +269,43 @@ def progress_printer(stream: Any = None) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return run_main(build_parser(), None if argv is None else list(argv), _work, check=_check,
+                    failure_errors=(Failure, CensusError))
+
+
+def _check(args: argparse.Namespace) -> dict[str, Any]:
+    """Before any work: the census's arguments, ``--set`` (returned as the overrides), ``--json`` against every
+    input (the ``--model`` module's own source included)."""
+    check_arguments(args.seed, args.mode, args.scales)
+    overrides = _parse_set(args.set)
+    if args.weights and not args.hf:
+        raise ValueError("--weights needs --hf")
+    if args.json:
+        check_output_file("--json", args.json)
+        hf_path = args.hf if args.hf and Path(args.hf).exists() else None
+        check_outputs_against_inputs({"--weights": args.weights, "--hf": hf_path,
+                                      "--model": factory_source(args.model) if args.model else None},
+                                     {"--json": args.json})
+    return overrides
+
+
+def _work(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     source = args.model or args.hf
     try:
-        overrides = _parse_set(args.set)
-        if args.weights and not args.hf:
-            raise ValueError("--weights needs --hf")
-        if args.json:
-            check_output_file("--json", args.json)
-            hf_path = args.hf if args.hf and Path(args.hf).exists() else None
-            check_outputs_against_inputs({"--weights": args.weights, "--hf": hf_path,
-                                          "--model": factory_source(args.model) if args.model else None},
-                                         {"--json": args.json})
         if args.model:
             model, batch, loss_fn = load_factory(args.model, overrides)
         else:
-            model, batch = build_hf(args.hf, args.weights, overrides, args.seed)
-            loss_fn = None
+            (model, batch), loss_fn = build_hf(args.hf, args.weights, overrides, args.seed), None
         res = census(model, loss_fn, batch=batch if loss_fn is None else None, scales=args.scales,
                      partition=not args.no_partition, own_eps=not args.no_eps, seed=args.seed, mode=args.mode,
                      progress=None if args.quiet else progress_printer(), inplace=bool(args.hf),
                      measure_eps_loss=args.eps_loss_measured)
-    except KeyboardInterrupt:
-        if args.debug:
-            raise
-        print("python -m gauge census: interrupted", file=sys.stderr)
-        return 130
     except CensusError as e:
-        if args.debug:
-            raise
-        print(f"error: cannot analyse {source}: {one_line(e)}", file=sys.stderr)
-        return EXIT_FAILURE
-    except ValueError as e:
-        if args.debug:
-            raise
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CensusError(f"cannot analyse {source}: {one_line(e)}") from e
+    except ValueError:  # a usage error: exit 2
+        raise
     except Exception as e:  # the model's own code failed: one line, never a traceback
-        if args.debug:
-            raise
-        print(f"error: cannot analyse {source}: the model failed ({type(e).__name__}: {one_line(e)[:300]})",
-              file=sys.stderr)
-        return EXIT_FAILURE
+        raise Failure(f"cannot analyse {source}: the model failed ({type(e).__name__}: {one_line(e)[:300]})") from e
     print(format_census(res, all_tensors=args.all))
     if args.json:
         atomic_write_json(args.json, {"source": source, **res.to_json()})

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gauge.census_engine import Engine, release_memory
-from gauge.census_records import Block
+from gauge.census.engine import Engine, release_memory
+from gauge.census.records import Block
 
 STATS_CHUNK = 1 << 24  # entries per chunk of the screen's reductions (128 MiB of float64 at most per temporary)
 DIRECTION_SIZE = 0.5  # the real non-radial move (used only where the gradient is at round-off), relative to ||W_I||

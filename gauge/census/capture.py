@@ -11,14 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from gauge.census_engine import EXACT_VAR_MIN, CensusError, Engine
-from gauge.census_norms import NormInfo, norm_info, rows
+from gauge.census.engine import EXACT_VAR_MIN, CensusError, Engine
+from gauge.census.norms import NormInfo, norm_info, rows
 
 
 @dataclass
 class Capture:
     """What one forward shows: each norm's first input and output (a norm module, a site the watch found in the
-    forward, keyed by its :attr:`gauge.census_sites.Site.key`, or a module that keeps an eps), which norms read each
+    forward, keyed by its :attr:`gauge.census.sites.Site.key`, or a module that keeps an eps), which norms read each
     module's output (same storage: views and reshapes count), which module holds each parameter, the largest
     activation and the number of module calls (``size`` and ``depth`` of the loss tolerance), the loss, and how many
     dropout modules were on."""
@@ -43,7 +43,7 @@ class Capture:
 def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
             grads: frozenset[str] = frozenset()) -> Capture:
     """One forward with hooks on every module; ``check``: the batch variances of BatchNorm in training mode are where
-    eps = 2^-1022 is exactly eps = 0 (:data:`gauge.census_engine.EXACT_VAR_MIN`); ``keep``: modules whose first call
+    eps = 2^-1022 is exactly eps = 0 (:data:`gauge.census.engine.EXACT_VAR_MIN`); ``keep``: modules whose first call
     (arguments and output) is kept; ``grads``: norms whose first output's gradient is taken (one backward to those
     outputs only: no parameter gradient is formed)."""
     outs: dict[str, list[torch.Tensor]] = {}

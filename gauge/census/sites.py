@@ -1,6 +1,6 @@
 r"""Normalizations found in the forward itself, wherever the model keeps their eps.
 
-A normalization module is recognised by its type or its class name (:mod:`gauge.census_norms`), and its eps by the
+A normalization module is recognised by its type or its class name (:mod:`gauge.census.norms`), and its eps by the
 attribute it keeps it in.  The same arithmetic also runs where neither shows: a functional norm
 (``F.rms_norm(q, (hd,), eps=1e-5)`` inside an attention module), or a hand-written one in a class of any name
 (``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.e)``).  :class:`EpsWatch`, a torch-function mode the
@@ -15,7 +15,7 @@ engine enters for every evaluation, finds both in the operations themselves:
   function, not an eps (a squash's :math:`\lVert x\rVert^2 / (1 + \lVert x\rVert^2)`).
 
 While ``zero`` is set (the census's exact phase) each such eps is dropped: the functional norm runs with eps = 0
-(BatchNorm's stand-in :math:`2^{-1022}`, see :mod:`gauge.census_engine`), the root or division runs on the
+(BatchNorm's stand-in :math:`2^{-1022}`, see :mod:`gauge.census.engine`), the root or division runs on the
 statistic itself; otherwise (the report at the model's own eps) every operation runs as written.  Every one found
 is a :class:`Site`: the module running it (the innermost one, from forward
 hooks), what it computes, its eps, and its first input, so the census can name it as the normalization that reads
@@ -38,7 +38,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from gauge.census_norms import NormInfo, describe
+from gauge.census.norms import NormInfo, describe
 
 # the default eps of every torch and Hugging Face norm is at most 1e-3 (TensorFlow ports' BatchNorm); a constant above
 # 1e-2 added to a statistic is part of the function the model computes, not a guard against division by zero
@@ -104,7 +104,7 @@ class Site:
         return f"{self.host or '(model)'}: {self.op}{f' #{k + 1}' if k else ''}"
 
     def describe(self, shape: torch.Size, eps: str) -> str:
-        """The reason text, as :func:`gauge.census_norms.describe` words it for a module."""
+        """The reason text, as :func:`gauge.census.norms.describe` words it for a module."""
         name = self.host or "(model)"
         if self.info.family in ("rms", "layer", "group", "instance", "batch") and not hasattr(self.shape, "n"):
             return describe(self.info, self.shape, shape, name, eps)

@@ -1,0 +1,93 @@
+r"""Small models for ``python -m gauge census --model gauge.census.examples:FACTORY`` (each returns ``(model, batch)``):
+the project's own models (``dense_qknorm``, ``dense_plain``, ``grt``; random init) and a conv net.
+
+``conv_bn``: the classic case of the scale-invariance literature (van Laarhoven 2017; Hoffer et al. 2018; Li & Arora
+2019; Wan et al. 2021), a conv layer feeding BatchNorm2d, in training mode.  With :math:`z_c = W_c * x + b_c` the
+output channel :math:`c` of the conv (filter :math:`W_c`, bias :math:`b_c`), BatchNorm in training mode computes
+:math:`(z_c - \mu_c)/\sigma_c` with :math:`\mu_c, \sigma_c` the mean and standard deviation of channel :math:`c`
+over the batch and positions.  Scaling one filter, :math:`W_c \to sW_c`: :math:`z_c - \mu_c \to s(W_c * x -
+\overline{W_c * x})` and :math:`\sigma_c \to s\sigma_c` (the bias cancels in :math:`z_c - \mu_c`), so the output is
+unchanged: each filter is its own gauge ("rows: 6 blocks of 1"), and the bias is unused (the batch mean removes
+it).  In eval mode (``conv_bn_eval``) BatchNorm applies its running statistics, an affine map that does not move with
+the weight: no gauge, and the bias is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rmsgauge import seed_everything
+
+CHANNELS_IN, CHANNELS, CLASSES, SIDE, BATCH = 3, 6, 4, 6, 4
+TOKEN_BATCH = (2, 16)  # (sequences, tokens) of the project models' random byte batch
+
+
+class ConvBN(nn.Module):
+    """conv 3x3 (with bias) -> BatchNorm2d -> ReLU -> mean over positions -> linear -> cross-entropy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(CHANNELS_IN, CHANNELS, 3, padding=1)
+        self.bn = nn.BatchNorm2d(CHANNELS)
+        self.head = nn.Linear(CHANNELS, CLASSES)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.bn(self.conv(x))).mean(dim=(2, 3))
+        return F.cross_entropy(self.head(h), y)
+
+
+def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(BATCH, CHANNELS_IN, SIDE, SIDE, generator=gen),
+            torch.randint(0, CLASSES, (BATCH,), generator=gen))
+
+
+def conv_bn() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census.examples:conv_bn``: conv -> BatchNorm2d in training mode (the model's own flag)."""
+    torch.manual_seed(0)
+    return ConvBN().train(), _batch()
+
+
+def conv_bn_eval() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census.examples:conv_bn_eval``: the same net in eval mode (running statistics: no gauge)."""
+    torch.manual_seed(0)
+    return ConvBN().eval(), _batch()
+
+
+def dense_qknorm(d_model: int = 64, n_layers: int = 2) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census.examples:dense_qknorm [--set n_layers=1]``: lm.dense with per-head QK-norm (eps 1e-6), 4
+    heads, random init."""
+    return _project("dense", d_model, n_layers, qk_norm=True, qk_norm_eps=1e-6)
+
+
+def dense_plain(d_model: int = 64, n_layers: int = 2) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census.examples:dense_plain``: lm.dense without QK-norm."""
+    return _project("dense", d_model, n_layers, qk_norm=False)
+
+
+def grt(d_model: int = 32, n_layers: int = 1) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """``--model gauge.census.examples:grt``: a small GRT (one block, 2 heads, short cascades)."""
+    return _project("grt", d_model, n_layers)
+
+
+def _project(kind: str, d_model: int, n_layers: int,
+             **kw: Any) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    seed_everything(0)
+    if kind == "dense":
+        from lm.dense import DenseConfig, DenseTransformer
+
+        model: nn.Module = DenseTransformer(DenseConfig(d_model=d_model, n_heads=4, n_layers=n_layers,
+                                                              d_ff=2 * d_model, block_size=32, **kw))
+    else:
+        from grt_model import GRT
+        from grt_model.config import GRTConfig
+
+        model = GRT(GRTConfig(vocab_size=256, block_size=32, d_model=d_model, n_heads=2, n_blocks=n_layers,
+                              d_ff=2 * d_model, qkvo_stages=3, mixer_stages=1, ffn_stages=3))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, TOKEN_BATCH, generator=gen)
+    return model, (x, torch.roll(x, -1, dims=1))
