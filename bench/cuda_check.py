@@ -33,9 +33,9 @@ from rmsgauge.cli import make_parser, run_main
 CASCADES = ((32, 11, 12, 4, True, 301), (64, 11, 4, 4, True, 77), (128, 1, 1, 1, True, 129), (16, 5, 2, 2, False, 63))
 
 
-def _grads(c, x: torch.Tensor, g: torch.Tensor) -> list[torch.Tensor]:
+def _grads(c, x: torch.Tensor, g: torch.Tensor, path) -> list[torch.Tensor]:
     xg = x.detach().requires_grad_(True)
-    y = c(xg)
+    y = path(xg, c.angles, c.raw_scales, c.coupling, c.width, c.first_stage)
     return [y.detach(), *torch.autograd.grad(y, [xg, *c.parameters()], g)]
 
 
@@ -43,21 +43,20 @@ def check_cascades(device: torch.device) -> list[str]:
     """Fused on the CPU vs eager on ``device``: values and every gradient; one line per case."""
     import copy
 
-    from grt_model.cascade import RotationCascade
+    from grt_model.cascade import RotationCascade, cascade_eager
+    from grt_model.kernels import cascade_fused
 
     out = []
     for dtype in (torch.float64, torch.float32):
         for width, stages, heads, hin, coupling, n in CASCADES:
             torch.manual_seed(width + stages)
-            cpu = RotationCascade(width, stages, coupling=coupling, heads=heads, coupling_init_std=0.3, dtype=dtype,
-                                  backend="fused")
+            cpu = RotationCascade(width, stages, coupling=coupling, heads=heads, coupling_init_std=0.3, dtype=dtype)
             with torch.no_grad():  # anisotropic scales
                 cpu.raw_scales.add_(0.3 * torch.randn(cpu.raw_scales.shape, dtype=dtype))
             dev = copy.deepcopy(cpu).to(device)
-            dev.backend = "eager"
             x, g = torch.randn(n, hin * width, dtype=dtype), torch.randn(n, heads * width, dtype=dtype)
-            fused = _grads(cpu, x, g)
-            eager = [t.cpu() for t in _grads(dev, x.to(device), g.to(device))]
+            fused = _grads(cpu, x, g, cascade_fused)
+            eager = [t.cpu() for t in _grads(dev, x.to(device), g.to(device), cascade_eager)]
             names = ["output", "grad x", *[k for k, _ in cpu.named_parameters()]]
             for a, e, name in zip(fused, eager, names):
                 assert_close(a, e, dtype=dtype, size=n * heads * width, depth=stages,
@@ -69,7 +68,8 @@ def check_cascades(device: torch.device) -> list[str]:
 
 def check_ffn(device: torch.device) -> list[str]:
     from grt_model.cascade import RotationCascade
-    from grt_model.fused import fused_ffn
+    from grt_model.cascade_ops import ffn_eager
+    from grt_model.kernels import ffn_fused
 
     out = []
     for dtype in (torch.float64, torch.float32):
@@ -77,10 +77,10 @@ def check_ffn(device: torch.device) -> list[str]:
         e, c = (RotationCascade(512, 21, coupling=False, dtype=dtype) for _ in range(2))
         z, g = torch.randn(97, 128, dtype=dtype), torch.randn(97, 128, dtype=dtype)
         res = []
-        for where, backend in (("cpu", "fused"), (device, "eager")):
+        for where, path in (("cpu", ffn_fused), (device, ffn_eager)):
             mods = [m.to(where) for m in (e, c)]
             zg = z.to(where).requires_grad_(True)
-            y = fused_ffn(zg, *mods, 128, backend=backend)
+            y = path(zg, mods[0].angles, mods[0].raw_scales, mods[1].angles, mods[1].raw_scales, 128)
             res.append([t.cpu() for t in (y.detach(), *torch.autograd.grad(y, [zg, *mods[0].parameters(),
                                                                            *mods[1].parameters()], g.to(where)))])
         for a, b in zip(*res):
@@ -154,7 +154,7 @@ def work(a: argparse.Namespace, shapes: tuple[str, ...]) -> int:
         print("cuda_check: no CUDA device; skipped (the fused-vs-eager equality runs on the CPU in "
               "tests/test_fast_cascade.py)")
         return 0
-    from grt_model.fused import fused_available
+    from grt_model.kernels import fused_available
 
     if not fused_available():
         print("cuda_check: the fused CPU kernels are unavailable (numba); nothing to compare the CUDA path with")

@@ -148,8 +148,9 @@ def sentence_trace(ctx) -> SentenceTrace:
         ids = ids[:, :T]
         text = SENTENCE[:T]
         token = text.index(TRACE_WORD) + len(TRACE_WORD) - 1
-        with torch.no_grad():
-            tr = tm.model.trace(ids)
+        from grt_model.trace import trace_model
+
+        tr = trace_model(tm.model, ids)
         labels = ["␣" if ch == " " else ch for ch in text]
         return SentenceTrace(text, labels, token, tr, tm)
 

@@ -1,5 +1,5 @@
 """Trained-model figures of the GRT text's figure list that draw block 0's cascades as pair traces, from
-:meth:`grt_model.model.GRT.trace`: one pair and all pairs through Q, each head's Q cascade, Q/K/V meeting at
+:func:`grt_model.trace.trace_model`: one pair and all pairs through Q, each head's Q cascade, Q/K/V meeting at
 attention, and every stage of block 0 stacked.
 
 All of them trace one real corpus sentence (:data:`figures.model_source.SENTENCE`)

@@ -12,7 +12,7 @@ from grt_model.embedding import PhaseEmbedding, from_polar, to_polar
 from grt_model.model import GRT, GRTBlock
 from grt_model.pearlnorm import PearlNorm, pearl_norm
 from grt_model.radial_gelu import RadialGELU, radial_gelu
-from grt_model.trace import BlockTrace, CascadeTrace, GRTTrace
+from grt_model.trace import BlockTrace, CascadeTrace, GRTTrace, trace_model
 
 __all__ = [
     "GRT",
@@ -34,4 +34,5 @@ __all__ = [
     "reference_cascade",
     "stage_stride",
     "to_polar",
+    "trace_model",
 ]

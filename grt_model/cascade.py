@@ -35,27 +35,24 @@ Parameters (per head ``H``, stage ``S``, pair ``P``): ``angles`` ``[H, S, P]``,
 ``raw_scales`` ``[H, S, P, 2]`` (softplus gives :math:`s_0, s_1`), and
 ``coupling`` ``[H, S, 4P, P]`` (absent when ``coupling=False``).
 
-Backends (``RotationCascade(..., backend=...)`` or ``settings=BackendSettings(...)``, default ``"auto"``):
-``"eager"`` is :func:`grt_model.cascade_ops.cascade_eager` (vectorized PyTorch, any device and dtype,
-any-order derivatives); ``"fused"`` runs the numba kernels of :mod:`grt_model.fused` (CPU, float32/float64:
-all stages per token tile in cache); ``"auto"`` picks the fused kernels for CPU calls of at least
-``settings.auto_min_tokens`` tokens where numba is available.  All three compute the same function
-(``tests/test_fast_cascade.py``); :func:`reference_cascade` is the slow explicit-matrix check of both.
+Paths: :func:`grt_model.cascade_ops.cascade_eager` (vectorized PyTorch, any device and dtype, any-order
+derivatives) and the numba kernels of :mod:`grt_model.kernels` (CPU, float32/float64: all stages per token tile
+in cache); which one computes a call is decided from its tensors by :func:`grt_model.kernels.use_kernels`.
+Both compute the same function (``tests/test_fast_cascade.py``); :func:`reference_cascade` is the slow
+explicit-matrix check of both.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from grt_model.backend import BackendSettings, FusedStats, KernelRuntime, check_backend, default_runtime
 from grt_model.butterfly import check_width, pair_index, stage_stride
 from grt_model.cascade_ops import broadcast_input_heads, cascade_eager, clifford_features
-from grt_model.fused import cascade_fused, use_fused
+from grt_model.kernels import rotation_cascade
 
 __all__ = ["COUPLING_INIT_STD", "UNIT_RAW_SCALE", "RotationCascade", "broadcast_input_heads", "cascade_eager",
            "clifford_features", "givens_matrix", "materialize", "reference_cascade", "reference_features"]
@@ -73,9 +70,7 @@ class RotationCascade(nn.Module):
     def __init__(self, width: int, n_stages: int, coupling: bool = True, heads: int = 1,
                  *, first_stage: int = 0, coupling_init_std: float = COUPLING_INIT_STD,
                  feature_norm: str = "pair_energy",
-                 dtype: torch.dtype | None = None, device: torch.device | str | None = None,
-                 backend: str = "auto", settings: BackendSettings | None = None,
-                 runtime: KernelRuntime | None = None) -> None:
+                 dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> None:
         super().__init__()
         check_width(width)
         if n_stages < 1:
@@ -88,10 +83,6 @@ class RotationCascade(nn.Module):
             raise ValueError(f"feature_norm must be pair_energy or feature_rms, got {feature_norm!r}")
         self.width, self.n_stages, self.heads, self.first_stage = width, n_stages, heads, first_stage
         self.feature_norm = feature_norm  # the kernels implement pair_energy only; feature_rms runs eager
-        # how this cascade runs (explicit per-module objects: grt_model.backend)
-        self.settings = settings if settings is not None else BackendSettings(backend=check_backend(backend))
-        self.runtime = runtime if runtime is not None else default_runtime()
-        self.stats = FusedStats()
         self.has_coupling = bool(coupling)
         P = width // 2
         kw = {"dtype": dtype, "device": device}  # build in the target dtype: softplus(raw)=1 exactly
@@ -112,15 +103,6 @@ class RotationCascade(nn.Module):
                 self.coupling.normal_(0.0, self.coupling_init_std)
 
     @property
-    def backend(self) -> str:
-        """``"auto"`` | ``"fused"`` | ``"eager"`` (``settings.backend``; assigning replaces the settings)."""
-        return self.settings.backend
-
-    @backend.setter
-    def backend(self, name: str) -> None:
-        self.settings = dataclasses.replace(self.settings, backend=check_backend(name))
-
-    @property
     def pairs(self) -> int:
         return self.width // 2
 
@@ -133,7 +115,7 @@ class RotationCascade(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"width={self.width}, n_stages={self.n_stages}, heads={self.heads}, "
-                f"coupling={self.has_coupling}, strides={self.strides()}, backend={self.backend!r}")
+                f"coupling={self.has_coupling}, strides={self.strides()}")
 
     def _check_input(self, x: torch.Tensor) -> int:
         """The number of input heads ``Hin`` of ``x [..., Hin*width]``: ``heads``, or a divisor of it (cascade
@@ -153,12 +135,9 @@ class RotationCascade(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., Hin*width] -> [..., heads*width]`` (``Hin = heads``, or a divisor: shared input heads)."""
-        self._check_input(x)  # shape check with the message every backend shares
-        fusable = self.coupling is None or self.feature_norm == "pair_energy"
-        if fusable and use_fused(self.settings, x, self.angles, self.raw_scales, self.coupling, runtime=self.runtime):
-            return cascade_fused(self, x)
-        return cascade_eager(x, self.angles, self.raw_scales, self.coupling, self.width, self.first_stage,
-                             self.feature_norm)
+        self._check_input(x)  # shape check with the message every path shares
+        return rotation_cascade(x, self.angles, self.raw_scales, self.coupling, self.width, self.first_stage,
+                                self.feature_norm)
 
     def stage_trace(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The activation after every stage (stage 0's input first): for figures and diagnostics (eager)."""

@@ -1,9 +1,7 @@
-r"""The eager (vectorized PyTorch) operations of the rotation cascade, shared by :mod:`grt_model.cascade`
-(the module) and :mod:`grt_model.fused` (the kernels' double-backward and fallback path).
-
-Both import from here and neither imports the other's internals, so the import graph is a tree:
-``cascade_ops <- fused <- cascade``.  The formulas are stated in :mod:`grt_model.cascade`'s docstring
-(source: ``../shared/seeds/001_cfb910613b442095.txt``, "Inside one stored weight").
+r"""The eager (vectorized PyTorch) operations of the rotation cascade: the path for every device and dtype, and
+the fused kernels' double backward and fallback (:mod:`grt_model.kernels` imports them; nothing here imports
+the kernels).  The formulas are stated in :mod:`grt_model.cascade`'s docstring (source:
+``../shared/seeds/001_cfb910613b442095.txt``, "Inside one stored weight").
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ def broadcast_input_heads(x: torch.Tensor, heads: int, width: int) -> torch.Tens
 
 def cascade_eager(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tensor, coupling: torch.Tensor | None,
                   width: int, first_stage: int = 0, feature_norm: str = "pair_energy") -> torch.Tensor:
-    """The eager backend as a function of the parameters: ``x [..., Hin*width]`` (``Hin`` dividing ``H``:
+    """The eager path as a function of the parameters: ``x [..., Hin*width]`` (``Hin`` dividing ``H``:
     see :func:`broadcast_input_heads`), ``angles [H, S, P]``, ``raw_scales [H, S, P, 2]``,
     ``coupling [H, S, 4P, P]`` or None; ``[..., H*width]`` out.  Vectorized: strides are views, heads are a
     batch dim; the only loop runs over stages."""

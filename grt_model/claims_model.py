@@ -19,12 +19,13 @@ from grt_model.accounting import (
     stage_counts_from_model,
 )
 from grt_model.butterfly import butterfly_pairs, pair_index, stage_stride, to_pairs
-from grt_model.cascade import UNIT_RAW_SCALE, RotationCascade, materialize, reference_cascade
+from grt_model.cascade import UNIT_RAW_SCALE, RotationCascade, cascade_eager, materialize, reference_cascade
 from grt_model.claim_tools import (
     num,
     tiny_config,
 )
 from grt_model.config import GRTConfig
+from grt_model.kernels import cascade_fused, fused_available
 from grt_model.model import GRT
 from rmsgauge import Claim, claim, seed_everything, tolerance
 
@@ -151,9 +152,9 @@ def wired_pairs(cascade: RotationCascade, stage: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(i0[order], i1[order])]
 
 
-def one_stage_cascade(width: int, stage: int, backend: str, dtype=torch.float64) -> RotationCascade:
+def one_stage_cascade(width: int, stage: int, dtype=torch.float64) -> RotationCascade:
     """A coupling-off, unit-scale, one-stage cascade at ``stage`` with angles (p+1)/(2P) on pair p."""
-    c = RotationCascade(width, 1, coupling=False, first_stage=stage, dtype=dtype, backend=backend)
+    c = RotationCascade(width, 1, coupling=False, first_stage=stage, dtype=dtype)
     with torch.no_grad():
         c.angles.copy_((0.5 / c.pairs) * torch.arange(1, c.pairs + 1, dtype=dtype).view(1, 1, -1))
         c.raw_scales.fill_(UNIT_RAW_SCALE)
@@ -172,11 +173,11 @@ def claim_butterfly_wiring(dtype=torch.float64) -> Claim:
         found["butterfly_pairs"][str(s)] = butterfly_pairs(d, s)
         x0, x1 = to_pairs(ids, stage_stride(d, s))  # the coordinates' own indices, split as the fast path does
         found["to_pairs"][str(s)] = [(int(a), int(b)) for a, b in zip(x0, x1)]
-        found["eager_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, "eager", dtype), s)
-        found["auto_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, "auto", dtype), s)
+        found["eager_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, dtype), s)  # 8 tokens: the eager path
+        found["auto_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, dtype), s)
     wrong = {src: [s for s, pairs in by_stage.items() if pairs != WIRING_EXPECTED[int(s)]]
              for src, by_stage in found.items()}
-    strides = RotationCascade(64, 11, coupling=False, dtype=dtype, backend="eager").strides()
+    strides = RotationCascade(64, 11, coupling=False, dtype=dtype).strides()
     expected_strides = [1, 2, 4, 8, 16, 32, 1, 2, 4, 8, 16]  # 2^(s mod 6), written out
     partners_distinct = all(len(set(p)) == d for p in (sum(WIRING_EXPECTED[s], ()) for s in WIRING_EXPECTED))
     index_ok = all(pair_index(d, s).tolist() == [list(p) for p in WIRING_EXPECTED[s]] for s in WIRING_EXPECTED)
@@ -212,13 +213,12 @@ def claim_fast_equals_reference(dtype=torch.float64) -> Claim:
     (w.r.t. the input, angles, scales and coupling), coupling on and off, across a stride cycle (width 8,
     2 heads, 5 stages).  The reference's gradients are autograd's through explicit matrices, so a wrong
     hand-written backward (fused) or a wrong feature (any path) shows as a gradient or value error."""
-    from grt_model.fused import fused_available
-
+    paths = {"eager": cascade_eager, "fused": cascade_fused}
     backends = ["eager"] + (["fused"] if fused_available() else [])
     errors: dict[str, dict[str, float]] = {}
     tol = tolerance(dtype, size=8, depth=5 * 4)  # 5 stages, each a feature GEMM, tanh, rotation and scale
     for coupling in (False, True):
-        ref = RotationCascade(8, 5, coupling=coupling, heads=2, coupling_init_std=0.5, dtype=dtype, backend="eager")
+        ref = RotationCascade(8, 5, coupling=coupling, heads=2, coupling_init_std=0.5, dtype=dtype)
         with torch.no_grad():
             ref.raw_scales.normal_(0.0, 0.5)
         x = torch.randn(6, 16, dtype=dtype)
@@ -226,9 +226,9 @@ def claim_fast_equals_reference(dtype=torch.float64) -> Claim:
         y_ref, g_ref = _grads(ref, x, u, lambda t, c=ref: reference_cascade(c, t))
         scale = max(1.0, num(y_ref.abs().max()))
         for b in backends:
-            c = RotationCascade(8, 5, coupling=coupling, heads=2, dtype=dtype, backend=b)
+            c = RotationCascade(8, 5, coupling=coupling, heads=2, dtype=dtype)
             c.load_state_dict(ref.state_dict())
-            y, g = _grads(c, x, u)
+            y, g = _grads(c, x, u, lambda t, c=c, f=paths[b]: f(t, c.angles, c.raw_scales, c.coupling, c.width))
             errors[f"{b}_coupling_{'on' if coupling else 'off'}"] = {
                 "value": num((y - y_ref).abs().max()) / scale,
                 "grad": max(num((a - r).abs().max()) / max(1.0, num(r.abs().max())) for a, r in zip(g, g_ref))}

@@ -48,6 +48,13 @@ PRESETS = ("reference", "small")
 COUPLING_NORMS = ("pair_energy", "feature_rms")
 
 
+# real fields: (lower bound, upper bound or None, the allowed range as printed; "(" and ")" are strict bounds)
+REAL_RANGES = {"rope_base": (1.0, None, "(1, inf)"), "embed_radius_init": (0.0, None, "(0, inf)"),
+               "gate_init": (0.0, 1.0, "(0, 1)"), "norm_eps": (0.0, None, "[0, inf)"),
+               "coupling_init_std": (0.0, None, "[0, inf)"), "head_init_std": (0.0, None, "[0, inf)"),
+               "final_gain_init": (0.0, None, "(0, inf)")}
+
+
 def _is_pow2(n: Any) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n >= 2 and not n & (n - 1)
 
@@ -79,19 +86,15 @@ class GRTConfig:
     head_init_std: float = 0.02  # normal std of an untied output head
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_heads", "n_blocks", "qkvo_stages", "mixer_stages",
-                     "ffn_stages"):
+        for name, lo in (("vocab_size", 1), ("block_size", 1), ("n_heads", 1), ("n_blocks", 1), ("qkvo_stages", 1),
+                         ("mixer_stages", 1), ("ffn_stages", 1), ("mixer_first_stage", 0)):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"GRTConfig.{name} must be an integer in [1, inf), got {v!r}")
-        if not isinstance(self.mixer_first_stage, int) or self.mixer_first_stage < 0:
-            raise ValueError(f"GRTConfig.mixer_first_stage must be an integer in [0, inf), got "
-                             f"{self.mixer_first_stage!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ValueError(f"GRTConfig.{name} must be an integer in [{lo}, inf), got {v!r}")
         for name in ("d_model", "d_ff"):
-            v = getattr(self, name)
-            if not _is_pow2(v):
+            if not _is_pow2(getattr(self, name)):
                 raise ValueError(f"GRTConfig.{name} must be a power of two >= 2 (butterfly wiring pairs i with "
-                                 f"i XOR 2^k), got {v!r}")
+                                 f"i XOR 2^k), got {getattr(self, name)!r}")
         if self.d_model % self.n_heads or not _is_pow2(self.d_model // self.n_heads):
             raise ValueError(f"GRTConfig.n_heads must divide d_model={self.d_model} into power-of-two heads of "
                              f"width >= 2 (each head runs its own butterfly), got n_heads={self.n_heads}")
@@ -104,25 +107,13 @@ class GRTConfig:
         if self.coupling_norm not in COUPLING_NORMS:
             raise ValueError(f"GRTConfig.coupling_norm must be one of {', '.join(COUPLING_NORMS)}, got "
                              f"{self.coupling_norm!r}")
-        self._check_real("rope_base", self.rope_base, 1.0, None, lo_open=True)
-        self._check_real("embed_radius_init", self.embed_radius_init, 0.0, None, lo_open=True)
-        self._check_real("gate_init", self.gate_init, 0.0, 1.0, lo_open=True, hi_open=True)
-        self._check_real("norm_eps", self.norm_eps, 0.0, None)
-        self._check_real("coupling_init_std", self.coupling_init_std, 0.0, None)
-        self._check_real("head_init_std", self.head_init_std, 0.0, None)
-        if self.final_gain_init is not None:
-            self._check_real("final_gain_init", self.final_gain_init, 0.0, None, lo_open=True)
-
-    @staticmethod
-    def _check_real(name: str, v: Any, lo: float, hi: float | None, *, lo_open: bool = False,
-                    hi_open: bool = False) -> None:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        ok = ok and (v > lo if lo_open else v >= lo)
-        if ok and hi is not None:
-            ok = v < hi if hi_open else v <= hi
-        if not ok:
-            rng = f"{'(' if lo_open else '['}{lo:g}, {'inf)' if hi is None else f'{hi:g}' + (')' if hi_open else ']')}"
-            raise ValueError(f"GRTConfig.{name} must be a finite number in {rng}, got {v!r}")
+        for name, (lo, hi, rng) in REAL_RANGES.items():
+            v = getattr(self, name)
+            if v is None and name == "final_gain_init":
+                continue
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            if not (ok and (v > lo if rng[0] == "(" else v >= lo) and (hi is None or v < hi)):
+                raise ValueError(f"GRTConfig.{name} must be a finite number in {rng}, got {v!r}")
 
     # ----------------------------------------------------------------------------------------------
     @classmethod

@@ -70,8 +70,8 @@ dims; the only Python loops run over blocks and (inside the cascade) stages.
 Nothing hard-codes a device or dtype; ``GRT(cfg, dtype=torch.float64)`` builds in
 float64 directly (exact unit scales), ``.to(device, dtype)`` converts.
 
-What a traced forward records (:meth:`GRT.trace`) is :mod:`grt_model.trace`; the attention seam (overrides,
-the explicit softmax) is :mod:`grt_model.attention`.
+A traced forward (every intermediate recorded) is :func:`grt_model.trace.trace_model`; the attention seam
+(overrides, the explicit softmax) is :mod:`grt_model.attention`.
 """
 
 from __future__ import annotations
@@ -86,13 +86,13 @@ from grt_model.attention import causal_attention_with_weights, current_override,
 from grt_model.cascade import RotationCascade
 from grt_model.config import GRTConfig
 from grt_model.embedding import PhaseEmbedding
-from grt_model.fused import fused_ffn
+from grt_model.kernels import feed_forward
 from grt_model.pearlnorm import PearlNorm
-from grt_model.radial_gelu import RadialGELU
 from grt_model.rope import apply_rope, rope_angles
-from grt_model.trace import GATE_NAMES, BlockTrace, BlockTracer, CascadeTrace, GRTTrace
 
-__all__ = ["GRT", "GRTFFN", "GRTAttention", "GRTBlock", "GRTMixer"]
+__all__ = ["GATE_NAMES", "GRT", "GRTFFN", "GRTAttention", "GRTBlock", "GRTMixer"]
+
+GATE_NAMES = ("attn", "mixer", "ffn")  # a block's three sublayers, in order; its gates follow this order
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -116,38 +116,33 @@ class GRTAttention(nn.Module):
                                    heads=3 * cfg.n_heads, **kw)
         self.o = RotationCascade(cfg.d_head, cfg.qkvo_stages, coupling=cfg.qkvo_coupling, heads=cfg.n_heads, **kw)
 
-    _tracer: BlockTracer | None = None  # set only while GRTBlock.traced() runs
+    def split_heads(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``[B, T, 3*H*dh]`` of the Q/K/V cascade -> q, k, v, each ``[B, H, T, dh]``."""
+        B, T = y.shape[:2]
+        return y.view(B, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def position(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q and K as the scores see them: rotary position applied when ``config.rope``."""
+        if not self.rope:
+            return q, k
+        ang = rope_angles(q.shape[-2], self.d_head, self.rope_base, dtype=q.dtype, device=q.device)  # (T, dh/2)
+        return apply_rope(q, ang), apply_rope(k, ang)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if z.dim() != 3:
             raise ValueError(f"GRTAttention expects (B, T, D), got shape {tuple(z.shape)}")
-        B, T, D = z.shape
-        H, dh = self.n_heads, self.d_head
-        tr = self._tracer
         # the cascade broadcasts its H input heads to its 3H heads (q, k, v read the same slice): no copy
-        if tr is None:
-            y = self.qkv(z)  # (B, T, 3*H*dh)
-        else:
-            y = tr.cascade("qkv", self.qkv, z)
-            qkv = tr.records.pop("qkv")
-            acts = qkv.acts.unflatten(-2, (3, H))  # (S+1, B, T, 3, H, dh)
-            tr.put(**{name: CascadeTrace(name, acts[..., j, :, :], qkv.strides) for j, name in enumerate("qkv")})
-        q, k, v = y.view(B, T, 3, H, dh).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, dh)
-        override = current_override() if tr is None else None
+        q, k, v = self.split_heads(self.qkv(z))  # 3 x (B, H, T, dh)
+        override = current_override()
         if override is not None:  # e.g. lm.hf_classes: cached keys at absolute positions (grt_model.attention)
-            a = override(self, q, k, v).transpose(1, 2).reshape(B, T, D)  # (B, T, H*dh)
-            return self.o(a)
-        if self.rope:
-            ang = rope_angles(T, dh, self.rope_base, dtype=z.dtype, device=z.device)  # (T, dh/2)
-            q, k = apply_rope(q, ang), apply_rope(k, ang)
-        if tr is None and not explicit_attention_active():
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
+            a = override(self, q, k, v)
         else:
-            a, w = causal_attention_with_weights(q, k, v)
-            if tr is not None:
-                tr.put(q_rot=q, k_rot=k, attn_weights=w, attn_values=a.transpose(1, 2))
-        a = a.transpose(1, 2).reshape(B, T, D)  # heads back to the token: (B, T, H*dh)
-        return self.o(a) if tr is None else tr.cascade("o", self.o, a)  # o acts (S+1, B, T, H, dh)
+            q, k = self.position(q, k)
+            if explicit_attention_active():
+                a = causal_attention_with_weights(q, k, v)[0]
+            else:
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
+        return self.o(a.transpose(1, 2).reshape(z.shape))  # heads back to the token: (B, T, H*dh)
 
 
 class GRTFFN(nn.Module):
@@ -160,23 +155,10 @@ class GRTFFN(nn.Module):
         kw = {"coupling_init_std": cfg.coupling_init_std, "feature_norm": cfg.coupling_norm, "dtype": dtype,
               "device": device}
         self.expand = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
-        self.act = RadialGELU()
         self.contract = RotationCascade(cfg.d_ff, cfg.ffn_stages, coupling=cfg.ffn_coupling, **kw)
 
-    _tracer: BlockTracer | None = None  # set only while GRTBlock.traced() runs
-
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        tr = self._tracer
-        if tr is None and self.expand.coupling is not None:  # the fused FFN kernels are coupling-off only
-            h = self.act(self.expand(F.pad(z, (0, self.d_ff - self.d_model))))  # (..., d_ff)
-            return self.contract(h)[..., : self.d_model]
-        if tr is None:
-            # one fused kernel per direction where numba is available (same function: tests/test_fast_cascade.py)
-            return fused_ffn(z, self.expand, self.contract, self.d_model)
-        h = F.pad(z, (0, self.d_ff - self.d_model))  # (..., d_ff): signal in coords 0..d_model-1
-        h = self.act(tr.cascade("ffn_expand", self.expand, h))
-        tr.put(gelu_out=h)
-        return tr.cascade("ffn_contract", self.contract, h)[..., : self.d_model]
+        return feed_forward(z, self.expand, self.contract, self.d_model)
 
 
 class GRTMixer(nn.Module):
@@ -189,10 +171,8 @@ class GRTMixer(nn.Module):
                                        first_stage=cfg.mixer_first_stage, feature_norm=cfg.coupling_norm,
                                        coupling_init_std=cfg.coupling_init_std, dtype=dtype, device=device)
 
-    _tracer: BlockTracer | None = None  # set only while GRTBlock.traced() runs
-
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.cascade(z) if self._tracer is None else self._tracer.cascade("mixer", self.cascade, z)
+        return self.cascade(z)
 
 
 class GRTBlock(nn.Module):
@@ -216,43 +196,18 @@ class GRTBlock(nn.Module):
         """``[3]`` gates in (0, 1): attention, mixer, FFN."""
         return torch.sigmoid(self.gate_logits)
 
-    _tracer: BlockTracer | None = None  # set only while traced() runs
-
     def sublayer(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """The residual branch ``f`` of one cycle (``x + f(x)``): ``g * process(PearlNorm(x))``."""
         if name not in GATE_NAMES:
             raise ValueError(f"sublayer name must be one of {GATE_NAMES}, got {name!r}")
         i = GATE_NAMES.index(name)
         norm, proc = ((self.norm_attn, self.attn), (self.norm_mixer, self.mixer), (self.norm_ffn, self.ffn))[i]
-        z = norm(x)
-        if self._tracer is not None:
-            self._tracer.put(**{f"{name}_in": z})
-        return self.gates()[i] * proc(z)
+        return self.gates()[i] * proc(norm(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tr = self._tracer
-        if tr is not None:
-            tr.put(stream_in=x, gates=dict(zip(GATE_NAMES, self.gates().tolist())))
-        for name, after in zip(GATE_NAMES, ("after_attn", "after_mixer", "stream_out")):
+        for name in GATE_NAMES:
             x = x + self.sublayer(name, x)
-            if tr is not None:
-                tr.put(**{after: x})
         return x
-
-    @torch.no_grad()
-    def traced(self, x: torch.Tensor) -> tuple[torch.Tensor, BlockTrace]:
-        """``(forward(x), its BlockTrace)``: the block and its sublayers record into one :class:`BlockTracer`
-        for this call (cascades run stage by stage, attention as an explicit softmax: the same function)."""
-        tracer = BlockTracer()
-        mods = (self, self.attn, self.mixer, self.ffn)
-        for m in mods:
-            m._tracer = tracer
-        try:
-            out = self(x)
-        finally:
-            for m in mods:
-                del m._tracer  # back to the class default, None
-        return out, tracer.trace()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -286,7 +241,7 @@ class GRT(nn.Module):
             self.head = nn.Linear(config.d_model, config.vocab_size, bias=False, **kw)
             nn.init.normal_(self.head.weight, 0.0, config.head_init_std)
 
-    def _check_idx(self, idx: torch.Tensor) -> None:
+    def check_idx(self, idx: torch.Tensor) -> None:
         if idx.dim() != 2:
             raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
         if idx.shape[1] > self.config.block_size:
@@ -301,7 +256,7 @@ class GRT(nn.Module):
         return self.embed.cartesian_table() if self.head is None else self.head.weight
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        self._check_idx(idx)
+        self.check_idx(idx)
         x = self.embed(idx)  # (B, T, D) rebuilt from phases + magnitudes
         for blk in self.blocks:
             x = blk(x)
@@ -310,23 +265,6 @@ class GRT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
         return logits, loss
-
-    @torch.no_grad()
-    def trace(self, idx: torch.Tensor) -> GRTTrace:
-        """Run the forward pass recording every intermediate (see :class:`GRTTrace`, :class:`BlockTrace`).
-
-        Computes the same function as :meth:`forward` (attention weights come from an
-        explicit softmax instead of SDPA; tested equal).  Memory grows with the stage
-        count: use a short ``idx`` at the reference config.
-        """
-        self._check_idx(idx)
-        x = emb = self.embed(idx)
-        blocks = []
-        for blk in self.blocks:
-            x, bt = blk.traced(x)
-            blocks.append(bt)
-        final = self.norm_f(x)
-        return GRTTrace(idx=idx, embedding=emb, blocks=blocks, final=final, logits=final @ self.output_weight().T)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -1,29 +1,32 @@
-"""What one traced GRT forward pass records: every cascade's stage activations, every block's intermediates.
+"""A traced GRT forward pass: every cascade's stage activations, every block's intermediates.
 
-:meth:`grt_model.model.GRT.trace` and :meth:`grt_model.model.GRTBlock.traced` fill these records; the figures,
-the trained-model claims and the diagnostics read them.  They are plain tensors, detached, with no autograd
-state.  While a block is traced, its sublayers hand each cascade to a :class:`BlockTracer`, which runs it stage
-by stage (:meth:`grt_model.cascade.RotationCascade.stage_trace`: the eager backend, the same function as the
-fused kernels) and keeps every stage's output; a sublayer whose ``_tracer`` is ``None`` runs its plain forward.
+:func:`trace_model` (and :func:`trace_block` for one block) runs the model's sublayers the way their forwards do,
+recording as it goes; the figures, the trained-model claims and the diagnostics read the records.  They are
+plain tensors, detached, with no autograd state.  Each cascade runs stage by stage
+(:meth:`grt_model.cascade.RotationCascade.stage_trace`: the eager path, the same function as the fused kernels)
+and attention as an explicit softmax (its weights are recorded; the same function as SDPA, tested equal).
 
 Shapes: ``B`` batch, ``T`` tokens, ``H`` heads, ``D`` = d_model, ``S`` a cascade's stage count, ``P`` pairs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
+from grt_model.attention import causal_attention_with_weights
 from grt_model.butterfly import to_pairs
 from grt_model.cascade import RotationCascade
 from grt_model.embedding import to_polar
+from grt_model.model import GATE_NAMES, GRT, GRTFFN, GRTAttention, GRTBlock, GRTMixer
 from grt_model.pearlnorm import safe_pair_radius
+from grt_model.radial_gelu import radial_gelu
 
-__all__ = ["GATE_NAMES", "BlockTrace", "BlockTracer", "CascadeTrace", "GRTTrace"]
-
-GATE_NAMES = ("attn", "mixer", "ffn")  # a block's three sublayers, in order; its gates follow this order
+__all__ = ["BlockTrace", "CascadeTrace", "GRTTrace", "trace_block", "trace_cascade", "trace_model"]
 
 
 def _wrap(a: torch.Tensor) -> torch.Tensor:
@@ -152,27 +155,60 @@ class GRTTrace:
         return torch.stack([b.qk_angle_gap(rotary=rotary) for b in self.blocks])
 
 
-def _cascade_trace(name: str, cascade: RotationCascade, x: torch.Tensor) -> tuple[CascadeTrace, torch.Tensor]:
+def trace_cascade(name: str, cascade: RotationCascade, x: torch.Tensor) -> tuple[CascadeTrace, torch.Tensor]:
+    """Run ``cascade`` stage by stage (eager): its :class:`CascadeTrace` under ``name`` and its output."""
     acts = torch.stack(cascade.stage_trace(x))  # (S+1, ..., heads*width)
     acts = acts.unflatten(-1, (cascade.heads, cascade.width))  # (S+1, ..., heads, width)
     return CascadeTrace(name, acts, cascade.strides()), acts[-1].flatten(-2)
 
 
-class BlockTracer:
-    """Collects one block's intermediates while :meth:`GRTBlock.traced` runs it (the fields of
-    :class:`BlockTrace`).  Installed on the block and its sublayers for that call only: a module whose
-    ``_tracer`` is ``None`` (always, outside ``traced``) runs its plain forward."""
+def _attention(attn: GRTAttention, z: torch.Tensor, rec: dict[str, Any]) -> torch.Tensor:
+    qkv, y = trace_cascade("qkv", attn.qkv, z)
+    acts = qkv.acts.unflatten(-2, (3, attn.n_heads))  # (S+1, B, T, 3, H, dh)
+    rec.update({name: CascadeTrace(name, acts[..., j, :, :], qkv.strides) for j, name in enumerate("qkv")})
+    q, k, v = attn.split_heads(y)  # 3 x (B, H, T, dh)
+    q, k = attn.position(q, k)
+    a, w = causal_attention_with_weights(q, k, v)
+    rec.update(q_rot=q, k_rot=k, attn_weights=w, attn_values=a.transpose(1, 2))
+    rec["o"], out = trace_cascade("o", attn.o, a.transpose(1, 2).reshape(z.shape))  # o acts (S+1, B, T, H, dh)
+    return out
 
-    def __init__(self) -> None:
-        self.records: dict[str, Any] = {}
 
-    def put(self, **values: Any) -> None:
-        self.records.update(values)
+def _mixer(mixer: GRTMixer, z: torch.Tensor, rec: dict[str, Any]) -> torch.Tensor:
+    rec["mixer"], out = trace_cascade("mixer", mixer.cascade, z)
+    return out
 
-    def cascade(self, name: str, cascade: RotationCascade, x: torch.Tensor) -> torch.Tensor:
-        """Run ``cascade`` stage by stage (eager), record its activations under ``name``; its output."""
-        self.records[name], out = _cascade_trace(name, cascade, x)
-        return out
 
-    def trace(self) -> BlockTrace:
-        return BlockTrace(**self.records)
+def _ffn(ffn: GRTFFN, z: torch.Tensor, rec: dict[str, Any]) -> torch.Tensor:
+    h = F.pad(z, (0, ffn.d_ff - ffn.d_model))  # (..., d_ff): signal in coords 0..d_model-1
+    rec["ffn_expand"], h = trace_cascade("ffn_expand", ffn.expand, h)
+    rec["gelu_out"] = h = radial_gelu(h)
+    rec["ffn_contract"], out = trace_cascade("ffn_contract", ffn.contract, h)
+    return out[..., : ffn.d_model]
+
+
+@torch.no_grad()
+def trace_block(blk: GRTBlock, x: torch.Tensor) -> tuple[torch.Tensor, BlockTrace]:
+    """``(blk(x), its BlockTrace)``: the block's three cycles as :meth:`GRTBlock.forward` runs them."""
+    rec: dict[str, Any] = {"stream_in": x, "gates": dict(zip(GATE_NAMES, blk.gates().tolist()))}
+    cycles: tuple[tuple[Any, Any, Callable, str], ...] = (
+        (blk.norm_attn, blk.attn, _attention, "after_attn"), (blk.norm_mixer, blk.mixer, _mixer, "after_mixer"),
+        (blk.norm_ffn, blk.ffn, _ffn, "stream_out"))
+    for i, (name, (norm, proc, run, after)) in enumerate(zip(GATE_NAMES, cycles)):
+        rec[f"{name}_in"] = z = norm(x)
+        rec[after] = x = x + blk.gates()[i] * run(proc, z, rec)
+    return x, BlockTrace(**rec)
+
+
+@torch.no_grad()
+def trace_model(model: GRT, idx: torch.Tensor) -> GRTTrace:
+    """Run ``model`` on ``idx [B, T]`` recording every intermediate (:class:`GRTTrace`).  Memory grows with the
+    stage count: use a short ``idx`` at the reference config."""
+    model.check_idx(idx)
+    x = emb = model.embed(idx)
+    blocks = []
+    for blk in model.blocks:
+        x, bt = trace_block(blk, x)
+        blocks.append(bt)
+    final = model.norm_f(x)
+    return GRTTrace(idx=idx, embedding=emb, blocks=blocks, final=final, logits=final @ model.output_weight().T)

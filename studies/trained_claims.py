@@ -68,9 +68,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from grt_model.model import GRT
+from grt_model.model import GATE_NAMES, GRT
 from grt_model.pearlnorm import safe_pair_radius
-from grt_model.trace import GATE_NAMES
 from rmsgauge import Claim, claim, run_group, tolerance
 from studies.trained_measure import (
     COUPLED,

@@ -23,6 +23,7 @@ from grt_model.cascade import RotationCascade, broadcast_input_heads, cascade_ea
 from grt_model.model import GRT, GRTBlock
 from grt_model.radial_gelu import radial_gelu
 from grt_model.rope import apply_rope, rope_angles
+from grt_model.trace import trace_model
 
 JAC_TOKENS = 128  # held-out tokens whose per-token Jacobians are taken (spread evenly over the batch)
 GRT_PROJECTIONS = ("q", "k", "v", "o", "mixer", "ffn_expand", "ffn_contract")
@@ -152,11 +153,11 @@ def ffn_composed(blk: GRTBlock, z: torch.Tensor) -> torch.Tensor:
 
 
 def grt_record(model: GRT, ids: torch.Tensor, cache: dict | None = None) -> dict[str, Any]:
-    """The float64 copy and its :meth:`GRT.trace` on ``ids [B, T]``."""
+    """The float64 copy and its :func:`~grt_model.trace.trace_model` on ``ids [B, T]``."""
 
     def run() -> dict[str, Any]:
         m = float64_copy(model)
-        return {"model": m, "trace": m.trace(ids)}
+        return {"model": m, "trace": trace_model(m, ids)}
 
     return memo(cache, ("grt", id(model)), run)
 

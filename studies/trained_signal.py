@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from grt_model.model import GRT
-from grt_model.trace import GATE_NAMES
+from grt_model.model import GATE_NAMES, GRT
 from rmsgauge import tolerance
 from studies.trained_measure import (
     cascade_bounds,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grt_model import fused
+from grt_model.kernels import fused_available
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "cuda_check.py"
 
@@ -37,7 +37,7 @@ def test_bad_flags_are_refused_before_work(capsys, tmp_path):
     assert "error" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not fused.fused_available(), reason="numba kernels unavailable")
+@pytest.mark.skipif(not fused_available(), reason="numba kernels unavailable")
 def test_the_checks_run_with_the_eager_path_on_the_cpu():
     m = _load()
     lines = m.check_cascades(torch.device("cpu")) + m.check_ffn(torch.device("cpu"))

@@ -30,8 +30,9 @@ from grt_model.claim_tools import (
 from grt_model.claims import CLAIM_IDS, run_all
 from grt_model.claims_geometry import claim_jacobian
 from grt_model.claims_model import WIRING_EXPECTED, claim_butterfly_wiring, claim_fast_equals_reference
+from grt_model.model import GATE_NAMES
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm_jacobian_norm
-from grt_model.trace import GATE_NAMES
+from grt_model.trace import trace_model
 from rmsgauge import assert_close, tolerance
 from rmsgauge.corpus import ByteCorpus
 
@@ -301,7 +302,7 @@ def test_trace_matches_forward_and_reports_every_stage():
     cfg = tiny_config()
     m = GRT(cfg, dtype=F64)
     idx = torch.randint(0, 256, (2, 7))
-    tr = m.trace(idx)
+    tr = trace_model(m, idx)
     assert_close(tr.logits, m(idx)[0], dtype=F64, size=cfg.d_model, depth=cfg.stage_counts()["total"])
     H, dh, P = cfg.n_heads, cfg.d_head, cfg.pairs
     b0 = tr.blocks[0]

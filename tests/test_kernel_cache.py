@@ -1,7 +1,7 @@
 """The fused kernels' on-disk cache sees every kernel source, so an edited callee never runs stale machine code.
 
 Numba's stock ``cache=True`` stamps a kernel with its own file only, so an edit to a callee in another
-``kernels_*.py`` kept the old machine code running.  :mod:`grt_model.kernels_jit` stamps every kernel with one
+kernel file would keep the old machine code running.  :mod:`grt_model.kernels.jit` stamps every kernel with one
 hash of all kernel sources.  Checked here: the stamp moves with every kernel source and with nothing else, every
 kernel carries that cache, no other module defines a kernel, and, end to end in a temporary copy (its own
 cache folder), an edit to a *callee* file changes what the *caller* computes on the next run while an
@@ -20,16 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from grt_model import kernels_jit
+from grt_model.kernels import jit as kernels_jit
 
 PKG = Path(kernels_jit.__file__).resolve().parent
 needs_numba_cache = pytest.mark.skipif(kernels_jit.KernelCache is None, reason="numba's cache hook unavailable")
 
 
 def _copy_kernels(dst: Path) -> Path:
-    """The kernel sources alone, as a package ``grt_model`` under ``dst`` (they import nothing else)."""
-    pkg = dst / "grt_model"
+    """The kernel sources alone, as a package ``grt_model.kernels`` under ``dst`` (they import nothing else)."""
+    pkg = dst / "grt_model" / "kernels"
     pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     for p in kernels_jit.kernel_sources(PKG):
         shutil.copy2(p, pkg / p.name)
@@ -44,8 +45,7 @@ def test_stamp_moves_with_every_kernel_source_and_nothing_else(tmp_path):
     (pkg / "fused.py").write_text("# edited\n")
     assert kernels_jit.kernel_source_stamp(pkg) == base
     sources = kernels_jit.kernel_sources(pkg)
-    assert {p.name for p in sources} >= {"fused_kernels.py", "kernels_coupled.py", "kernels_rotate.py",
-                                         "kernels_gelu.py", "kernels_math.py", "kernels_jit.py"}
+    assert {p.name for p in sources} == {"entry.py", "coupled.py", "rotate.py", "gelu.py", "scalar.py", "jit.py"}
     seen = {base}
     for p in sources:
         text = p.read_text()
@@ -59,9 +59,9 @@ def test_stamp_moves_with_every_kernel_source_and_nothing_else(tmp_path):
 
 def test_no_module_outside_the_kernel_sources_defines_a_kernel():
     # a kernel defined elsewhere would be compiled into the callers without moving their stamp
-    covered = {p.name for p in kernels_jit.kernel_sources(PKG)}
+    covered = set(kernels_jit.kernel_sources(PKG))
     jit = re.compile(r"^\s*@(nb\.n?jit|numba\.n?jit|n?jit\b|kernel\b|inline_kernel\b)", re.M)
-    defining = {p.name for p in PKG.glob("*.py") if jit.search(p.read_text(encoding="utf-8"))}
+    defining = {p for p in PKG.parent.rglob("*.py") if jit.search(p.read_text(encoding="utf-8"))}
     assert defining and defining <= covered, defining - covered
 
 
@@ -69,10 +69,10 @@ def test_no_module_outside_the_kernel_sources_defines_a_kernel():
 def test_every_kernel_carries_the_kernel_set_cache():
     from numba.core.registry import CPUDispatcher
 
-    from grt_model import fused_kernels, kernels_coupled, kernels_gelu, kernels_math, kernels_rotate
+    from grt_model.kernels import coupled, entry, gelu, rotate, scalar
 
     n = 0
-    for mod in (fused_kernels, kernels_coupled, kernels_gelu, kernels_math, kernels_rotate):
+    for mod in (entry, coupled, gelu, scalar, rotate):
         for name, obj in vars(mod).items():
             if isinstance(obj, CPUDispatcher) and obj.__module__ == mod.__name__:
                 assert isinstance(obj._cache, kernels_jit.KernelCache), f"{mod.__name__}.{name}"
@@ -80,11 +80,11 @@ def test_every_kernel_carries_the_kernel_set_cache():
     assert n >= 30
 
 
-# Runs in the copy: the coupling-off cascade kernel (fused_kernels.py) over 3 tokens of width 4, one stage of
-# identity maps; its stage function _rot lives in kernels_rotate.py, the file the test edits.
+# Runs in the copy: the coupling-off cascade kernel (entry.py) over 3 tokens of width 4, one stage of
+# identity maps; its stage function _rot lives in rotate.py, the file the test edits.
 _RUN = """
 import json, numpy as np
-from grt_model import fused_kernels as k
+from grt_model.kernels import entry as k
 i0, i1 = np.array([[0, 2]]), np.array([[1, 3]])
 cf = np.zeros((1, 1, 2, 4)); cf[..., 0] = cf[..., 3] = 1.0
 x = np.arange(12.0).reshape(3, 4); out = np.empty_like(x)
@@ -110,7 +110,7 @@ def test_an_edit_to_a_callee_file_reaches_the_caller_through_the_cache(tmp_path)
     assert first["misses"] >= 1 and first["out"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     again = _run(tmp_path)  # unedited: loaded from the cache, not recompiled
     assert again["hits"] >= 1 and again["misses"] == 0 and again["out"] == first["out"]
-    rot = pkg / "kernels_rotate.py"
+    rot = pkg / "rotate.py"
     old = "            buf[i0, t] = a * x0 + b * x1\n"
     text = rot.read_text()
     assert text.count(old) == 1  # _rot's first row (an edit to a callee: what a per-file cache key misses)

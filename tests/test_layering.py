@@ -117,7 +117,9 @@ def test_no_import_circle():
 def test_the_graph_reads_function_level_imports():  # the tests above would pass vacuously on an empty graph
     edges = import_graph()
     assert len(edges) > 100 and "lm.dense" in edges["lm.models"]
-    assert "grt_model.cascade_ops" in edges["grt_model.fused"]
+    assert "grt_model.cascade_ops" in edges["grt_model.kernels.fused"]
+    # subpackages are read: the runtime loads the numba kernels inside a method
+    assert "grt_model.kernels.entry" in edges["grt_model.kernels.runtime"]
     # a function-level import counts: studies.job imports lm.loop inside _train
     assert "lm.loop" in edges["studies.job"]
     # the monitor is attached above dynamics and gauge

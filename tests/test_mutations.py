@@ -43,9 +43,9 @@ def test_each_mutant_gets_a_fresh_kernel_cache(tmp_path):
     # nothing of numba's cache is copied, and the checks compile into an empty folder of the mutant's own
     from tools.mutate import IGNORE, mutant_env
 
-    names = ["fused_kernels.rot_cascade_fwd-96.py311.nbi", "fused_kernels.rot_cascade_fwd-96.py311.1.nbc",
+    names = ["entry.rot_cascade_fwd-96.py311.nbi", "entry.rot_cascade_fwd-96.py311.1.nbc",
              "cascade.cpython-311.pyc"]
-    assert set(IGNORE(str(tmp_path / "grt_model" / "__pycache__"), names)) == set(names)
+    assert set(IGNORE(str(tmp_path / "grt_model" / "kernels" / "__pycache__"), names)) == set(names)
     assert "__pycache__" in IGNORE(str(tmp_path / "grt_model"), ["__pycache__", "fused.py"])
     root = tmp_path / "repo"
     env = mutant_env(root)
@@ -57,7 +57,7 @@ def test_each_mutant_gets_a_fresh_kernel_cache(tmp_path):
 def test_a_kernel_mutation_is_caught_from_a_callee_file():
     # a callee kernel file edited: only a fresh (or correctly keyed) cache runs the mutant
     m = BY_NAME["kernel_angle_grad_factor"]
-    assert m.path == "grt_model/kernels_coupled.py"
+    assert m.path == "grt_model/kernels/coupled.py"
     r = run_one(m)
     assert r.applied, r.note
     assert r.caught_by == [label for label, _ in m.checks], r

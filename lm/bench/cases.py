@@ -219,17 +219,17 @@ def _case_rows(case: str, impls: dict[str, Callable[[torch.Tensor], torch.Tensor
 def _bench_coupled(case: str, width: int, stages: int, heads: int, cfg: BenchConfig,
                    roof: dict[str, float]) -> list[Row]:
     """A coupled cascade (``heads`` x ``stages`` at ``width``, d_model wide in all) against ``nn.Linear(d, d)``."""
-    from grt_model.cascade import RotationCascade, reference_cascade
+    from grt_model.cascade import RotationCascade, cascade_eager, reference_cascade
+    from grt_model.kernels import cascade_fused
 
     dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
     seed_everything(cfg.seed)
-    casc = {b: RotationCascade(width, stages, coupling=True, heads=heads, dtype=dt, backend=b)
-            for b in ("eager", "fused")}
-    casc["fused"].load_state_dict(casc["eager"].state_dict())
+    casc = RotationCascade(width, stages, coupling=True, heads=heads, dtype=dt)
+    args = (casc.angles, casc.raw_scales, casc.coupling, width)
     d = cfg.d_model
     lin = nn.Linear(d, d, bias=False, dtype=dt)
-    impls = {"reference": lambda x: reference_cascade(casc["eager"], x), "eager": casc["eager"],
-             "fused": casc["fused"], "dense": lin}
+    impls = {"reference": lambda x: reference_cascade(casc, x), "eager": lambda x: cascade_eager(x, *args),
+             "fused": lambda x: cascade_fused(x, *args), "dense": lin}
     fl = cascade_flops(width, stages, heads, True)
     flops = {"reference": fl, "eager": fl, "fused": fl, "dense": 2.0 * d * d}
     act = d * item  # one activation of the (head-stacked) token
@@ -250,7 +250,8 @@ def bench_mixer(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
 
 def bench_ffn(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     from grt_model.cascade import RotationCascade
-    from grt_model.fused import fused_ffn
+    from grt_model.cascade_ops import ffn_eager
+    from grt_model.kernels import ffn_fused
 
     dt, item = cfg.torch_dtype(), torch.finfo(cfg.torch_dtype()).bits // 8
     d, dff = cfg.d_model, cfg.d_ff
@@ -259,8 +260,8 @@ def bench_ffn(cfg: BenchConfig, roof: dict[str, float]) -> list[Row]:
     contract = RotationCascade(dff, 21, coupling=False, dtype=dt)
     up = nn.Linear(d, dff, bias=False, dtype=dt)
     down = nn.Linear(dff, d, bias=False, dtype=dt)
-    impls = {"eager": lambda x: fused_ffn(x, expand, contract, d, backend="eager"),
-             "fused": lambda x: fused_ffn(x, expand, contract, d, backend="fused"),
+    params = (expand.angles, expand.raw_scales, contract.angles, contract.raw_scales)
+    impls = {"eager": lambda x: ffn_eager(x, *params, d), "fused": lambda x: ffn_fused(x, *params, d),
              "dense": lambda x: down(F.gelu(up(x)))}
     fl = 2 * cascade_flops(dff, 21, 1, False)
     flops = {"eager": fl, "fused": fl, "dense": 2.0 * 2 * d * dff}

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from grt_model.kernels_jit import kernel
+from grt_model.kernels.jit import kernel
 
 # ---------------------------------------------------------------------------------------------------
 # Tile moves: token-major rows <-> coordinate-major tile buf[i, t]

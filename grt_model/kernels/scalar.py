@@ -1,5 +1,5 @@
 r"""The straight-line scalar helpers (float32 polynomials for tanh, erf, exp, sin, cos;
-the design and the error bounds are in :mod:`grt_model.fused_kernels`)."""
+the design and the error bounds are in :mod:`grt_model.kernels.entry`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from grt_model.kernels_jit import inline_kernel
+from grt_model.kernels.jit import inline_kernel
 
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)

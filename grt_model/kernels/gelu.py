@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from grt_model.kernels_jit import kernel
-from grt_model.kernels_math import cdf_pdf_exact, cdf_pdf_fast32
+from grt_model.kernels.jit import kernel
+from grt_model.kernels.scalar import cdf_pdf_exact, cdf_pdf_fast32
 
 
 @kernel

@@ -2,20 +2,19 @@
 
 Why not numba's own ``cache=True``.  Numba stamps a function's cache entry with a hash of the one file that
 defines it.  A kernel's machine code also holds every kernel it calls (the scalar helpers are inlined at
-numba-IR level, the stage functions by LLVM), and those live in other files (``kernels_*.py``): an edit to a
-callee left the caller's stamp unchanged, so the old machine code kept running until the cache was cleared
-(an edited ``kernels_coupled.py`` once passed its tests on machine code that was not the code on disk).  Here every
-kernel's stamp is one hash over every kernel source (:func:`kernel_sources`: ``fused_kernels.py`` and
-``kernels_*.py``), so any edit to any of them recompiles every kernel on next use (about a minute per dtype,
-cached afterwards).  The cache files stay where numba puts them (``__pycache__`` beside the source, or
-``$NUMBA_CACHE_DIR``); numba's index key still adds the signature, the CPU and the function's bytecode.
+numba-IR level, the stage functions by LLVM), and those live in other files (:data:`KERNEL_FILES`): an edit to
+a callee would leave the caller's stamp unchanged, and the old machine code would keep running until the cache
+was cleared.  Here every kernel's stamp is one hash over every kernel source, so any edit to any of them
+recompiles every kernel on next use (about a minute per dtype, cached afterwards).  The cache files stay where
+numba puts them (``__pycache__`` beside the source, or ``$NUMBA_CACHE_DIR``); numba's index key still adds the
+signature, the CPU and the function's bytecode.
 
 Why not compile without a persistent cache: the kernels take 80 s of CPU to compile (both dtypes, every
 kernel; 290 s wall on a loaded 2-core machine), which every process would pay.
 
 The hook uses two numba internals (``Dispatcher._cache``, ``CacheImpl._locator``); where they are missing the
 kernels compile without a persistent cache (correct, slower to start) after one notice on the
-``grt_model.fused`` logger, never with the stale-prone stock cache.
+``grt_model.kernels`` logger, never with the stale-prone stock cache.
 """
 
 from __future__ import annotations
@@ -35,13 +34,16 @@ JIT_OPTIONS = {"nogil": True, "fastmath": {"contract", "reassoc"}, "error_model"
 # scalar helpers are inlined at numba-IR level: a call left to LLVM's inliner carries numba's status-code
 # convention into the loop and blocks its vectorization
 INLINE_OPTIONS = {**JIT_OPTIONS, "inline": "always"}
-log = logging.getLogger("grt_model.fused")
+log = logging.getLogger("grt_model.kernels")
+
+
+# every file whose code ends up in a kernel's machine code (tests/test_kernel_cache.py checks that no other module
+# of the package defines a numba kernel)
+KERNEL_FILES = ("coupled.py", "entry.py", "gelu.py", "jit.py", "rotate.py", "scalar.py")
 
 
 def kernel_sources(folder: Path = KERNEL_DIR) -> list[Path]:
-    """Every file whose code ends up in a kernel's machine code: ``fused_kernels.py`` and ``kernels_*.py``
-    (``tests/test_kernel_cache.py`` checks that no other module of the package defines a numba kernel)."""
-    return sorted({*folder.glob("kernels_*.py"), folder / "fused_kernels.py"})
+    return [folder / name for name in KERNEL_FILES]
 
 
 @lru_cache(maxsize=8)

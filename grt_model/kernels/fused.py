@@ -1,96 +1,75 @@
-r"""The fused CPU path of the rotation cascade: numba kernels behind ``torch.autograd.Function``\ s.
+r"""The fused CPU path: numba kernels (:mod:`grt_model.kernels.entry`) behind ``torch.autograd.Function``\ s.
 
-Three backends compute the same function (tested equal, values and gradients):
-
-* ``"eager"`` -- the vectorized PyTorch code in :mod:`grt_model.cascade_ops` (any device, any dtype,
-  differentiable to any order, works under ``torch.func``);
-* ``"fused"`` -- :mod:`grt_model.fused_kernels`: all stages of a cascade run over a tile of tokens
-  while it stays in cache.  Coupling off, the backward saves only the cascade's input and recovers the
-  stage inputs by inverting each stage (drift-checked).  Coupled, the forward also keeps the angle nudges
-  ``tanh(F W)`` of the last stages that fit ``BackendSettings.angle_bytes_per_token`` (4 bytes per pair,
-  head and stage in float32), so the backward's rebuild of those stages skips their coupling GEMM: 3
-  coupling GEMMs per stage in a training step instead of 4;
-* ``"auto"`` (the default) -- ``"fused"`` where it applies (numba importable, CPU tensors, float32
-  or float64, no ``torch.func`` transform active, at least ``auto_min_tokens`` tokens and
-  ``auto_min_stages`` stages), ``"eager"`` elsewhere (CUDA always runs eager).
-
-Every cascade carries its own :class:`~grt_model.backend.BackendSettings` (``cascade.settings``; the
-process-wide default for ``"auto"`` is ``$GRT_CASCADE_BACKEND``), :class:`~grt_model.backend.FusedStats`
-and :class:`~grt_model.backend.KernelRuntime` (the shared one unless given): no module-level mutable state.
-Where the kernels cannot be imported (no numba) or compiled, the runtime logs one notice (logger
-``grt_model.fused``, level WARNING) and runs eager from then on.  The kernels compile on first use (about a
-minute for both dtypes) and are cached on disk by numba, keyed on a hash of *every* kernel source
-(:mod:`grt_model.kernels_jit`: an edit to any ``kernels_*.py`` recompiles every kernel).  Threads:
-``torch.get_num_threads()`` chunks of tiles run on the runtime's worker threads (the kernels release the
-GIL); parameter gradients are summed in chunk order, so results are deterministic for a given thread count.
-
-:func:`fused_ffn` fuses the whole coupling-off FFN (zero pad, expand cascade, RadialGELU, contract
-cascade, keep the first ``d_out`` coordinates) into one kernel per direction and skips the pairs the
-padding keeps at zero and the pairs that never reach a kept coordinate -- both exactly (their values
-are zero or unused), which removes about 30% of the FFN's stage work at the reference sizes.
-
-A backward run with ``create_graph=True`` (double backward) is rerouted through the eager graph,
-so higher derivatives stay available.
+:func:`cascade_fused` computes :func:`~grt_model.cascade_ops.cascade_eager`'s function with all stages run over a
+tile of tokens while it stays in cache.  Coupling off, the backward saves only the cascade's input and recovers
+the stage inputs by inverting each stage (drift-checked).  Coupled, the forward also keeps the angle nudges
+``tanh(F W)`` of the last stages that fit :attr:`Tuning.angle_bytes_per_token`, so the backward's rebuild of
+those stages skips their coupling GEMM (3 coupling GEMMs per stage in a training step instead of 4).
+:func:`ffn_fused` runs the whole coupling-off FFN in one kernel per direction and skips, exactly, the pairs the
+zero padding keeps at zero and the pairs that never reach a kept coordinate (about 30% of the FFN's stage work
+at the reference sizes).  ``torch.get_num_threads()`` chunks of tiles run on the runtime's worker threads;
+parameter gradients are summed in chunk order, deterministic for a given thread count.  A double backward
+(``create_graph=True``) goes through the eager graph.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass, fields
 from functools import lru_cache, partial
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from grt_model.backend import (
-    BACKENDS,
-    ENV_BACKEND,
-    BackendSettings,
-    FusedStats,
-    KernelRuntime,
-    check_backend,
-    default_runtime,
-    env_backend,
-    set_default_backend,
-)
 from grt_model.butterfly import butterfly_pairs
 from grt_model.cascade_ops import cascade_eager, ffn_eager, stage_inverse_maps, stage_maps
+from grt_model.kernels import runtime
 from rmsgauge.tolerance import tolerance
 
-if TYPE_CHECKING:  # pragma: no cover
-    from grt_model.cascade import RotationCascade
-
-__all__ = ["BACKENDS", "ENV_BACKEND", "BackendSettings", "FusedStats", "KernelRuntime", "cascade_fused",
-           "check_backend", "default_runtime", "env_backend", "fused_available", "fused_ffn", "set_default_backend",
-           "use_fused"]
+__all__ = ["TUNING", "FusedStats", "Tuning", "cascade_fused", "ffn_fused", "fused_available"]
 
 
-def fused_available(runtime: KernelRuntime | None = None) -> bool:
-    """Whether the numba kernels load (in ``runtime``, default the shared one)."""
-    return (runtime or default_runtime()).available()
+@dataclass(frozen=True)
+class Tuning:
+    """Tile sizes and memory budgets of the kernels.  Measured with ``python -m lm.bench`` on a 2-core Sapphire
+    Rapids: every inner loop runs over a tile's tokens, and each (pair, loop) pays a fixed set-up (LLVM's overlap
+    checks, per-pair sums), so long tiles win even past the L2 size; a coupled tile also sets the coupling GEMMs'
+    width (``[P, 4P] x [4P, tt]``), where BLAS needs >= 64 columns."""
+
+    tile_tokens: int = 128
+    scratch_bytes: int = 3 << 19  # per-thread backward scratch (1.5 MB); past it: checkpointed segments
+    invert: bool = True  # coupling-off backward: invert the stages (drift-checked, else store); False: store
+    angle_bytes_per_token: int = 6144  # coupled cascades: bytes per token of per-stage angle nudges the forward
+    # may keep for the backward (the last stages first).  A kept stage skips its coupling GEMM in the backward's
+    # recompute (4 -> 3 GEMMs); 4 * heads * P bytes per stage: all 11 stages of one 4-head projection at
+    # d_head 64 (5.6 KB), 4 of the 11 of the 12-head Q/K/V call.  0: keep nothing (the memory-lean backward).
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v, lo = getattr(self, f.name), 0 if f.name == "angle_bytes_per_token" else 1
+            if f.type != "bool" and not lo <= v <= 1 << 30:
+                raise ValueError(f"{f.name} must be in [{lo}, 2^30], got {v!r}")
+
+    def stored_stages(self, heads: int, pairs: int, stages: int, itemsize: int) -> int:
+        """How many (trailing) stages of a coupled cascade keep their angle nudges within the budget."""
+        return min(stages, self.angle_bytes_per_token // max(1, heads * pairs * itemsize))
 
 
-def _plain(t: torch.Tensor | None) -> bool:
-    return t is None or not torch._C._functorch.is_functorch_wrapped_tensor(t)
+TUNING = Tuning()
 
 
-def use_fused(settings: BackendSettings, x: torch.Tensor, *params: torch.Tensor | None,
-              runtime: KernelRuntime | None = None) -> bool:
-    """Whether a call with these settings and tensors runs the fused kernels (``params[0]``: the angles
-    ``[H, S, P]``)."""
-    b = settings.resolved()
-    if b == "eager" or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
-        return False
-    if b == "auto" and x.numel() < settings.auto_min_tokens * max(1, x.shape[-1]):
-        return False
-    if b == "auto" and params and params[0] is not None and params[0].shape[-2] < settings.auto_min_stages:
-        return False
-    if any(p is not None and (p.dtype != x.dtype or p.device != x.device) for p in params):
-        return False  # mixed dtypes: the eager path's type promotion decides
-    if not all(_plain(t) for t in (x, *params)):
-        return False  # torch.func transforms need the eager graph
-    return fused_available(runtime)
+@dataclass
+class FusedStats:
+    """Counts of the fused backward's coupling-off cascade passes (per tile and head) and of those that fell
+    back from inversion to storing because the inversion drifted (ill-conditioned scales)."""
+
+    backward_passes: int = 0
+    stored_passes: int = 0
+
+
+def fused_available() -> bool:
+    """Whether the numba kernels load."""
+    return runtime.RUNTIME.available()
 
 
 def _chunks(n_items: int, tt: int) -> list[tuple[int, int]]:
@@ -168,13 +147,13 @@ def drift_tolerance(dtype: torch.dtype, steps: int) -> float:
 
 
 class _Plan:
-    """What one fused call runs with: the settings, the kernel runtime, the counters (not tensors: autograd
+    """What one fused call runs with: the tuning, the kernel runtime, the counters (not tensors: autograd
     passes them through and returns ``None`` for them)."""
 
-    __slots__ = ("runtime", "settings", "stats")
+    __slots__ = ("runtime", "stats", "tuning")
 
-    def __init__(self, settings: BackendSettings, runtime: KernelRuntime, stats: FusedStats) -> None:
-        self.settings, self.runtime, self.stats = settings, runtime, stats
+    def __init__(self, tuning: Tuning, stats: FusedStats | None) -> None:
+        self.tuning, self.runtime, self.stats = tuning, runtime.RUNTIME, stats or FusedStats()
 
     def launch(self, run, n_items: int, tt: int, *per_chunk: np.ndarray) -> list:
         """Run ``run(lo, hi, *per_chunk[c])`` over one tile range per thread."""
@@ -207,17 +186,15 @@ class _CascadeFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, angles, raw_scales, coupling, width, first_stage, plan, train):
-        k, st = plan.runtime.kernels(), plan.settings
+        k, st = plan.runtime.kernels(), plan.tuning
         H, S, P = angles.shape
         i0, i1 = pair_tables(width, first_stage, S)
         out = torch.empty(x.shape[0], H * width, dtype=x.dtype)  # (N, H*W); x may hold fewer heads
-        keep = 0
+        keep, tt = 0, st.tile_tokens
         if coupling is None:
-            tt = st.tile_tokens
             run = partial(k.rot_cascade_fwd, _np(x), out.numpy(), i0, i1, _np(stage_maps(angles, raw_scales)), tt)
             rec = torch.empty(0, dtype=x.dtype)
         else:
-            tt = st.coupled_tile_tokens
             if train:  # (autograd turns grad mode off inside forward: the caller says whether a backward follows)
                 keep = st.stored_stages(H, P, S, x.element_size())
             ntiles = (x.shape[0] + tt - 1) // tt
@@ -228,26 +205,25 @@ class _CascadeFn(torch.autograd.Function):
         plan.launch(run, x.shape[0], tt)
         ctx.save_for_backward(x, angles, raw_scales, coupling, rec)
         ctx.width, ctx.first_stage, ctx.plan, ctx.keep = width, first_stage, plan, keep
+        ctx.eager = partial(cascade_eager, width=width, first_stage=first_stage)
         return out
 
     @staticmethod
     def backward(ctx, gy):
         x, angles, raw_scales, coupling, rec = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: differentiate the eager graph instead
-            return _eager_vjp(x, angles, raw_scales, coupling, ctx, gy)
+            return _eager_grads(ctx, gy, x, angles, raw_scales, coupling)
         try:
             return _CascadeFn._fused_backward(ctx, x, angles, raw_scales, coupling, rec, gy.contiguous())
         except Exception as e:
             if not ctx.plan.runtime.compile_failed(e):
                 raise
-            with torch.enable_grad():
-                return _eager_vjp(*(t.detach().requires_grad_(t.requires_grad) if t is not None else None
-                                    for t in (x, angles, raw_scales, coupling)), ctx, gy)
+            return _eager_grads(ctx, gy, x, angles, raw_scales, coupling)
 
     @staticmethod
     def _fused_backward(ctx, x, angles, raw_scales, coupling, rec, gy):
         plan = ctx.plan
-        k, st = plan.runtime.kernels(), plan.settings
+        k, st = plan.runtime.kernels(), plan.tuning
         H, S, P = angles.shape
         i0, i1 = pair_tables(ctx.width, ctx.first_stage, S)
         gx = torch.zeros_like(x)  # the kernels add: cascade heads sharing an input head sum their gradients
@@ -259,13 +235,13 @@ class _CascadeFn(torch.autograd.Function):
             run = partial(k.rot_cascade_bwd, xa, gya, gx.numpy(), i0, i1, _np(stage_maps(angles, raw_scales)),
                           _np(stage_inverse_maps(angles, raw_scales)), tt,
                           segment_length(S, 2 * P * tt * item, st.scratch_bytes), drift_tolerance(x.dtype, S),
-                          st.backward == "auto")
+                          st.invert)
             stored = plan.launch(run, N, tt, gm.numpy())
             plan.stats.backward_passes += H * ((N + tt - 1) // tt)
             plan.stats.stored_passes += sum(stored)
             g_ang, g_raw = _maps_vjp(angles, raw_scales, gm.sum(0))
             return gx, g_ang, g_raw, None, None, None, None, None
-        tt = st.coupled_tile_tokens
+        tt = st.tile_tokens
         C = len(_chunks(N, tt))
         gth, gsc, gw = _grad_chunks(C, H, S, P), _grad_chunks(C, H, S, P, 2), _grad_chunks(C, H, S, 4 * P, P)
         per_stage = 5 * P * tt * item  # records per stage: the stage's pairs [2P] and cos, sin, 1 - tanh^2 [3P]
@@ -278,29 +254,40 @@ class _CascadeFn(torch.autograd.Function):
         return gx, gth.sum(0).to(x.dtype), g_raw, gw.sum(0).to(x.dtype), None, None, None, None
 
 
-def _eager_vjp(x, angles, raw_scales, coupling, ctx, gy):
-    ins = [t for t in (x, angles, raw_scales, coupling) if t is not None and t.requires_grad]
-    y = cascade_eager(x, angles, raw_scales, coupling, ctx.width, ctx.first_stage)
-    grads = iter(torch.autograd.grad(y, ins, gy, create_graph=True, allow_unused=True))
-    out = [next(grads) if t is not None and t.requires_grad else None for t in (x, angles, raw_scales, coupling)]
-    return (*out, None, None, None, None)
+def _eager_grads(ctx, gy: torch.Tensor, *inputs: torch.Tensor | None) -> tuple:
+    """A fused call's backward through its eager graph: for higher derivatives (``create_graph=True``, the
+    saved tensors stay in the graph) and after a kernel failed to compile (detached leaves); ``None`` for the
+    call's non-tensor arguments."""
+    create = torch.is_grad_enabled()
+    if not create:
+        inputs = tuple(t if t is None else t.detach().requires_grad_(t.requires_grad) for t in inputs)
+    with torch.enable_grad():
+        y = ctx.eager(*inputs)
+        ins = [t for t in inputs if t is not None and t.requires_grad]
+        grads = iter(torch.autograd.grad(y, ins, gy, create_graph=create, allow_unused=True))
+    out = [next(grads) if t is not None and t.requires_grad else None for t in inputs]
+    return (*out, *[None] * (8 - len(inputs)))
 
 
-def cascade_fused(cascade: RotationCascade, x: torch.Tensor) -> torch.Tensor:
-    """Apply ``cascade`` to ``x [..., Hin*W]`` (``Hin`` dividing ``H``) with the fused kernels (the caller
-    checked :func:`use_fused`), under the cascade's settings, runtime and counters; eager, after one
-    notice, if numba cannot compile them."""
+def cascade_fused(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tensor, coupling: torch.Tensor | None,
+                  width: int, first_stage: int = 0, *, tuning: Tuning = TUNING,
+                  stats: FusedStats | None = None) -> torch.Tensor:
+    """:func:`~grt_model.cascade_ops.cascade_eager`'s function (``pair_energy`` features) with the fused kernels,
+    on CPU tensors of one dtype, float32 or float64; eager, after one notice, where the kernels are unavailable."""
+    params = (angles, raw_scales, coupling)
+    rt = runtime.RUNTIME
+    if not rt.available():
+        return cascade_eager(x, *params, width, first_stage)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]).contiguous()  # (N, Hin*W)
-    args = (cascade.angles, cascade.raw_scales, cascade.coupling, cascade.width, cascade.first_stage)
     try:
-        train = torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (x2, *args[:3]))
-        y = _CascadeFn.apply(x2, *args, _Plan(cascade.settings, cascade.runtime, cascade.stats), train)
+        train = torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (x2, *params))
+        y = _CascadeFn.apply(x2, *params, width, first_stage, _Plan(tuning, stats), train)
     except Exception as e:
-        if not cascade.runtime.compile_failed(e):
+        if not rt.compile_failed(e):
             raise
-        y = cascade_eager(x2, *args)
-    return y.reshape(*lead, cascade.heads * cascade.width)
+        y = cascade_eager(x2, *params, width, first_stage)
+    return y.reshape(*lead, angles.shape[0] * width)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -326,7 +313,7 @@ class _FFNFn(torch.autograd.Function):
     def forward(ctx, z, e_angles, e_raw, c_angles, c_raw, d_out, save, plan):
         k = plan.runtime.kernels()
         i0e, i1e, eact, i0c, i1c, cact = _FFNFn._geometry(z, e_angles, c_angles, d_out)
-        tt = plan.settings.ffn_tile_tokens
+        tt = plan.tuning.tile_tokens
         P = e_angles.shape[-1]
         out = torch.empty(z.shape[0], d_out, dtype=z.dtype)
         ntiles = (z.shape[0] + tt - 1) // tt
@@ -337,36 +324,28 @@ class _FFNFn(torch.autograd.Function):
         plan.launch(run, z.shape[0], tt)
         ctx.save_for_backward(z, e_angles, e_raw, c_angles, c_raw, rec)
         ctx.d_out, ctx.tt, ctx.saved_rec, ctx.plan = d_out, tt, save, plan
+        ctx.eager = partial(ffn_eager, d_out=d_out)
         return out
 
     @staticmethod
     def backward(ctx, gy):
-        z, e_angles, e_raw, c_angles, c_raw, rec = ctx.saved_tensors
-        params = (z, e_angles, e_raw, c_angles, c_raw)
+        params = ctx.saved_tensors[:5]  # z and the four parameter tensors
         if torch.is_grad_enabled():  # create_graph=True: differentiate the eager graph instead
-            ins = [t for t in params if t.requires_grad]
-            y = ffn_eager(*params, ctx.d_out)
-            grads = iter(torch.autograd.grad(y, ins, gy, create_graph=True, allow_unused=True))
-            return (*[next(grads) if t.requires_grad else None for t in params], None, None, None)
+            return _eager_grads(ctx, gy, *params)
         if not ctx.saved_rec:
-            raise RuntimeError("fused_ffn: backward through a call made without grad (no GELU records saved)")
+            raise RuntimeError("ffn_fused: backward through a call made without grad (no GELU records saved)")
         try:
             return _FFNFn._fused_backward(ctx, gy.contiguous())
         except Exception as e:
             if not ctx.plan.runtime.compile_failed(e):
                 raise
-            with torch.enable_grad():
-                leaves = [t.detach().requires_grad_(t.requires_grad) for t in params]
-                y = ffn_eager(*leaves, ctx.d_out)
-                ins = [t for t in leaves if t.requires_grad]
-                grads = iter(torch.autograd.grad(y, ins, gy, allow_unused=True))
-                return (*[next(grads) if t.requires_grad else None for t in leaves], None, None, None)
+            return _eager_grads(ctx, gy, *params)
 
     @staticmethod
     def _fused_backward(ctx, gy):
         z, e_angles, e_raw, c_angles, c_raw, rec = ctx.saved_tensors
         plan = ctx.plan
-        k, st = plan.runtime.kernels(), plan.settings
+        k, st = plan.runtime.kernels(), plan.tuning
         i0e, i1e, eact, i0c, i1c, cact = _FFNFn._geometry(z, e_angles, c_angles, ctx.d_out)
         S1, P = e_angles.shape[1:]
         S2 = c_angles.shape[1]
@@ -379,7 +358,7 @@ class _FFNFn(torch.autograd.Function):
                       _np(stage_maps(e_angles[0], e_raw[0])), _np(stage_inverse_maps(e_angles[0], e_raw[0])), eact,
                       i0c, i1c, _np(stage_maps(c_angles[0], c_raw[0])), _np(stage_inverse_maps(c_angles[0], c_raw[0])),
                       cact, z.dtype == torch.float64, tt, seg, drift_tolerance(z.dtype, max(S1, S2)),
-                      st.backward == "auto")
+                      st.invert)
         stored = plan.launch(run, z.shape[0], tt, egm.numpy(), cgm.numpy())
         plan.stats.backward_passes += 2 * ((z.shape[0] + tt - 1) // tt)
         plan.stats.stored_passes += sum(stored)
@@ -388,43 +367,30 @@ class _FFNFn(torch.autograd.Function):
         return gz, g_ea, g_er, g_ca, g_cr, None, None, None
 
 
-def _check_ffn(z: torch.Tensor, expand: RotationCascade, contract: RotationCascade, d_out: int) -> None:
-    for name, c in (("expand", expand), ("contract", contract)):
-        if c.heads != 1 or c.first_stage != 0 or c.coupling is not None:
-            raise ValueError(f"fused_ffn: {name} must be a single-head coupling-off cascade with first_stage=0 "
-                             f"(got heads={c.heads}, first_stage={c.first_stage}, coupling={c.coupling is not None})")
-    if expand.width != contract.width:
-        raise ValueError(f"fused_ffn: expand and contract widths differ ({expand.width} vs {contract.width})")
-    if not 1 <= z.shape[-1] <= expand.width:
-        raise ValueError(f"fused_ffn: input width must be in [1, {expand.width}], got shape {tuple(z.shape)}")
-    if not 1 <= d_out <= expand.width:
-        raise ValueError(f"fused_ffn: d_out must be in [1, {expand.width}], got {d_out}")
-
-
-def fused_ffn(z: torch.Tensor, expand: RotationCascade, contract: RotationCascade, d_out: int | None = None,
-              backend: str | None = None) -> torch.Tensor:
-    r""":math:`\Pi\,C_2(\operatorname{RadialGELU}(C_1(\Pi^\top z)))` for ``z [..., d_in]``, ``[..., d_out]`` out.
-
-    ``Pi^T`` zero-pads to the cascades' width, ``Pi`` keeps the first ``d_out`` coordinates
-    (default ``d_in``): the GRT FFN of :class:`grt_model.model.GRTFFN`.  Runs one fused kernel per
-    direction where :func:`use_fused` allows, else the eager composition.  Settings, runtime and counters
-    are ``expand``'s; ``backend`` (default: ``expand.settings.backend``) overrides the backend alone.
-    """
-    d_out = z.shape[-1] if d_out is None else d_out
-    _check_ffn(z, expand, contract, d_out)
-    settings = expand.settings
-    if backend is not None and backend != settings.backend:
-        settings = dataclasses.replace(settings, backend=check_backend(backend))
-    params = (expand.angles, expand.raw_scales, contract.angles, contract.raw_scales)
-    if not use_fused(settings, z, *params, runtime=expand.runtime):
+def ffn_fused(z: torch.Tensor, e_angles: torch.Tensor, e_raw: torch.Tensor, c_angles: torch.Tensor,
+              c_raw: torch.Tensor, d_out: int, *, tuning: Tuning = TUNING,
+              stats: FusedStats | None = None) -> torch.Tensor:
+    r""":func:`~grt_model.cascade_ops.ffn_eager`'s function,
+    :math:`\Pi\,C_2(\operatorname{RadialGELU}(C_1(\Pi^\top z)))` for ``z [..., d_in]`` with single-head
+    coupling-off cascades (``[1, S, P]`` angles), in one fused kernel per direction; ``[..., d_out]`` out.
+    Eager, after one notice, where the kernels are unavailable."""
+    W = 2 * e_angles.shape[-1]
+    if e_angles.shape[0] != 1 or c_angles.shape[0] != 1 or c_angles.shape[-1] != W // 2:
+        raise ValueError(f"ffn_fused: the cascades must be single-head and of one width, got angles "
+                         f"{tuple(e_angles.shape)} and {tuple(c_angles.shape)}")
+    if not 1 <= z.shape[-1] <= W:
+        raise ValueError(f"ffn_fused: input width must be in [1, {W}], got shape {tuple(z.shape)}")
+    if not 1 <= d_out <= W:
+        raise ValueError(f"ffn_fused: d_out must be in [1, {W}], got {d_out}")
+    params = (e_angles, e_raw, c_angles, c_raw)
+    rt = runtime.RUNTIME
+    if not rt.available():
         return ffn_eager(z, *params, d_out)
-    lead = z.shape[:-1]
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (z, *params))
     try:
-        y = _FFNFn.apply(z.reshape(-1, z.shape[-1]).contiguous(), *params, d_out, save,
-                         _Plan(settings, expand.runtime, expand.stats))
+        y = _FFNFn.apply(z.reshape(-1, z.shape[-1]).contiguous(), *params, d_out, save, _Plan(tuning, stats))
     except Exception as e:
-        if not expand.runtime.compile_failed(e):
+        if not rt.compile_failed(e):
             raise
         return ffn_eager(z, *params, d_out)
-    return y.reshape(*lead, d_out)
+    return y.reshape(*z.shape[:-1], d_out)

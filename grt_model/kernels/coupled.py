@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from grt_model.kernels_jit import kernel
-from grt_model.kernels_math import cos_small32, sin_small32, tanh_fast32
+from grt_model.kernels.jit import kernel
+from grt_model.kernels.scalar import cos_small32, sin_small32, tanh_fast32
 
 
 @kernel

@@ -1,4 +1,4 @@
-r"""Numba kernels of the fused rotation cascade (imported only through :mod:`grt_model.fused`).
+r"""Numba kernels of the fused rotation cascade (loaded by :class:`grt_model.kernels.runtime.KernelRuntime`).
 
 Why a kernel and not more PyTorch ops: a stage is ~8 flops per pair per token, so an eager stage is
 bound by its trip to memory (read the activation, write it back, plus autograd's saved copies).  These
@@ -18,7 +18,7 @@ the pairs.  The forward may keep the angle nudges ``tanh(F W)`` of the last ``ke
 rebuild of a kept stage then skips its features and its coupling GEMM, which makes a training step 3
 coupling GEMMs per stage instead of 4.  Kept or rebuilt, a stage's angle comes out of the same function
 (:func:`_trig`) from the same nudge, so the backward sees bit-for-bit the forward's values.
-Parameter gradients are summed per call (one call per thread, :mod:`grt_model.fused` adds them up).
+Parameter gradients are summed per call (one call per thread, :mod:`grt_model.kernels.fused` adds them up).
 
 Layout and loops.  A tile is coordinate-major, ``buf[i, t]`` (``[width, tt]``): every inner loop runs
 over the tile's tokens with unit stride whatever the butterfly stride is.  What LLVM vectorizes, learnt
@@ -31,7 +31,7 @@ where neighbouring rows overlap, so such rows come from index arrays -- or, for 
 pairs are gathered into contiguous pair-major arrays first.  Each (pair, loop) still pays a fixed set-up,
 which long tiles amortize.  The coupling product :math:`z = W^\top F` of a tile is one BLAS call into a
 preallocated output (scipy's OpenBLAS, limited to one thread per kernel thread by
-:class:`grt_model.backend.KernelRuntime`: a BLAS call that fans out over cores busy with other tiles was
+:class:`grt_model.kernels.runtime.KernelRuntime`: a BLAS call that fans out over cores busy with other tiles was
 10x slower at 128-token tiles).
 
 Transcendentals.  ``exact=True`` (the float64 kernels, used for verification) calls
@@ -58,25 +58,15 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from grt_model.kernels_coupled import (
+from grt_model.kernels.coupled import (
     _cstage_bwd,
     _cstage_fwd,
     _cstage_replay,
     _features,
 )
-from grt_model.kernels_gelu import _gelu, _gelu_apply, _gelu_bwd, _gelu_drift, _gelu_pdf
-from grt_model.kernels_jit import kernel
-from grt_model.kernels_math import (  # the scalar helpers are re-exported: tests check them against math
-    cdf_pdf_fast32,
-    cos_small32,
-    erf_fast32,
-    erf_rational,
-    exp_neg,
-    sin_small32,
-    tanh_fast32,
-    tanh_rational,
-)
-from grt_model.kernels_rotate import (
+from grt_model.kernels.gelu import _gelu, _gelu_apply, _gelu_bwd, _gelu_drift, _gelu_pdf
+from grt_model.kernels.jit import kernel
+from grt_model.kernels.rotate import (
     _add_live,
     _copy,
     _drift,
@@ -87,6 +77,16 @@ from grt_model.kernels_rotate import (
     _store,
     _store_add,
     _zero_rows,
+)
+from grt_model.kernels.scalar import (  # the scalar helpers are re-exported: tests check them against math
+    cdf_pdf_fast32,
+    cos_small32,
+    erf_fast32,
+    erf_rational,
+    exp_neg,
+    sin_small32,
+    tanh_fast32,
+    tanh_rational,
 )
 
 # Whole cascades (heads stacked along the columns), forward and backward
