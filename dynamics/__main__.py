@@ -30,6 +30,7 @@ from rmsgauge import (
     check_range,
     claims_table,
     parse_dtype,
+    run_claims,
     write_claims_json,
 )
 from rmsgauge.claims import WIDTH
@@ -106,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _work(args: argparse.Namespace, _checked: None) -> int:
-    from dynamics.checks import DynamicsPlan, run_all  # heavy imports only after the flags are valid
+    from dynamics.checks import CLAIMS  # heavy imports only after the flags are valid
+    from dynamics.context import DynamicsPlan
+    from dynamics.simulate import stderr_progress
 
     single = any(getattr(args, f) is not None for f in SETTING_FLAGS)
     plan = DynamicsPlan(single=single, seed=args.seed, quick=args.quick)
@@ -115,7 +118,7 @@ def _work(args: argparse.Namespace, _checked: None) -> int:
         if v is not None:
             setattr(plan, f, v)
     t0 = time.perf_counter()
-    claims = run_all(plan)
+    claims = run_claims(CLAIMS, plan=plan, progress=stderr_progress)
     seconds = time.perf_counter() - t0
     if args.json:
         write_claims_json(args.json, claims, package="dynamics", mode="single" if single else "default",

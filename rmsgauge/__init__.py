@@ -12,14 +12,10 @@ import rmsgauge.interrupt  # noqa: F401
 # isort: split
 from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_safe
 from rmsgauge.claims import (
-    CLAIMS,
     Claim,
-    ClaimSpec,
-    claim,
+    ClaimGroup,
     claims_table,
-    claims_to_json,
-    registered,
-    run_group,
+    run_claims,
     write_claims_json,
 )
 from rmsgauge.cli import (
@@ -46,11 +42,10 @@ from rmsgauge.seeding import seed_everything
 from rmsgauge.tolerance import Tolerance, assert_close, eps_of, tolerance
 
 __all__ = [
-    "CLAIMS",
     "RENAMED_FLAGS",
     "SHARED_FLAGS",
     "Claim",
-    "ClaimSpec",
+    "ClaimGroup",
     "Failure",
     "Tolerance",
     "add_subcommand",
@@ -65,9 +60,7 @@ __all__ = [
     "check_outputs_against_inputs",
     "check_positive",
     "check_range",
-    "claim",
     "claims_table",
-    "claims_to_json",
     "eps_of",
     "json_safe",
     "make_parser",
@@ -75,9 +68,8 @@ __all__ = [
     "parse_float_list",
     "parse_shared_args",
     "refuse_renamed_flags",
-    "registered",
     "reject_unknown_keys",
-    "run_group",
+    "run_claims",
     "run_main",
     "seed_everything",
     "tolerance",

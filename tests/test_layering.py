@@ -21,8 +21,9 @@ LAYER = {"rmsgauge": 0, "grt_model": 1, "lm": 2, "gauge": 3, "proofs": 3, "dynam
 def _modules() -> dict[str, Path]:
     mods = {}
     for pkg in LAYER:
-        for p in (ROOT / pkg).glob("*.py"):
-            mods[pkg if p.stem == "__init__" else f"{pkg}.{p.stem}"] = p
+        for p in (ROOT / pkg).rglob("*.py"):  # subpackages too: grt_model.claims.geometry
+            parts = p.relative_to(ROOT).with_suffix("").parts
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
     return mods
 
 
