@@ -2,8 +2,8 @@
 
 The exact laws live in :mod:`dynamics.laws` (with :mod:`dynamics.heavyball` for the SGD family and
 :mod:`dynamics.scalefree` for AdamW, Lion and Muon), the gauge weights in :mod:`dynamics.problems`, the training
-loops in :mod:`dynamics.simulate` and :mod:`dynamics.noise_sim`, one check per claim in :mod:`dynamics.checks`
-(``run_all``); the equilibrium monitor in :mod:`dynamics.monitor`, the rotational optimizers in
+loops in :mod:`dynamics.simulate` and :mod:`dynamics.noise_sim`, the claims as one group in :mod:`dynamics.checks`
+(``CLAIMS``); the equilibrium monitor in :mod:`dynamics.monitor`, the rotational optimizers in
 :mod:`dynamics.rotational`, and the Hugging Face ``Trainer`` callback in :mod:`dynamics.callback`
 (``EquilibriumCallback``: imported on first use, since ``transformers`` is an optional extra).
 """
@@ -11,7 +11,8 @@ loops in :mod:`dynamics.simulate` and :mod:`dynamics.noise_sim`, one check per c
 from typing import Any
 
 from dynamics import laws
-from dynamics.checks import DynamicsPlan, run_all
+from dynamics.checks import CLAIMS
+from dynamics.context import DynamicsPlan
 from dynamics.heavyball import HeavyBall
 from dynamics.lion import Lion
 from dynamics.monitor import EquilibriumLagWarning, EquilibriumLogWarning, EquilibriumMonitor
@@ -20,6 +21,7 @@ from dynamics.rotational import rotational_adamw, rotational_lion, rotational_sg
 from dynamics.simulate import OptimConfig, Stepper, Trace, run
 
 __all__ = [
+    "CLAIMS",
     "DynamicsPlan",
     "EquilibriumCallback",
     "EquilibriumLagWarning",
@@ -39,7 +41,6 @@ __all__ = [
     "rotational_lion",
     "rotational_sgd",
     "run",
-    "run_all",
 ]
 
 

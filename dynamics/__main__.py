@@ -26,7 +26,7 @@ import textwrap
 import time
 
 from dynamics.context import DynamicsPlan
-from rmsgauge import check_output_file, claims_table, parse_dtype, write_claims_json
+from rmsgauge import check_output_file, claims_table, parse_dtype, run_claims, write_claims_json
 from rmsgauge.claims import WIDTH
 from rmsgauge.cli import make_parser, run_main, seconds_since_process_start
 
@@ -83,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _work(args: argparse.Namespace, plan: DynamicsPlan) -> int:
-    from dynamics.checks import run_all  # heavy imports only after the flags are valid
+    from dynamics.checks import CLAIMS  # heavy imports only after the flags are valid
+    from dynamics.simulate import stderr_progress
 
     t0 = time.perf_counter()
-    claims = run_all(plan)
+    claims = run_claims(CLAIMS, plan=plan, progress=stderr_progress)
     seconds = time.perf_counter() - t0
     if args.json:
         write_claims_json(args.json, claims, package="dynamics", mode="single" if plan.single else "default",

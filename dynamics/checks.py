@@ -1,7 +1,6 @@
-r"""One function per dynamics claim, each returning a :class:`rmsgauge.Claim` measured in this run.
-
-``run_all(plan)`` runs them in order over a shared :class:`Context` that memoizes the training runs, so
-the six records describe the same trajectories.  Two modes:
+r"""The dynamics claims as one group (:data:`CLAIMS`): the checks of :mod:`dynamics.checks_norm` and
+:mod:`dynamics.checks_angle`, in order, over one :class:`dynamics.context.Context` that memoizes the training
+runs, so the six records describe the same trajectories.  Two modes:
 
 * default reproduction (``plan.single`` is False): SGD with the source's decay on the real QK-norm
   ``W_q`` (float32, learning rate calibrated so the first step turns ``W_q`` by the source's 0.0025 rad)
@@ -15,47 +14,29 @@ Every tolerance comes from :func:`rmsgauge.tolerance` (round-off) or from a stat
 computed from the run itself (standard errors over independent replicas).
 """
 
-
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
-from dynamics.checks_angle import noise_angle_row, rate_row
-from dynamics.checks_norm import phase_fixed_point, tracking
-from dynamics.context import (
-    SOURCE_ANGLES,
-    SOURCE_SCALES,
-    Context,
-    Defaults,
-    DynamicsPlan,
-    equilibration_steps,
-    identity_tolerance,
-    predicted_noise_equilibrium,
+from dynamics.checks_angle import (
+    check_angular_rate_scaling,
+    check_equilibrium_angle,
+    check_radial_gradient_during_training,
 )
-from dynamics.simulate import Progress, stderr_progress
-from rmsgauge import Claim, registered, seed_everything
-
-# the order the records are printed in (the issue's); importing the two modules above registered them
-CLAIM_ORDER = ("dynamics.norm_identity", "dynamics.trajectory_tracking", "dynamics.equilibrium_norm",
-               "dynamics.equilibrium_angle", "dynamics.angular_rate_scaling",
-               "dynamics.radial_gradient_during_training")
+from dynamics.checks_norm import check_equilibrium_norm, check_norm_identity, check_trajectory_tracking
+from dynamics.context import Context, DynamicsPlan
+from dynamics.simulate import Progress
+from rmsgauge import ClaimGroup, seed_everything
 
 
-def ordered_specs() -> list:
-    specs = {spec.id: spec for spec in registered("dynamics")}
-    if set(specs) != set(CLAIM_ORDER):
-        raise RuntimeError(f"dynamics checks registered {sorted(specs)} but CLAIM_ORDER lists {sorted(CLAIM_ORDER)}")
-    return [specs[i] for i in CLAIM_ORDER]
-
-
-CHECKS: tuple[Callable[[Context], Claim], ...] = tuple(spec.fn for spec in ordered_specs())
-
-
-def run_all(plan: DynamicsPlan | None = None, *, quick: bool = False, seed: int | None = None,
-            progress: Progress | None = stderr_progress) -> list[Claim]:
-    """Run every dynamics check and return the claim records (in the issue's order)."""
+@contextmanager
+def dynamics_context(plan: DynamicsPlan | None = None, *, seed: int | None = None, quick: bool = False,
+                     progress: Progress | None = None) -> Iterator[list[dict[str, Context]]]:
+    """One :class:`Context` for every check, seeded from ``plan.seed`` (``seed`` and ``quick`` override the
+    plan's), on one torch thread: small tensors, where threads only add overhead on a shared machine."""
     plan = plan or DynamicsPlan()
     if quick:
         plan.quick = True
@@ -63,18 +44,18 @@ def run_all(plan: DynamicsPlan | None = None, *, quick: bool = False, seed: int 
         plan.seed = seed
     seed_everything(plan.seed)
     prev_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: threads only add overhead, and the machine is shared
+    torch.set_num_threads(1)
     try:
-        ctx = Context(plan, progress)
-        claims = []
-        for spec in ordered_specs():
-            ctx.log(f"{spec.id} ...")
-            claims.append(spec.fn(ctx))
-        return claims
+        yield [{"ctx": Context(plan, progress)}]
     finally:
         torch.set_num_threads(prev_threads)
 
 
-__all__ = ["CHECKS", "CLAIM_ORDER", "SOURCE_ANGLES", "SOURCE_SCALES", "Context", "Defaults", "DynamicsPlan",
-           "equilibration_steps", "identity_tolerance", "noise_angle_row", "phase_fixed_point",
-           "predicted_noise_equilibrium", "rate_row", "run_all", "tracking"]
+CLAIMS = ClaimGroup(context=dynamics_context, checks={
+    "dynamics.norm_identity": check_norm_identity,
+    "dynamics.trajectory_tracking": check_trajectory_tracking,
+    "dynamics.equilibrium_norm": check_equilibrium_norm,
+    "dynamics.equilibrium_angle": check_equilibrium_angle,
+    "dynamics.angular_rate_scaling": check_angular_rate_scaling,
+    "dynamics.radial_gradient_during_training": check_radial_gradient_during_training,
+})

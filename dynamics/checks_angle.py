@@ -25,7 +25,7 @@ from dynamics.context import (
 )
 from dynamics.problems import RegressionToy
 from dynamics.simulate import OptimConfig, Stepper, Trace, angle_between
-from rmsgauge import Claim, claim, tolerance
+from rmsgauge import Claim, tolerance
 
 
 def mean_cos_angle(tr: Trace, w: slice) -> np.ndarray:
@@ -66,7 +66,6 @@ def sgd_step_angle_law(tr: Trace) -> dict[str, Any]:
             "arccos(1-d)": math.acos(c.q), "holds": bool(err <= tol)}
 
 
-@claim("dynamics.equilibrium_angle")
 def check_equilibrium_angle(ctx: Context) -> Claim:
     plan, D = ctx.plan, ctx.defaults
     if plan.single and plan.wd == 0.0:
@@ -206,7 +205,6 @@ def rate_row(W: torch.Tensor, loss_fn: Callable[[], torch.Tensor], cfg_at: Calla
             "max_abs_err": err, "tol": tol, "holds": bool(err <= tol and abs(fit - fit_pred) <= tol_fit)}
 
 
-@claim("dynamics.angular_rate_scaling")
 def check_angular_rate_scaling(ctx: Context) -> Claim:
     plan = ctx.plan
     rows: dict[str, Any] = {}
@@ -266,7 +264,6 @@ def check_angular_rate_scaling(ctx: Context) -> Claim:
 
 
 # ====================================================================== 6. radial gradient
-@claim("dynamics.radial_gradient_during_training")
 def check_radial_gradient_during_training(ctx: Context) -> Claim:
     if not ctx.plan.single:
         ctx.toy_trace("float32")

@@ -21,10 +21,9 @@ from dynamics.context import (
 )
 from dynamics.problems import PhaseToy
 from dynamics.simulate import OptimConfig, Trace, run
-from rmsgauge import Claim, claim, tolerance
+from rmsgauge import Claim, tolerance
 
 
-@claim("dynamics.norm_identity")
 def check_norm_identity(ctx: Context) -> Claim:
     """The one-step identity for ||W_{t+1}||^2, per step, at round-off; what the (1-2wd) form drops."""
     traces = [ctx.toy_trace(), ctx.model_trace()]
@@ -111,7 +110,6 @@ def _interp_wd(wds: list[float], errs: list[float], target: float) -> float | No
     return float(np.exp(np.interp(math.log(target), le[order], lw[order])))
 
 
-@claim("dynamics.trajectory_tracking")
 def check_trajectory_tracking(ctx: Context) -> Claim:
     traces = [ctx.toy_trace(), ctx.model_trace()]
     rows = {_fmt_cfg(tr): tracking(tr) for tr in traces}
@@ -318,7 +316,6 @@ EQUILIBRIUM_NORM_LAW = (
     "lr^2||g||^2 drops d^2: x* too small by a factor sqrt(1-d/2)")
 
 
-@claim("dynamics.equilibrium_norm")
 def check_equilibrium_norm(ctx: Context) -> Claim:
     """The norm's fixed point and relaxation: exact on the phase toy, each optimizer's law on the noise toy,
     and the SGD law on the training runs (see :data:`EQUILIBRIUM_NORM_LAW`)."""

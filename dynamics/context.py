@@ -101,7 +101,7 @@ def identity_tolerance(dtype: str, group_size: int) -> float:
 
 
 class Context:
-    """Memoized runs shared by the checks of one ``run_all``."""
+    """Memoized runs shared by the checks of one run of :data:`dynamics.checks.CLAIMS`."""
 
     def __init__(self, plan: DynamicsPlan, progress: Progress | None = None) -> None:
         self.plan = plan
@@ -252,7 +252,6 @@ def _weights_note(ctx: Context, traces: list[Trace]) -> dict[str, str]:
     return out
 
 
-# ====================================================================== 1. norm identity
 def no_decay_claim(ctx: Context, claim_id: str, statement: str, stated: Any) -> Claim:
     """With wd = 0 there is no equilibrium: the norm only grows and the per-step angle falls (measured)."""
     traces = [ctx.toy_trace(), ctx.model_trace()]

@@ -1,8 +1,8 @@
 """figures: every figure of the two source texts and the claims report, from one command.
 
 ``python -m figures`` (see ``figures/__main__.py``) draws each registered figure
-deterministically (SVG + PNG), gathers every claim record by calling the packages'
-``run_all`` functions, and writes ``REPORT.md`` and ``index.html`` beside them.
+deterministically (SVG + PNG), gathers every claim record by running the packages'
+claim groups, and writes ``REPORT.md`` and ``index.html`` beside them.
 
 Programmatic use::
 

@@ -1,7 +1,7 @@
 r"""The weight-norm dynamics figures of the first source text.
 
 All runs come from the dynamics package's own machinery: a
-:class:`dynamics.checks.Context` (memoized training runs: the QK-norm ``W_q`` of a
+:class:`dynamics.context.Context` (memoized training runs: the QK-norm ``W_q`` of a
 real transformer on Shakespeare, float32, SGD with the source's decay and the lr that
 turns ``W_q`` by 0.0025 rad; the float64 regression toy; the noise toy), the laws of
 :mod:`dynamics.laws`, and :class:`dynamics.simulate.Stepper` for single steps.
@@ -34,7 +34,7 @@ RATE_SCALES = tuple(2.0 ** (-k / 2) for k in range(-2, 7))  # sqrt(2)-spaced nor
 def dyn_context(ctx):
     """One dynamics Context for all figures (its runs are memoized), at the report's size."""
     try:
-        from dynamics.checks import Context, DynamicsPlan
+        from dynamics.context import Context, DynamicsPlan
     except ModuleNotFoundError as e:
         raise FigureUnavailable(f"the dynamics package is not in this checkout ({e.name})") from None
     return ctx.memo("dynamics_context", lambda: Context(DynamicsPlan(quick=ctx.quick, seed=ctx.seed),
@@ -148,7 +148,7 @@ def trajectory_tracking(ctx) -> FigureOutput:
         source="gauge text", claims=("dynamics.equilibrium_norm", "dynamics.equilibrium_angle"))
 def equilibrium(ctx) -> FigureOutput:
     from dynamics import laws
-    from dynamics.checks import predicted_noise_equilibrium
+    from dynamics.context import predicted_noise_equilibrium
     from dynamics.simulate import OptimConfig
 
     dc = dyn_context(ctx)
@@ -226,7 +226,8 @@ def angles_at_scales(W: torch.Tensor, loss_fn, cfg, scales: tuple[float, ...]) -
         claims=("dynamics.angular_rate_scaling",))
 def angular_rate_scaling(ctx) -> FigureOutput:
     from dynamics import laws
-    from dynamics.checks import SOURCE_ANGLES, SOURCE_SCALES, rate_row
+    from dynamics.checks_angle import rate_row
+    from dynamics.context import SOURCE_ANGLES, SOURCE_SCALES
     from dynamics.simulate import OptimConfig
 
     dc = dyn_context(ctx)

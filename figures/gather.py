@@ -1,43 +1,35 @@
-"""Gather the claim records by calling each package's checks (never by parsing printed text).
+"""Gather the claim records by running each package's claims (never by parsing printed text).
 
-Sources, in report order:
+Sources, in report order: each package's :class:`rmsgauge.ClaimGroup` ``CLAIMS``, run by
+:func:`rmsgauge.run_claims` with the run's ``seed``, ``quick`` and progress, then the sympy proofs
+(:func:`proofs.run_proofs`):
 
-=========  ======================  =====================================
-name       call                    gives
-=========  ======================  =====================================
-gauge      ``gauge.checks.run_all``        ``list[Claim]`` (first text)
-dynamics   ``dynamics.checks.run_all``     ``list[Claim]`` (first text)
-grt        ``grt_model.claims.run_all``    ``list[Claim]`` (GRT text)
-studies    ``studies.experiments_report``  ``list[Claim]`` (trained GRT, grid)
-proofs     ``proofs.run_all``              ``list[ProofResult]`` (sympy)
-=========  ======================  =====================================
+=========  ==============================  =====================================
+name       module                          gives
+=========  ==============================  =====================================
+gauge      ``gauge.checks``                first text
+dynamics   ``dynamics.checks``             first text
+grt        ``grt_model.claims``            GRT text
+studies    ``studies.experiments_report``  committed records: the grid's verdicts, the trained GRTs' claims
+proofs     ``proofs``                      ``list[ProofResult]`` (sympy)
+=========  ==============================  =====================================
 
-A source whose module is not importable in this checkout is reported as missing
-(with the reason) rather than failing the whole report, and so is a source the run
-did not ask for (a partial report says what it left out).  ``run_all`` functions
-are called with the keyword options they declare among ``quick``, ``seed`` and
-``progress`` (a callable taking one message).
+A source whose module is not importable in this checkout is reported as missing (with the reason) rather than
+failing the whole report, and so is a source the run did not ask for (a partial report says what it left out).
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rmsgauge import Claim
+from rmsgauge import Claim, run_claims
 
-CLAIM_SOURCES: dict[str, tuple[str, str]] = {
-    "gauge": ("gauge.checks", "run_all"),
-    "dynamics": ("dynamics.checks", "run_all"),
-    "grt": ("grt_model.claims", "run_all"),
-    # committed records, no compute: the experiment grid's verdicts and the trained-model claims of the shipped
-    # GRT and the text-shape GRT (studies.experiments, studies.trained)
-    "studies": ("studies.experiments_report", "run_all"),
-}
+CLAIM_SOURCES: dict[str, str] = {"gauge": "gauge.checks", "dynamics": "dynamics.checks", "grt": "grt_model.claims",
+                                 "studies": "studies.experiments_report"}
 ALL_SOURCES = (*CLAIM_SOURCES, "proofs")
 
 
@@ -46,29 +38,12 @@ class Gathered:
     claims: list[Claim] = field(default_factory=list)
     proofs: list[Any] = field(default_factory=list)  # proofs.ProofResult
     missing: dict[str, str] = field(default_factory=dict)  # source -> why it is absent
-    seconds: dict[str, float] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
-
-
-def _call(fn: Callable[..., Any], **options: Any) -> Any:
-    params = inspect.signature(fn).parameters
-    return fn(**{k: v for k, v in options.items() if k in params})
-
-
-def _load(module: str, attr: str) -> Callable[..., Any]:
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        raise LookupError(f"{module} is not in this checkout ({e.name} not found)") from None
-    fn = getattr(mod, attr, None)
-    if fn is None:
-        raise LookupError(f"{module}.{attr} does not exist")
-    return fn
 
 
 def gather(sources: tuple[str, ...] = ALL_SOURCES, *, quick: bool = False, seed: int = 0,
            log: Callable[[str], None] = print) -> Gathered:
-    """Run each source's checks and collect their records (ids must be unique across sources)."""
+    """Run each source's claims and collect their records (ids must be unique across sources)."""
     unknown = [s for s in sources if s not in ALL_SOURCES]
     if unknown:
         raise ValueError(f"unknown claim source(s) {unknown}; allowed: {', '.join(ALL_SOURCES)}")
@@ -77,24 +52,21 @@ def gather(sources: tuple[str, ...] = ALL_SOURCES, *, quick: bool = False, seed:
     g.missing.update({src: asked for src in ALL_SOURCES if src not in sources})
     for src in sources:
         t0 = time.perf_counter()
-        module, attr = CLAIM_SOURCES.get(src, ("proofs", "run_all"))
+        module = CLAIM_SOURCES.get(src, "proofs")
         try:
-            fn = _load(module, attr)
-        except LookupError as e:
-            g.missing[src] = str(e)
-            log(f"claims: {src} missing: {e}")
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            g.missing[src] = f"{module} is not in this checkout ({e.name} not found)"
+            log(f"claims: {src} missing: {g.missing[src]}")
             continue
-        log(f"claims: running {module}.{attr}() ...")
-        records = list(_call(fn, quick=quick, seed=seed, progress=lambda m, s=src: log(f"  {s}: {m}")))
+        log(f"claims: running {module} ...")
         if src == "proofs":
+            records = mod.run_proofs()
             g.proofs.extend(records)
         else:
-            bad = [type(r).__name__ for r in records if not isinstance(r, Claim)]
-            if bad:
-                raise TypeError(f"{module}.{attr} must return rmsgauge.Claim records, got {sorted(set(bad))}")
+            records = run_claims(mod.CLAIMS, quick=quick, seed=seed, progress=lambda m, s=src: log(f"  {s}: {m}"))
             g.claims.extend(records)
-        g.seconds[src] = time.perf_counter() - t0
-        log(f"claims: {src}: {len(records)} records in {g.seconds[src]:.1f} s")
+        log(f"claims: {src}: {len(records)} records in {time.perf_counter() - t0:.1f} s")
     seen: set[tuple[str, str]] = set()
     for c in g.claims:  # one record per (id, dtype): gauge measures each claim in float64 and float32
         if (c.id, c.dtype) in seen:

@@ -4,10 +4,10 @@ r"""The gauge figure of the first source text: output deviation against the scal
 gauge package's own measurement setup (:func:`gauge.model.build_setup`: the trained
 QK-norm transformer and a held-out Shakespeare batch), the maximum deviation
 :math:`\max|\mathrm{RMSNorm}_\epsilon(x(cW)^\top) - \mathrm{RMSNorm}_\epsilon(xW^\top)|` over
-:math:`c\in[10^{-2}, 10^2]`, measured with :func:`gauge.checks.scale_deviation`:
+:math:`c\in[10^{-2}, 10^2]`, measured with :func:`gauge.measure.scale_deviation`:
 
 * :math:`\epsilon = 0` in float64 and float32, against the round-off tolerance
-  (:func:`gauge.checks.output_tolerance`);
+  (:func:`gauge.measure.output_tolerance`);
 * each :math:`\epsilon > 0` of the gauge config in float64, with the exact law
   :func:`gauge.laws.predicted_deviation` and its first-order form
   :math:`\frac{\epsilon}{2m}(1 - c^{-2})` drawn as curves.
@@ -42,8 +42,8 @@ def gauge_setup(ctx):
 @figure("gauge.forward_invariance", title="Gauge deviation against the scale c", source="gauge text",
         claims=("gauge.forward_invariance", "gauge.epsilon_breaking"))
 def forward_invariance(ctx) -> FigureOutput:
-    from gauge.checks import output_tolerance, scale_deviation
     from gauge.laws import break_scales, predicted_deviation
+    from gauge.measure import output_tolerance, scale_deviation
     from gauge.model import DTYPES, capture_q_path
 
     setup = gauge_setup(ctx)

@@ -19,7 +19,7 @@ from figures.model_source import TRACE_WORD, sentence_trace
 from figures.registry import FigureOutput, figure
 from figures.style import COS_CMAP, STAGE_GROUP_COLORS, new_figure
 from figures.trained_figs import _caption
-from studies.trained_claims import STATED_GATES_BLOCK0, STATED_RING_RADIUS  # the text's numbers, once
+from studies.trained.claims import STATED_GATES_BLOCK0, STATED_RING_RADIUS  # the text's numbers, once
 
 
 @figure("grt.fig_attention_heatmaps", title="Attention weights per head on a corpus sentence", source="GRT text",

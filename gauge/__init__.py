@@ -1,7 +1,7 @@
 """gauge: the RMSNorm scale gauge, verified on a real model and real data (``python gauge.py``).
 
 A weight whose output feeds an RMSNorm (here: the query/key projections of a QK-norm
-transformer) has a scale the loss cannot see.  ``run_all`` measures every claim of the
+transformer) has a scale the loss cannot see.  ``CLAIMS`` measures every claim of the
 source text as a :class:`rmsgauge.Claim` (claims 1-4 in ``gauge.checks``, per-row scaling and the census in
 ``gauge.scope``, their shared tolerances and query path in ``gauge.measure``); ``gauge.laws`` holds the
 closed-form laws and ``gauge.model`` the model, data and helpers they are measured on.
@@ -10,22 +10,11 @@ command line runs it to choose what ``dynamics.monitor`` watches.
 """
 
 from gauge.checks import (
-    CLAIM_IDS,
-    census_table,
-    check_census,
+    CLAIMS,
     check_epsilon_breaking,
     check_euler_radial_gradient,
     check_forward_invariance,
     check_jacobian_null_space,
-    check_per_row_scaling,
-    deviation_curves,
-    loss_tolerance,
-    output_tolerance,
-    predicted_gauges,
-    q_norm_output,
-    radial_tolerance,
-    run_all,
-    scale_deviation,
 )
 from gauge.laws import (
     break_scales,
@@ -34,15 +23,15 @@ from gauge.laws import (
     predicted_deviation,
     predicted_radial_eps,
 )
-from gauge.model import GaugeConfig, GaugeSetup, build_setup, capture_q_path, loss_of, qk_eps, scaled
+from gauge.measure import q_norm_output
+from gauge.model import GaugeConfig, build_setup, scaled
+from gauge.scope import census_table, check_census, check_per_row_scaling, predicted_gauges
 
 __all__ = [
-    "CLAIM_IDS",
+    "CLAIMS",
     "GaugeConfig",
-    "GaugeSetup",
     "break_scales",
     "build_setup",
-    "capture_q_path",
     "census_table",
     "check_census",
     "check_epsilon_breaking",
@@ -50,19 +39,11 @@ __all__ = [
     "check_forward_invariance",
     "check_jacobian_null_space",
     "check_per_row_scaling",
-    "deviation_curves",
     "eps_ratio_minus_one",
     "eps_ratio_minus_one_leading",
-    "loss_of",
-    "loss_tolerance",
-    "output_tolerance",
     "predicted_deviation",
     "predicted_gauges",
     "predicted_radial_eps",
     "q_norm_output",
-    "qk_eps",
-    "radial_tolerance",
-    "run_all",
-    "scale_deviation",
     "scaled",
 ]

@@ -29,9 +29,17 @@ from pathlib import Path
 
 import torch
 
-from gauge.checks import run_all
+from gauge.checks import CLAIMS
 from gauge.model import TORCH_EPS, GaugeConfig
-from rmsgauge import check_output_file, check_range, claims_table, parse_dtype, parse_float_list, write_claims_json
+from rmsgauge import (
+    check_output_file,
+    check_range,
+    claims_table,
+    parse_dtype,
+    parse_float_list,
+    run_claims,
+    write_claims_json,
+)
 from rmsgauge.claims import Claim, verdict_line
 from rmsgauge.cli import (
     add_subcommand,
@@ -190,7 +198,7 @@ def _work(args: argparse.Namespace, cfg: GaugeConfig | None) -> int:
     progress(f"gauge: d_model={cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, batch {cfg.batch_size}x"
              f"{cfg.block_size}, seed {cfg.seed}; training {cfg.train_steps} AdamW steps in float32, "
              f"measuring in {' and '.join(dtypes)}")
-    claims = run_all(cfg, dtypes, progress=progress)
+    claims = run_claims(CLAIMS, cfg=cfg, dtypes=dtypes, progress=progress)
     elapsed = time.perf_counter() - t0
     if args.json:
         write_claims_json(args.json, claims, tool="gauge", config=cfg.__dict__, dtypes=list(dtypes),

@@ -3,30 +3,24 @@ r"""One function per gauge claim, each returning a :class:`rmsgauge.Claim` measu
 Every check runs on :class:`gauge.model.GaugeSetup` (the trained QK-norm transformer and
 a held-out Shakespeare batch) in one precision, ``"float64"`` or ``"float32"``.  The
 measured gauge weight is :math:`W` = ``blocks[layer].attn.q_proj.weight``, shape ``(D, D)``
-(``nn.Linear``: :math:`z = x W^\top`).  ``run_all`` is what ``python gauge.py`` and the
-figures/report call.
+(``nn.Linear``: :math:`z = x W^\top`).
 
 Claims 1-4 (forward invariance, Euler, Jacobian null space, eps breaking) are here; claims 5-6 (per-row scaling
 and the census) are :mod:`gauge.scope`, and what they all measure with (source statements, tolerances, the query
-path) is :mod:`gauge.measure`.  Their public names are re-exported here, where callers have always found them.
+path) is :mod:`gauge.measure`.  :data:`CLAIMS` runs all six, in order, in each precision.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
-from gauge.laws import (
-    break_scales,
-    mean_square,
-    predicted_deviation,
-    predicted_radial_eps,
-)
+from gauge.laws import break_scales, mean_square, predicted_deviation, predicted_radial_eps
 from gauge.measure import (
-    CHUNK_ELEMENTS,
     SOURCE,
     grad_of,
     jacobian_tolerance,
@@ -38,44 +32,12 @@ from gauge.measure import (
     scale_deviation,
 )
 from gauge.model import DTYPES, GaugeConfig, GaugeSetup, build_setup, capture_q_path, loss_of, qk_eps, scaled
+from gauge.scope import check_census, check_per_row_scaling
 from lm import rms_norm, rms_norm_jacobian
-from rmsgauge import Claim, claim, eps_of, registered
+from rmsgauge import Claim, ClaimGroup, eps_of
 
 Progress = Callable[[str], None] | None
-QUICK_TRAIN_STEPS = 10  # run_all(quick=True): enough steps to leave the symmetric initialization
-
-# The module's names as before the split: claims 5-6 and the shared helpers moved out, callers still import them here
-__all__ = [
-    "CHUNK_ELEMENTS",
-    "CLAIM_IDS",
-    "QUICK_TRAIN_STEPS",
-    "SOURCE",
-    "Progress",
-    "RowRadials",
-    "census_summary",
-    "census_table",
-    "central_difference_excess",
-    "check_census",
-    "check_epsilon_breaking",
-    "check_euler_radial_gradient",
-    "check_forward_invariance",
-    "check_jacobian_null_space",
-    "check_per_row_scaling",
-    "deviation_curves",
-    "is_power_of_two",
-    "jacobian_tolerance",
-    "loss_tolerance",
-    "measured_tensor",
-    "output_tolerance",
-    "pair_symmetries",
-    "predicted_gauges",
-    "q_norm_output",
-    "radial_tolerance",
-    "row_loss_changes",
-    "row_radials",
-    "run_all",
-    "scale_deviation",
-]
+QUICK_TRAIN_STEPS = 10  # quick runs: enough steps to leave the symmetric initialization
 
 
 # --------------------------------------------------------------------------- 1. forward invariance
@@ -87,7 +49,6 @@ def _ulps(dev: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     return dev.abs() / (torch.nextafter(a, torch.full_like(a, math.inf)) - a)
 
 
-@claim("gauge.forward_invariance")
 def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
     """Max output deviation of the QK-norm over ``c`` in ``[c_min, c_max]`` (eps = 0), and of the loss."""
     cfg, model = setup.config, setup.model(dtype)
@@ -143,7 +104,6 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
 # --------------------------------------------------------------------------- 2. Euler radial gradient
 
 
-@claim("gauge.euler_radial_gradient")
 def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
     r""":math:`\langle g, W\rangle`, its relative size, :math:`\lVert g\rVert`; and :math:`g(cW) = g(W)/c`."""
     cfg, model = setup.config, setup.model(dtype)
@@ -194,7 +154,6 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
 # --------------------------------------------------------------------------- 3. Jacobian null space
 
 
-@claim("gauge.jacobian_null_space")
 def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
     r""":math:`J(z)z = 0` on the real QK-norm inputs (autograd forward and reverse mode, closed form), and
     :math:`J(z)z = \frac{\epsilon}{\rho^3}z` for each eps of the config."""
@@ -264,7 +223,6 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
 # --------------------------------------------------------------------------- 4. eps breaking
 
 
-@claim("gauge.epsilon_breaking")
 def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
     r"""Predicted (exact and first-order) vs measured deviation with eps > 0; break scales; the eps radial law."""
     cfg, model = setup.config, setup.model(dtype)
@@ -335,56 +293,17 @@ def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
     )
 
 
-def deviation_curves(setup: GaugeSetup, dtype: str) -> dict[str, torch.Tensor | dict[str, torch.Tensor]]:
-    """For figures: the c grid, the measured eps = 0 deviation, and per eps the measured deviation with the
-    exact and first-order predictions (all ``(C,)`` float64 tensors)."""
-    cfg, model = setup.config, setup.model(dtype)
-    W, gain = setup.weight(dtype), model.blocks[cfg.layer].attn.q_norm.weight
-    cs = cfg.c_grid()
-    out: dict[str, torch.Tensor | dict[str, torch.Tensor]] = {"c": cs}
-    with torch.no_grad():
-        x = capture_q_path(model, cfg.layer, setup.idx, setup.targets).x.flatten(0, 1)  # (N, D)
-        out["eps=0"] = scale_deviation(x, W, cfg.n_heads, 0.0, gain, cs)[0].double()
-        for eps in cfg.eps_values(DTYPES[dtype]):
-            dev, ref = scale_deviation(x, W, cfg.n_heads, eps, gain, cs)
-            z = torch.matmul(x, W.T).unflatten(-1, (cfg.n_heads, -1)).reshape(-1, ref.shape[-1]).double()
-            y = ref.reshape(z.shape).double()
-            c_used = cs.to(W.dtype).double()
-            out[f"eps={eps:.3g}"] = {"measured": dev.double(), "exact": predicted_deviation(c_used, z, y, eps),
-                                    "first_order": predicted_deviation(c_used, z, y, eps, leading=True)}
-    return out
+# --------------------------------------------------------------------------- the group
 
 
-# --------------------------------------------------------------------------- 5-6. per-row scaling, census
-
-# Imported here, below claims 1-4, not at the top: the registry keeps import (= registration) order, which is the
-# order the claims run and print in (CLAIM_IDS, run_all, tests/test_gauge.py::test_cli_json).
-from gauge.scope import (  # noqa: E402
-    RowRadials,
-    census_summary,
-    census_table,
-    central_difference_excess,
-    check_census,
-    check_per_row_scaling,
-    is_power_of_two,
-    pair_symmetries,
-    predicted_gauges,
-    row_loss_changes,
-    row_radials,
-)
-
-# --------------------------------------------------------------------------- all of it
-
-CLAIM_IDS = tuple(spec.id for spec in registered("gauge"))  # read from the registry, in source order
-
-
-def run_all(cfg: GaugeConfig | None = None, dtypes: Sequence[str] = ("float64", "float32"),
-            progress: Progress = None, *, seed: int | None = None, quick: bool = False) -> list[Claim]:
-    """Build the models (QK-norm and plain), then every registered gauge claim in each dtype, in source order.
-
-    ``seed`` overrides ``cfg.seed``; ``quick`` trains ``QUICK_TRAIN_STEPS`` steps instead of ``cfg.train_steps``
-    (the c grid keeps its >= 100 points: that is part of the claim).  Both exist for the figures/report runner.
-    """
+@contextmanager
+def gauge_context(cfg: GaugeConfig | None = None, dtypes: Sequence[str] = ("float64", "float32"), *,
+                  seed: int | None = None, quick: bool = False, progress: Progress = None
+                  ) -> Iterator[list[dict[str, object]]]:
+    """The QK-norm model (its plain twin beside it, for the census) that every claim is measured on, once per
+    precision in ``dtypes``, side by side.  ``seed`` overrides ``cfg.seed``; ``quick`` trains
+    ``QUICK_TRAIN_STEPS`` steps instead of ``cfg.train_steps`` (the c grid keeps its >= 100 points: that is part
+    of the claim)."""
     cfg = cfg or GaugeConfig()
     if seed is not None:
         cfg = dataclasses.replace(cfg, seed=seed)
@@ -398,9 +317,14 @@ def run_all(cfg: GaugeConfig | None = None, dtypes: Sequence[str] = ("float64", 
     qk = build_setup(cfg, qk_norm=True, progress=progress)
     say("building the same model without QK-norm (census)")
     qk.plain = build_setup(cfg, qk_norm=False, progress=progress)
-    claims: list[Claim] = []
-    for spec in registered("gauge"):  # each claim in every dtype, side by side
-        for dt in dtypes:
-            say(f"{spec.id} ({dt})")
-            claims.append(spec.fn(qk, dt))
-    return claims
+    yield [{"setup": qk, "dtype": dt} for dt in dtypes]
+
+
+CLAIMS = ClaimGroup(context=gauge_context, checks={
+    "gauge.forward_invariance": check_forward_invariance,
+    "gauge.euler_radial_gradient": check_euler_radial_gradient,
+    "gauge.jacobian_null_space": check_jacobian_null_space,
+    "gauge.epsilon_breaking": check_epsilon_breaking,
+    "gauge.per_row_scaling": check_per_row_scaling,
+    "gauge.census": check_census,
+})

@@ -2,8 +2,7 @@ r"""Claims 5 and 6, how far the gauge reaches: one neuron is not a gauge but one
 (``gauge.per_row_scaling``), and which whole tensors of the model are gauges (``gauge.census``).
 
 Both scale parts of the model other than all of :math:`W` and judge each change by the loss round-off and the
-radial test, so they share helpers with each other and not with claims 1-4 (``gauge.checks``).  They are
-registered when ``gauge.checks`` imports this module, after its own four claims, so that they run and print last.
+radial test, so they share helpers with each other and not with claims 1-4 (``gauge.checks``).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from torch import nn
 
 from gauge.measure import SOURCE, grad_of, loss_tolerance, measured_tensor, radial_tolerance
 from gauge.model import GaugeSetup, loss_of, scaled
-from rmsgauge import Claim, claim, eps_of, tolerance
+from rmsgauge import Claim, eps_of, tolerance
 
 # --------------------------------------------------------------------------- 5. per-row scaling
 
@@ -85,7 +84,6 @@ def central_difference_excess(setup: GaugeSetup, dtype: str, rr: RowRadials, los
     return float(((torch.tensor(fd, dtype=torch.float64) - ref).abs() - (fd_tol.atol + fd_tol.rtol * ref.abs())).max())
 
 
-@claim("gauge.per_row_scaling")
 def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
     r"""One output neuron (a row of ``nn.Linear.weight``) is not a gauge; one head's row block is.
 
@@ -241,7 +239,6 @@ def census_summary(setup: GaugeSetup, dtype: str) -> tuple[list[str], dict[str, 
     return gauges, summary
 
 
-@claim("gauge.census")
 def check_census(setup: GaugeSetup, dtype: str) -> Claim:
     """Which tensors are exact scale gauges, with QK-norm (``setup``) and without (``setup.plain`` when it is
     set); compared with :func:`predicted_gauges`.  Scales that are powers of two make the census void."""

@@ -25,6 +25,7 @@ from rmsgauge import (
     check_output_file,
     claims_table,
     parse_dtype,
+    run_claims,
     seed_everything,
     write_claims_json,
 )
@@ -182,10 +183,11 @@ def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     forward = None if args.no_forward else _forward(args, cfg, dev)
     claims = []
     if args.claims:
-        from grt_model.claims import run_all
+        from grt_model.claims import CLAIMS
 
         print("\nstructural claims (float64 unless marked):", flush=True)
-        claims = run_all(args.seed, progress=lambda cid: print(f"  measuring {cid} ...", file=sys.stderr, flush=True))
+        claims = run_claims(CLAIMS, seed=args.seed,
+                            progress=lambda cid: print(f"  measuring {cid} ...", file=sys.stderr, flush=True))
     if args.json:
         write_claims_json(args.json, claims, tool="grt_model", preset=args.preset, config=cfg.to_dict(),
                           forward=forward, **structure)

@@ -1,16 +1,18 @@
 """Symbolic (sympy) proofs, one function per identity; ``python -m proofs`` runs them all.
 
-Each module registers its proofs with :func:`proofs.core.proof`; ``run_all`` returns
-their results. Importable by tests and by the report.
+Each module declares its proofs (``PROOFS``: name -> proof, in name order); :func:`run_proofs` runs them, for the
+command line, the tests and the report.
 """
 
-from proofs import dynamics_identities, gauge_identities, grt_identities  # noqa: F401  (registers proofs)
-from proofs.core import PROOFS, ProofResult, is_zero, proof
+from proofs import dynamics_identities, gauge_identities, grt_identities
+from proofs.core import ProofResult
+
+PROOFS = {**dynamics_identities.PROOFS, **gauge_identities.PROOFS, **grt_identities.PROOFS}
 
 
-def run_all(prefix: str = "") -> list[ProofResult]:
-    """Run every registered proof whose name starts with ``prefix`` (e.g. ``"gauge."``)."""
-    return [fn() for name, fn in sorted(PROOFS.items()) if name.startswith(prefix)]
+def run_proofs(prefix: str = "") -> list[ProofResult]:
+    """Run every proof whose name starts with ``prefix`` (e.g. ``"gauge."``), in :data:`PROOFS` order."""
+    return [fn() for name, fn in PROOFS.items() if name.startswith(prefix)]
 
 
-__all__ = ["PROOFS", "ProofResult", "is_zero", "proof", "run_all"]
+__all__ = ["PROOFS", "ProofResult", "run_proofs"]

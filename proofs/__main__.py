@@ -29,9 +29,9 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _work(args: argparse.Namespace, _checked: None) -> int:
-    from proofs import run_all
+    from proofs import run_proofs
 
-    results = run_all(args.only)
+    results = run_proofs(args.only)
     for r in results:
         print(r, flush=True)
     ok = sum(r.holds for r in results)

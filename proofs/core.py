@@ -1,8 +1,7 @@
-"""The proof record and registry: one function per identity, each returning a verdict and its residual."""
+"""The proof record: one function per identity, each returning a verdict and its residual."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import sympy as sp
@@ -19,21 +18,6 @@ class ProofResult:
     def __str__(self) -> str:
         mark = "PROVED" if self.holds else "NOT PROVED"
         return f"[{mark}] {self.id}: {self.statement}\n    residual: {self.residual}\n    dimension: {self.dimension}"
-
-
-PROOFS: dict[str, Callable[[], ProofResult]] = {}
-
-
-def proof(name: str) -> Callable[[Callable[[], ProofResult]], Callable[[], ProofResult]]:
-    """Register a zero-argument proof function under a unique ``name``."""
-
-    def register(fn: Callable[[], ProofResult]) -> Callable[[], ProofResult]:
-        if name in PROOFS:
-            raise ValueError(f"proof {name!r} registered twice")
-        PROOFS[name] = fn
-        return fn
-
-    return register
 
 
 def is_zero(expr: sp.Expr) -> bool:

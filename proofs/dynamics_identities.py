@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from proofs.core import ProofResult, is_zero, proof
+from proofs.core import ProofResult, is_zero
 
 q, mu, eta, lam = sp.symbols("q mu eta lambda", positive=True)
 d = sp.Symbol("d", positive=True)
@@ -52,7 +52,6 @@ t = sp.Symbol("t", nonnegative=True, integer=True)
 
 
 # ---------------------------------------------------------------- norm identity
-@proof("dynamics.norm_identity")
 def norm_identity() -> ProofResult:
     n = 4
     W = sp.Matrix(sp.symbols(f"w0:{n}", real=True))
@@ -67,7 +66,6 @@ def norm_identity() -> ProofResult:
                        "concrete n = 4 (the expansion is coordinatewise bilinear, the same for every n)")
 
 
-@proof("dynamics.norm_identity_first_order")
 def norm_identity_first_order() -> ProofResult:
     g2 = sp.Symbol("g2", positive=True)
     exact = (1 - d) ** 2 * x + eta**2 * g2  # <g, W> = 0
@@ -78,7 +76,6 @@ def norm_identity_first_order() -> ProofResult:
                        is_zero(res), f"exact - source - d^2 x = {res}", "symbolic d, x, eta, ||g||^2")
 
 
-@proof("dynamics.gradient_scaling")
 def gradient_scaling() -> ProofResult:
     w0, w1 = sp.symbols("w0 w1", real=True)
     c = sp.Symbol("c", positive=True)
@@ -102,7 +99,6 @@ def gradient_scaling() -> ProofResult:
 
 
 # ---------------------------------------------------------------- trajectory bias
-@proof("dynamics.trajectory_tracking")
 def trajectory_tracking() -> ProofResult:
     F, e = sp.symbols("F e", real=True)  # F = eta^2 ||g_t||^2 (shared forcing), e = x_t - xhat_t
     xhat = x - e
@@ -121,7 +117,6 @@ def trajectory_tracking() -> ProofResult:
 
 
 # ---------------------------------------------------------------- fixed point and stability
-@proof("dynamics.equilibrium_norm")
 def equilibrium_norm() -> ProofResult:
     X = sp.Symbol("X", positive=True)
     fmap = q**2 * X + eta**2 * G**2 / X
@@ -161,7 +156,6 @@ def _l2_moments() -> dict[str, sp.Expr]:
     return {"X": sol[X], "P": sol[P], "C": sol[C]}
 
 
-@proof("dynamics.equilibrium_norm_momentum")
 def equilibrium_norm_momentum() -> ProofResult:
     dec = _decoupled_moments()
     k_dec = sp.simplify(dec["X"] / gamma)  # x = k gamma and gamma = G^2/x for a gauge  =>  x^2 = k G^2
@@ -200,7 +194,6 @@ def _heavy_ball_charpoly(l2: sp.Expr, qq: sp.Expr, z: sp.Symbol) -> sp.Expr:
     return sp.expand(sp.simplify(J.charpoly(z).as_expr()))
 
 
-@proof("dynamics.relaxation_momentum")
 def relaxation_momentum() -> ProofResult:
     z, eps, w = sp.Symbol("z"), sp.Symbol("epsilon", positive=True), sp.Symbol("w", positive=True)
     e = eta * lam
@@ -220,7 +213,6 @@ def relaxation_momentum() -> ProofResult:
 
 
 # ---------------------------------------------------------------- angles
-@proof("dynamics.equilibrium_angle")
 def equilibrium_angle() -> ProofResult:
     w, g = sp.symbols("w g_norm", positive=True)
     W = sp.Matrix([w, 0])
@@ -240,7 +232,6 @@ def equilibrium_angle() -> ProofResult:
                        ok, f"cos - q = {r1}; tan residual {r2}; series residual {r3}", "symbolic q, eta, ||W||, d")
 
 
-@proof("dynamics.equilibrium_angle_momentum")
 def equilibrium_angle_momentum() -> ProofResult:
     dec = _decoupled_moments()
     rho_dec = sp.simplify((q * dec["X"] - eta * mu * dec["B"]) / dec["X"])  # E<W_t, W_t+1>/E x
@@ -258,7 +249,6 @@ def equilibrium_angle_momentum() -> ProofResult:
                        "symbolic q, mu, eta, lambda, gamma (gradients uncorrelated across steps)")
 
 
-@proof("dynamics.angular_rate_scaling")
 def angular_rate_scaling() -> ProofResult:
     w, g, c, eps = sp.symbols("w g_norm c epsilon", positive=True)
     W = sp.Matrix([w, 0])
@@ -279,3 +269,17 @@ def angular_rate_scaling() -> ProofResult:
                        "text's 1/||W||); Adam's scale-free first step (eps -> 0): exponent -1",
                        ok, f"tan residual {r1}; scaling residual {r2}; d ln tan/d ln c = {expo}; Adam {expo_adam}",
                        "the 2-D plane spanned by W and the tangent g (the step never leaves it); symbolic c > 0")
+
+
+PROOFS = {  # name -> proof, in name order (the order they run and print)
+    "dynamics.angular_rate_scaling": angular_rate_scaling,
+    "dynamics.equilibrium_angle": equilibrium_angle,
+    "dynamics.equilibrium_angle_momentum": equilibrium_angle_momentum,
+    "dynamics.equilibrium_norm": equilibrium_norm,
+    "dynamics.equilibrium_norm_momentum": equilibrium_norm_momentum,
+    "dynamics.gradient_scaling": gradient_scaling,
+    "dynamics.norm_identity": norm_identity,
+    "dynamics.norm_identity_first_order": norm_identity_first_order,
+    "dynamics.relaxation_momentum": relaxation_momentum,
+    "dynamics.trajectory_tracking": trajectory_tracking,
+}

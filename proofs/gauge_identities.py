@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from proofs.core import ProofResult, is_zero, proof
+from proofs.core import ProofResult, is_zero
 
 _n = sp.Symbol("n", positive=True, integer=True)
 _D = sp.Symbol("D", positive=True, integer=True)
@@ -65,7 +65,6 @@ def _rms(s: sp.Expr, eps: sp.Expr = 0) -> sp.Expr:
     return sp.sqrt(s / _n + eps)
 
 
-@proof("gauge.forward_invariance")
 def forward_invariance() -> ProofResult:
     # RMSNorm(cz)_j with the scaled vector written out: the sum of (c z_i)^2, not c^2 times the sum
     lhs = _c * _z[_j] / _rms(sp.Sum((_c * _z[_i]) ** 2, (_i, 1, _n)))
@@ -75,7 +74,6 @@ def forward_invariance() -> ProofResult:
                        is_zero(res), str(res), "symbolic n (Sum over z[i], i = 1..n)")
 
 
-@proof("gauge.forward_sign_flip")
 def forward_sign_flip() -> ProofResult:
     a = sp.Symbol("a", positive=True)  # c = -a < 0
     lhs = -a * _z[_j] / _rms(sp.Sum((-a * _z[_i]) ** 2, (_i, 1, _n)))
@@ -85,7 +83,6 @@ def forward_sign_flip() -> ProofResult:
                        is_zero(res), str(res), "symbolic n")
 
 
-@proof("gauge.euler_radial_gradient")
 def euler_generic() -> ProofResult:
     """Euler for an arbitrary degree-0 function f(W) = F(W / ||W||): sum_i W_i d f / d W_i = 0."""
     w = sp.symbols("w1:4", real=True)
@@ -112,7 +109,6 @@ def _composite(tokens: int = 2, d_in: int = 2, n: int = 2):
     return list(W), ys, rhos
 
 
-@proof("gauge.euler_radial_gradient_loss")
 def euler_composite() -> ProofResult:
     r"""For ANY loss L(y) of y = RMSNorm(x W^T): <grad_W L, W> = sum_k (dL/dy_k) c_k with c_k = sum_ab W_ab dy_k/dW_ab.
 
@@ -128,7 +124,6 @@ def euler_composite() -> ProofResult:
                        "derivative of the nested square roots intractable)")
 
 
-@proof("gauge.euler_radial_gradient_eps")
 def euler_composite_eps() -> ProofResult:
     ws, ys, rhos = _composite()
     res = [sp.simplify(sum(w * sp.diff(y, w) for w in ws) - _eps / rho**2 * y) for y, rho in zip(ys, rhos)]
@@ -139,7 +134,6 @@ def euler_composite_eps() -> ProofResult:
                        not bad, str(bad[0] if bad else 0), "2 tokens, input width 2, head width 2")
 
 
-@proof("gauge.linear_lemma")
 def linear_lemma() -> ProofResult:
     """z_k = sum_b x_b W_kb is degree-1 homogeneous in W: sum_{a,b} W_ab dz_k/dW_ab = z_k (carries J z = 0 to W)."""
     a, b, cc = sp.symbols("a b cc", integer=True, positive=True)
@@ -158,7 +152,6 @@ def _jacobian_entry(eps: sp.Expr) -> sp.Expr:
     return _in_range(sp.diff(yk, _z[_j]).doit())
 
 
-@proof("gauge.jacobian_closed_form")
 def jacobian_closed_form() -> ProofResult:
     S = _sum_sq()
     rho = _rms(S, _eps)
@@ -168,7 +161,6 @@ def jacobian_closed_form() -> ProofResult:
                        is_zero(res), str(res), "symbolic n")
 
 
-@proof("gauge.jacobian_null_space")
 def jacobian_null_space() -> ProofResult:
     S = _sum_sq()
     rho = _rms(S, _eps)
@@ -186,7 +178,6 @@ def _eps_ratio() -> tuple[sp.Expr, sp.Symbol]:
     return _c * sp.sqrt(m + _eps) / sp.sqrt(_c**2 * m + _eps), m
 
 
-@proof("gauge.epsilon_breaking")
 def epsilon_breaking() -> ProofResult:
     """RMSNorm_eps(cz) = r(c) RMSNorm_eps(z) exactly; r - 1 in closed form and to first order in eps."""
     S = _sum_sq()
@@ -203,7 +194,6 @@ def epsilon_breaking() -> ProofResult:
                        ok, f"exact: {exact}; stable form: {stable}; first order: {first}", "symbolic n")
 
 
-@proof("gauge.epsilon_break_scale")
 def epsilon_break_scale() -> ProofResult:
     """The break scales solve |r(c) - 1| = delta exactly: c^2 = (1 -+ delta)^2 eps / (eps +- m delta (2 -+ delta))."""
     r, m = _eps_ratio()
@@ -217,3 +207,17 @@ def epsilon_break_scale() -> ProofResult:
                        "r(c_lo) = 1 - delta and r(c_hi) = 1 + delta at "
                        "c^2 = (1 -+ delta)^2 eps/(eps +- m delta (2 -+ delta))",
                        ok, str(res), "symbolic (scalars m, eps, delta)")
+
+
+PROOFS = {  # name -> proof, in name order (the order they run and print)
+    "gauge.epsilon_break_scale": epsilon_break_scale,
+    "gauge.epsilon_breaking": epsilon_breaking,
+    "gauge.euler_radial_gradient": euler_generic,
+    "gauge.euler_radial_gradient_eps": euler_composite_eps,
+    "gauge.euler_radial_gradient_loss": euler_composite,
+    "gauge.forward_invariance": forward_invariance,
+    "gauge.forward_sign_flip": forward_sign_flip,
+    "gauge.jacobian_closed_form": jacobian_closed_form,
+    "gauge.jacobian_null_space": jacobian_null_space,
+    "gauge.linear_lemma": linear_lemma,
+}

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from proofs.core import ProofResult, is_zero, proof
+from proofs.core import ProofResult, is_zero
 
 
 def _rot(theta: sp.Expr) -> sp.Matrix:
@@ -45,7 +45,6 @@ def _all_zero(M: sp.Matrix) -> tuple[bool, str]:
     return all(is_zero(e) for e in S), str(S.tolist())
 
 
-@proof("grt.det_positive")
 def det_positive() -> ProofResult:
     theta = sp.symbols("theta", real=True)
     s0, s1 = sp.symbols("s0 s1", positive=True)
@@ -56,7 +55,6 @@ def det_positive() -> ProofResult:
                        "product)")
 
 
-@proof("grt.length_preservation")
 def length_preservation() -> ProofResult:
     theta, x0, x1 = sp.symbols("theta x0 x1", real=True)
     R = _rot(theta)
@@ -67,7 +65,6 @@ def length_preservation() -> ProofResult:
                        ok1 and is_zero(res2), f"R^T R - I = {r1}; norm residual {res2}", "symbolic theta, x")
 
 
-@proof("grt.clifford_features")
 def clifford_features() -> ProofResult:
     r, rp = sp.symbols("r r_next", nonnegative=True)
     phi, phip = sp.symbols("phi phi_next", real=True)
@@ -80,7 +77,6 @@ def clifford_features() -> ProofResult:
                        is_zero(area) and is_zero(energy), f"area {area}; energy {energy}", "symbolic r, r', phi, phi'")
 
 
-@proof("grt.butterfly_permutation")
 def butterfly_permutation() -> ProofResult:
     from grt_model.butterfly import butterfly_pairs, n_strides
 
@@ -120,7 +116,6 @@ def butterfly_permutation() -> ProofResult:
                        "symbolic angles; det G = det(Pi)^2 det(C^2 + S^2) (commuting blocks), directly at d = 4")
 
 
-@proof("grt.radial_gelu_angle")
 def radial_gelu_angle() -> ProofResult:
     r = sp.symbols("r", positive=True)
     phi = sp.symbols("phi", real=True)
@@ -137,7 +132,6 @@ def radial_gelu_angle() -> ProofResult:
                        "symbolic r > 0, phi; Phi(r) > 0 since erf > -1 (at r = 0 the output is 0 = GELU(0))")
 
 
-@proof("grt.pearlnorm_invariance")
 def pearlnorm_invariance() -> ProofResult:
     xs = sp.symbols("x0:4", real=True)
     gs = sp.symbols("g0:4", real=True)
@@ -158,7 +152,6 @@ def pearlnorm_invariance() -> ProofResult:
                        "sqrt((c x0)^2 + (c x1)^2) = c sqrt(x0^2 + x1^2) is the whole argument for any d")
 
 
-@proof("grt.residual_det_sign")
 def residual_det_sign() -> ProofResult:
     a = sp.symbols("a", real=True)
     u = sp.symbols("u0:4", real=True)
@@ -176,7 +169,6 @@ def residual_det_sign() -> ProofResult:
                        "det(cI + a u v^T) = c^d (1 + a v^T u / c) gives it for every d")
 
 
-@proof("grt.coupled_stage_det")
 def coupled_stage_det() -> ProofResult:
     x0, x1, th, w0, w1, w2 = sp.symbols("x0 x1 theta w0 w1 w2", real=True)
     s0, s1 = sp.symbols("s0 s1", positive=True)
@@ -200,3 +192,15 @@ def coupled_stage_det() -> ProofResult:
                        ok, f"step 1 (any nudge h): {res1}; step 2 (tanh nudge): {res2}",
                        "symbolic x, theta, w, s0, s1 > 0 and an arbitrary nudge function h; P = 1, so the area "
                        "feature is 0 and the energy feature is 1")
+
+
+PROOFS = {  # name -> proof, in name order (the order they run and print)
+    "grt.butterfly_permutation": butterfly_permutation,
+    "grt.clifford_features": clifford_features,
+    "grt.coupled_stage_det": coupled_stage_det,
+    "grt.det_positive": det_positive,
+    "grt.length_preservation": length_preservation,
+    "grt.pearlnorm_invariance": pearlnorm_invariance,
+    "grt.radial_gelu_angle": radial_gelu_angle,
+    "grt.residual_det_sign": residual_det_sign,
+}

@@ -8,14 +8,10 @@ the same atomic writer.  Nothing here imports anything else of ours, so
 
 from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_safe
 from rmsgauge.claims import (
-    CLAIMS,
     Claim,
-    ClaimSpec,
-    claim,
+    ClaimGroup,
     claims_table,
-    claims_to_json,
-    registered,
-    run_group,
+    run_claims,
     write_claims_json,
 )
 from rmsgauge.cli import (
@@ -37,9 +33,8 @@ from rmsgauge.seeding import seed_everything
 from rmsgauge.tolerance import Tolerance, assert_close, eps_of, tolerance
 
 __all__ = [
-    "CLAIMS",
     "Claim",
-    "ClaimSpec",
+    "ClaimGroup",
     "Failure",
     "Tolerance",
     "add_subcommand",
@@ -53,17 +48,14 @@ __all__ = [
     "check_output_file",
     "check_outputs_against_inputs",
     "check_range",
-    "claim",
     "claims_table",
-    "claims_to_json",
     "eps_of",
     "json_safe",
     "make_parser",
     "parse_dtype",
     "parse_float_list",
-    "registered",
     "reject_unknown_keys",
-    "run_group",
+    "run_claims",
     "run_main",
     "seed_everything",
     "tolerance",

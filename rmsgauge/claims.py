@@ -1,4 +1,4 @@
-"""The claim record: one small type shared by every package that checks a claim, its registry, and how it prints.
+"""The claim record: one small type shared by every package that checks a claim, how a group runs, how it prints.
 
 A record says what the source text claims (``statement``, ``stated``), what this run measured
 (``measured``), the tolerance the verdict used and the verdict (``holds``).  Where the source is
@@ -8,10 +8,10 @@ lists, small dicts; units in the name where there is one, e.g. ``seconds``, ``ul
 be parsed back.  The report gathers these records by calling each package's checks, never by parsing
 printed text.
 
-Checks register with :func:`claim` (``@claim("gauge.forward_invariance")``) beside proofs' ``@proof``
-and figures' ``@figure``; a CLI runs one group with :func:`run_group` and prints the records with
-:func:`claims_table` (a one-screen table, the verdict line last; ``verbose=True`` adds each claim's
-source, law, tolerance and details wrapped at 100 columns, never cut inside a value).
+Each package declares its claims as a :class:`ClaimGroup` (the checks in order, the context they share);
+every caller runs one with :func:`run_claims` and prints the records with :func:`claims_table` (a one-screen
+table, the verdict line last; ``verbose=True`` adds each claim's source, law, tolerance and details wrapped at
+100 columns, never cut inside a value).
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rmsgauge.atomic import atomic_write_json, json_safe
+from rmsgauge.seeding import seed_everything
 
 SOURCE_STATUSES = ("exact", "approximate", "wrong", "unstated", "not_a_source_claim")
 NO_DTYPE = "n/a"  # a claim about structure (counts, wiring) that runs in no floating precision
@@ -47,12 +49,6 @@ def dtype_name(dtype: Any) -> str:
     return DTYPE_ALIASES.get(name, name)
 
 
-def _check_id(id: str) -> None:
-    pkg, _, name = id.partition(".")
-    if not pkg or not name or not name.replace("_", "").isalnum():
-        raise ValueError(f"claim id must be '<package>.<snake_case>', got {id!r}")
-
-
 @dataclass(kw_only=True)
 class Claim:
     id: str  # "<package>.<snake_case>", e.g. "gauge.forward_invariance"
@@ -71,96 +67,82 @@ class Claim:
     summary: str = ""
 
     def __post_init__(self) -> None:
-        _check_id(self.id)
+        pkg, _, name = self.id.partition(".")
+        if not pkg or not name or not name.replace("_", "").isalnum():
+            raise ValueError(f"claim id must be '<package>.<snake_case>', got {self.id!r}")
         if self.source_status not in SOURCE_STATUSES:
             raise ValueError(f"source_status must be one of {SOURCE_STATUSES}, got {self.source_status!r}")
         self.holds = bool(self.holds)
         self.dtype = dtype_name(self.dtype)
 
-    @property
-    def test_name(self) -> str:
-        return "test_" + self.id.partition(".")[2]
-
     def to_json(self) -> dict[str, Any]:
         return json_safe(asdict(self))
 
 
-# ------------------------------------------------------------------------------------------- registry
+# ------------------------------------------------------------------------------------------- the runner
+
+Check = Callable[..., "Claim | list[Claim]"]
+
+
+def _no_context(**_options: Any) -> AbstractContextManager[list[dict[str, Any]]]:
+    """The context of checks that build their own inputs: one call, no arguments."""
+    return nullcontext([{}])
 
 
 @dataclass(frozen=True)
-class ClaimSpec:
-    """One registered check: the claim id it measures, the group a CLI runs it in, and the function."""
+class ClaimGroup:
+    """The claims one command measures: ``checks`` maps each claim id to its check, in the order they run and print;
+    ``context`` builds what the checks share.
 
-    id: str
-    group: str  # e.g. "gauge", "dynamics", "grt", "grt.trained": what one CLI run gathers
-    fn: Callable[..., Claim | list[Claim]]
-    title: str = ""
+    ``context(seed=, quick=, progress=, **options)`` is a context manager (set up, yield, restore) yielding the
+    keyword arguments of each call: every check runs once per call, side by side (gauge: one per precision).
+    ``seed`` is None for the group's own; ``reseed`` seeds every check from it (0 where None)."""
 
-
-CLAIMS: dict[str, ClaimSpec] = {}  # filled at import time by @claim, like proofs' @proof and figures' @figure
-
-
-def claim(id: str, *, group: str | None = None, title: str = "") -> Callable:
-    """Register a check function under its claim id (``@claim("gauge.forward_invariance")``).
-
-    The function returns the :class:`Claim` record(s) it measured (one per dtype where it runs in
-    several); its arguments are the group's context (the CLI decides what to pass).  Ids are unique:
-    registering one twice is an error that names both functions.  ``group`` defaults to the id's package.
-    """
-    _check_id(id)
-
-    def register(fn: Callable[..., Claim | list[Claim]]) -> Callable[..., Claim | list[Claim]]:
-        old = CLAIMS.get(id)
-        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
-            raise ValueError(f"claim id {id!r} registered twice: {old.fn.__module__}.{old.fn.__qualname__} and "
-                             f"{fn.__module__}.{fn.__qualname__}; ids name one check each")
-        CLAIMS[id] = ClaimSpec(id, group or id.partition(".")[0], fn, title)
-        fn.claim_id = id  # type: ignore[attr-defined]  # the record's id, readable from the function
-        return fn
-
-    return register
+    checks: dict[str, Check]
+    context: Callable[..., AbstractContextManager[Sequence[dict[str, Any]]]] = _no_context
+    reseed: bool = False
 
 
-def registered(group: str) -> list[ClaimSpec]:
-    """The checks of one group, in registration (= source) order."""
-    return [s for s in CLAIMS.values() if s.group == group]
+def _failed(id: str, error: BaseException) -> Claim:
+    """A check that raised: FAILS with the error in one line (a broken check must not hide as a traceback)."""
+    return Claim(id=id, statement="(the check raised before measuring)", stated=None, measured=None,
+                 tolerance=None, holds=False, dtype=None, source_status="not_a_source_claim",
+                 details={"error": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"})
 
 
-def select(group: str, only: Iterable[str] | None = None) -> list[ClaimSpec]:
-    """The group's checks, or those named in ``only`` (in the group's order); unknown ids are a ``ValueError``
-    that lists the known ones."""
-    specs = registered(group)
-    if only is None:
-        return specs
-    only = tuple(only)
-    known = [s.id for s in specs]
-    unknown = [i for i in only if i not in known]
+def run_claims(group: ClaimGroup, *, only: Iterable[str] | None = None, seed: int | None = None,
+               quick: bool = False, progress: Callable[[str], None] | None = None, **options: Any) -> list[Claim]:
+    """Build ``group``'s context once, then run its checks (those in ``only``) in order, each in every call.
+
+    An unknown id in ``only`` is a ``ValueError`` listing the known ones; a check that raises is a FAILS record
+    naming the error (:func:`_failed`), and its remaining calls are skipped."""
+    ids = list(group.checks) if only is None else list(only)
+    unknown = [i for i in ids if i not in group.checks]
     if unknown:
-        raise ValueError(f"unknown claim id(s) {unknown}; known: {', '.join(known)}")
-    return [s for s in specs if s.id in only]
-
-
-def run_group(group: str, *args: Any, only: Iterable[str] | None = None,
-              before: Callable[[ClaimSpec], None] | None = None, **kwargs: Any) -> list[Claim]:
-    """Run every check of ``group`` (or those in ``only``) with the same arguments; flatten their records.
-
-    ``before(spec)`` runs ahead of each check (progress messages, reseeding)."""
+        raise ValueError(f"unknown claim id(s) {unknown}; known: {', '.join(group.checks)}")
     out: list[Claim] = []
-    for spec in select(group, only):
-        if before is not None:
-            before(spec)
-        res = spec.fn(*args, **kwargs)
-        out.extend(res if isinstance(res, list) else [res])
+    with group.context(seed=seed, quick=quick, progress=progress, **options) as calls:
+        for id in (i for i in group.checks if i in ids):
+            if progress is not None:
+                progress(id)
+            for kwargs in calls:
+                if group.reseed:
+                    seed_everything(0 if seed is None else seed)
+                try:
+                    res = group.checks[id](**kwargs)
+                except Exception as e:
+                    out.append(_failed(id, e))
+                    break
+                res = res if isinstance(res, list) else [res]
+                if not all(isinstance(r, Claim) for r in res):
+                    raise TypeError(f"check {id!r} must return rmsgauge.Claim records, got "
+                                    f"{sorted({type(r).__name__ for r in res})}")
+                out.extend(res)
     return out
 
 
-def claims_to_json(claims: list[Claim], **meta: Any) -> dict[str, Any]:
-    return {**{k: json_safe(v) for k, v in meta.items()}, "claims": [c.to_json() for c in claims]}
-
-
 def write_claims_json(path: str | os.PathLike, claims: list[Claim], **meta: Any) -> None:
-    atomic_write_json(path, claims_to_json(claims, **meta))
+    atomic_write_json(path, {**{k: json_safe(v) for k, v in meta.items()}, "claims": [c.to_json() for c in claims]})
 
 
 # ------------------------------------------------------------------------------------------- printing

@@ -288,7 +288,7 @@ CONSOLE_COMMANDS = {
     "rmsgauge-reference": ("lm.reference", "python -m lm.reference"),
     "rmsgauge-bench": ("lm.bench.__main__", "python -m lm.bench"),
     "rmsgauge-experiments": ("studies.experiments", "python -m studies.experiments"),
-    "rmsgauge-trained": ("studies.trained", "python -m studies.trained"),
+    "rmsgauge-trained": ("studies.trained.__main__", "python -m studies.trained"),
 }
 
 

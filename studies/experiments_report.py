@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from contextlib import nullcontext
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from rmsgauge import Claim, atomic_write_json
+from rmsgauge import Claim, ClaimGroup, atomic_write_json
 from studies.grid import STABILITY_LRS, needed_specs
 from studies.reference_report import format_reference, reference_claims
 
@@ -381,14 +382,11 @@ def committed_trained_claims(results: Path) -> dict[str, list[dict[str, Any]]]:
     return {key: json.loads(f.read_text())["claims"] if f.is_file() else [] for key, f in files.items()}
 
 
-def run_all(results: str | Path | None = None) -> list[Claim]:
-    """The complete verdicts and the committed trained-model claims (the report's ``studies`` source)."""
-    from rmsgauge.claims import Claim as _Claim
-
-    root = Path(results) if results else Path(__file__).resolve().parents[1] / "results" / "grt-experiments"
+def committed_claims(root: Path) -> list[Claim]:
+    """The complete verdicts and the committed trained-model claims (the report's ``studies`` source: no compute)."""
     path = root / "runs.json"
     records = json.loads(path.read_text()) if path.is_file() else []
-    out = [v for v in verdicts(records) if isinstance(v, _Claim)]
+    out = [v for v in verdicts(records) if isinstance(v, Claim)]
     for model, recs in committed_trained_claims(root).items():
         label = TRAINED_SHAPES[model]
         for rec in recs:
@@ -399,8 +397,12 @@ def run_all(results: str | Path | None = None) -> list[Claim]:
             if model != "shipped":  # one claim on two models: a row each, the shipped model's id unchanged
                 keep["id"] = f"{rec['id']}_{model}"
                 keep["statement"] = f"[{label}] {rec['statement']}"
-            out.append(_Claim(**keep))
+            out.append(Claim(**keep))
     return out
+
+
+CLAIMS = ClaimGroup(checks={"studies.committed": committed_claims}, context=lambda **_: nullcontext(
+    [{"root": Path(__file__).resolve().parents[1] / "results" / "grt-experiments"}]))
 
 
 # ------------------------------------------------------------------------------------------------ the tables

@@ -206,15 +206,15 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
 def _trained_claims(model: torch.nn.Module, spec: dict[str, Any], run_dir: Path) -> None:
     """The trained-model claims on this run (float64 copies, against its own init): ``trained_claims.json``."""
     from lm.models import build_model
-    from rmsgauge import write_claims_json
+    from rmsgauge import run_claims, write_claims_json
     from rmsgauge.corpus import ByteCorpus
     from studies.measure import held_out_batch
-    from studies.trained_claims import run_trained_claims
+    from studies.trained.claims import CLAIMS
 
     seed_everything(int(spec["seed"]))
     init = build_model(spec["model"], model.config)
     ids = held_out_batch(ByteCorpus.load(), int(model.config.block_size))[0]
-    claims = run_trained_claims(model, None, ids, grt_init=init, jac_tokens=TRAINED_JAC_TOKENS)
+    claims = run_claims(CLAIMS, grt=model, held_out_ids=ids, grt_init=init, jac_tokens=TRAINED_JAC_TOKENS)
     write_claims_json(run_dir / "trained_claims.json", claims, tool="studies.job", run=spec["name"],
                       config=model.config.to_dict())
 

@@ -4,7 +4,7 @@ r"""What the experiment grid measures on a trained model, beyond its training lo
   the training log's ``val_bpb`` is a *sample*: 16 fixed random batches of windows.
 * :func:`gates` -- the GRT's residual gates ``[n_blocks, 3]`` (attention, mixer, FFN).
 * :func:`negative_det_fraction` -- on held-out windows, the fraction of (token, head) Jacobians of the
-  coupled projections with negative determinant (float64, :mod:`studies.trained_measure`).
+  coupled projections with negative determinant (float64, :mod:`studies.trained.measure`).
 * :func:`block_grad_norms` -- the gradient norm of each block's parameters on one held-out batch: the
   stability grid's last-block / first-block ratio, at init and after training.
 """
@@ -44,9 +44,9 @@ def gates(model: nn.Module) -> list[list[float]] | None:
 
 def negative_det_fraction(model: nn.Module, ids: torch.Tensor) -> dict[str, Any] | None:
     """GRT only (a dense model has no coupled projections): see
-    :func:`studies.trained_measure.negative_det_fraction`."""
+    :func:`studies.trained.measure.negative_det_fraction`."""
     from grt_model.model import GRT
-    from studies.trained_measure import negative_det_fraction as neg_det
+    from studies.trained.measure import negative_det_fraction as neg_det
 
     if not isinstance(model, GRT):
         return None

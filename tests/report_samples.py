@@ -4,7 +4,7 @@ every source status, a failing verdict, and HTML-special characters in the text.
 from __future__ import annotations
 
 from proofs.core import ProofResult
-from rmsgauge import Claim
+from rmsgauge import Claim, ClaimGroup
 
 
 def synthetic_claims() -> list[Claim]:
@@ -28,3 +28,6 @@ def synthetic_claims() -> list[Claim]:
 def synthetic_proofs() -> list[ProofResult]:
     return [ProofResult("gauge.forward_invariance", "RMSNorm(c z) = RMSNorm(z), c > 0", True, "0", "symbolic n"),
             ProofResult("grt.det_positive", "det = s0 s1 > 0", True, "0", "2x2")]
+
+
+CLAIMS = ClaimGroup(checks={"samples.synthetic": synthetic_claims})  # a claim source for figures.gather

@@ -4,7 +4,7 @@ Documented ranges of the property tests:
   lr in [1e-3, 1], wd in [0, 0.5] (source convention, d = wd; torch convention d = lr*wd), seed in [0, 2**16);
   fixed points: d in [0.01, 0.25] (the phase toy's contraction |2(1-d)^2-1| stays in [0.125, 0.9602]);
   equilibrium angles: d in [0.02, 0.2], noise toy n = 64 x 8 replicas (tolerance 4 standard errors + 1/n).
-Every tolerance comes from ``rmsgauge.tolerance`` or from the statistics of the run (see dynamics/checks.py).
+Every tolerance comes from ``rmsgauge.tolerance`` or from the statistics of the run (see dynamics/context.py).
 """
 
 from __future__ import annotations
@@ -21,16 +21,14 @@ from table_check import assert_table_shows_numbers
 
 from dynamics import laws
 from dynamics.__main__ import main
-from dynamics.checks import (
+from dynamics.checks_angle import noise_angle_row, rate_row
+from dynamics.checks_norm import phase_fixed_point, tracking
+from dynamics.context import (
     SOURCE_ANGLES,
     SOURCE_SCALES,
     equilibration_steps,
     identity_tolerance,
-    noise_angle_row,
-    phase_fixed_point,
     predicted_noise_equilibrium,
-    rate_row,
-    tracking,
 )
 from dynamics.problems import NoiseToy, PhaseToy, QKNormProblem, QKNormSpec, RegressionConfig, RegressionToy
 from dynamics.simulate import OptimConfig, run

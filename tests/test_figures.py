@@ -20,7 +20,7 @@ from figures.__main__ import display_command, main
 from figures.model_source import write_untrained_checkpoint
 from figures.registry import resolve
 from figures.report import render_html, render_markdown
-from rmsgauge import Claim
+from rmsgauge import Claim, ClaimGroup
 
 TRAINED_SUBSET = ("grt.fig_q_pair_trace", "grt.fig_gates")  # one interactive 3-D view, one plain
 
@@ -106,11 +106,10 @@ def test_figure_names_follow_the_claim_id_convention():
 
 
 def test_grt_figures_cite_real_grt_claim_ids():
-    import studies.trained_claims  # noqa: F401  (registers the grt.trained group)
-    from grt_model.claims import CLAIM_IDS
-    from rmsgauge import registered
+    from grt_model.claims import CLAIMS
+    from studies.trained import CLAIMS as TRAINED
 
-    known = set(CLAIM_IDS) | {spec.id for spec in registered("grt.trained")}
+    known = set(CLAIMS.checks) | set(TRAINED.checks)
     cited = {c for s in load_all().values() for c in s.claims if c.startswith("grt.")}
     assert cited <= known, cited - known
     assert {"grt.trained_gates", "grt.trained_ring_radius"} <= cited  # the trained figures are evidence too
@@ -130,26 +129,21 @@ def test_link_figures_prefers_the_figure_named_after_the_claim():
 
 
 def test_gather_notes_a_missing_source_and_rejects_foreign_records(monkeypatch):
-    monkeypatch.setitem(gather_mod.CLAIM_SOURCES, "ghost", ("no_such_package.checks", "run_all"))
+    import sys
+    import types
+
+    monkeypatch.setitem(gather_mod.CLAIM_SOURCES, "ghost", "no_such_package.checks")
     monkeypatch.setattr(gather_mod, "ALL_SOURCES", (*gather_mod.ALL_SOURCES, "ghost"))
     g = gather_mod.gather(("ghost",), log=lambda _: None)
     assert "ghost" in g.missing and "no_such_package" in g.missing["ghost"]
     assert g.claims == []
 
-    monkeypatch.setitem(gather_mod.CLAIM_SOURCES, "ghost", ("os", "getcwd"))  # returns a str, not Claims
+    foreign = types.ModuleType("foreign_claims")
+    foreign.CLAIMS = ClaimGroup(checks={"ghost.cwd": lambda: "/"})  # returns a str, not Claims
+    monkeypatch.setitem(sys.modules, "foreign_claims", foreign)
+    monkeypatch.setitem(gather_mod.CLAIM_SOURCES, "ghost", "foreign_claims")
     with pytest.raises(TypeError, match=r"must return rmsgauge\.Claim records"):
         gather_mod.gather(("ghost",), log=lambda _: None)
-
-
-def test_gather_passes_only_declared_options():
-    seen = {}
-
-    def run_all(seed=0):
-        seen["seed"] = seed
-        return []
-
-    gather_mod._call(run_all, quick=True, seed=7)
-    assert seen == {"seed": 7}
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -221,8 +215,7 @@ def test_claims_none_on_a_fresh_folder_draws_and_reports_without_claims(tmp_path
 
 
 def test_gather_names_each_source_it_was_not_asked_for(monkeypatch):
-    monkeypatch.setattr(gather_mod, "CLAIM_SOURCES", {"samples": ("report_samples", "synthetic_claims"),
-                                                      "gauge": ("gauge.checks", "run_all")})
+    monkeypatch.setattr(gather_mod, "CLAIM_SOURCES", {"samples": "report_samples", "gauge": "gauge.checks"})
     monkeypatch.setattr(gather_mod, "ALL_SOURCES", ("samples", "gauge", "proofs"))
     g = gather_mod.gather(("samples",), log=lambda _: None)
     assert len(g.claims) == len(synthetic_claims())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -14,7 +15,17 @@ from table_check import assert_cells_whole  # tests/ is on the path (conftest's 
 
 from grt_model import butterfly_pairs
 from grt_model.butterfly import from_pairs, pair_index, stage_stride, to_pairs
-from rmsgauge import Claim, check_range, claims_table, eps_of, seed_everything, tolerance, write_claims_json
+from rmsgauge import (
+    Claim,
+    ClaimGroup,
+    check_range,
+    claims_table,
+    eps_of,
+    run_claims,
+    seed_everything,
+    tolerance,
+    write_claims_json,
+)
 from rmsgauge.claims import WIDTH
 from rmsgauge.corpus import ByteCorpus, decode, encode, load_text
 
@@ -77,9 +88,38 @@ def test_claim_record_json_and_table(tmp_path):
     rec = json.loads(path.read_text())["claims"][0]
     for key in ("id", "statement", "stated", "measured", "tolerance", "holds"):
         assert key in rec
-    assert "HOLDS" in claims_table([c]) and c.test_name == "test_example_claim"
+    assert "HOLDS" in claims_table([c])
     with pytest.raises(ValueError, match="claim id"):
         Claim(id="nodot", statement="s", stated=None, measured=0, tolerance=None, holds=True)
+
+
+def test_one_runner_builds_the_context_once_and_runs_the_checks_in_their_declared_order():
+    """The context is built once and closed after; each check runs once per call, in the group's order (not the
+    order ``only`` lists); reseeding gives every check the same draw; a raising check is one FAILS record."""
+    events = []
+
+    @contextlib.contextmanager
+    def context(*, seed, quick, progress, scale):
+        events.append(("build", seed, quick, scale))
+        yield [{"dtype": "float64"}, {"dtype": "float32"}]
+        events.append("closed")
+
+    def draw(dtype):
+        return Claim(id="t.draw", statement="s", stated=None, measured=float(torch.rand(())), tolerance=None,
+                     holds=True, dtype=dtype)
+
+    def boom(dtype):
+        raise RuntimeError("planted\nsecond line")
+
+    group = ClaimGroup(context=context, reseed=True, checks={"t.draw": draw, "t.boom": boom})
+    said = []
+    claims = run_claims(group, only=("t.boom", "t.draw"), seed=3, scale=2, progress=said.append)
+    assert events == [("build", 3, False, 2), "closed"] and said == ["t.draw", "t.boom"]
+    assert [(c.id, c.dtype) for c in claims] == [("t.draw", "float64"), ("t.draw", "float32"), ("t.boom", "n/a")]
+    assert claims[0].measured == claims[1].measured  # both calls seeded from 3
+    assert not claims[2].holds and claims[2].details["error"] == "RuntimeError: planted"
+    with pytest.raises(ValueError, match=r"unknown claim id\(s\) \['t.nope'\]; known: t.draw, t.boom"):
+        run_claims(group, only=("t.nope",), scale=1)
 
 
 # words a claim's cells are made of: names, formulas, numbers as the records print them

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from grt_model import RotationCascade, butterfly_pairs, materialize, reference_cascade
 from grt_model.butterfly import n_strides
 from grt_model.cascade import UNIT_RAW_SCALE
-from grt_model.claim_tools import flat_jacobian, gradcheck, mixing_profile, unit_scale_cascade
+from grt_model.claims.tools import flat_jacobian, gradcheck, mixing_profile, unit_scale_cascade
 from rmsgauge import assert_close, tolerance
 
 F64 = torch.float64

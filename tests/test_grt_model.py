@@ -1,7 +1,7 @@
 """The whole GRT: blocks, the residual determinant, the mixer crossing heads, training, checkpoints, trace, CLI.
 
 Claims ``grt.jacobian`` (block gradcheck), ``grt.residual_det_sign``, ``grt.mixer_crosses_heads``,
-``grt.model_trains``, and ``grt_model.claims.run_all``.
+``grt.model_trains``, and ``grt_model.claims.CLAIMS``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from table_check import assert_table_shows_numbers
 
 from grt_model import GRT, GRTBlock, GRTConfig
 from grt_model.attention import causal_attention_with_weights
-from grt_model.claim_tools import (
+from grt_model.claims import CLAIMS
+from grt_model.claims.geometry import claim_jacobian
+from grt_model.claims.model import WIRING_EXPECTED, claim_butterfly_wiring, claim_fast_equals_reference
+from grt_model.claims.tools import (
     cross_head_blocks,
     flat_jacobian,
     gradcheck,
@@ -27,13 +30,10 @@ from grt_model.claim_tools import (
     residual_det,
     tiny_config,
 )
-from grt_model.claims import CLAIM_IDS, run_all
-from grt_model.claims_geometry import claim_jacobian
-from grt_model.claims_model import WIRING_EXPECTED, claim_butterfly_wiring, claim_fast_equals_reference
 from grt_model.model import GATE_NAMES
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm_jacobian_norm
 from grt_model.trace import trace_model
-from rmsgauge import assert_close, tolerance
+from rmsgauge import assert_close, run_claims, tolerance
 from rmsgauge.corpus import ByteCorpus
 
 F64 = torch.float64
@@ -339,15 +339,15 @@ def test_trace_matches_forward_and_reports_every_stage():
 # ---------------------------------------------------------------------------------------- claims, CLI
 
 
-def test_claims_run_all():
+def test_every_structural_claim_holds():
     """Every structural claim measured by grt_model.claims holds (the numbers the report prints)."""
-    claims = run_all()
-    assert [c.id for c in claims] == list(CLAIM_IDS)
+    claims = run_claims(CLAIMS)
+    assert [c.id for c in claims] == list(CLAIMS.checks)
     failed = [c.id for c in claims if not c.holds]
     assert not failed, f"claims that fail: {failed}"
     assert_table_shows_numbers(claims)
     with pytest.raises(ValueError, match="unknown claim"):
-        run_all(only=("grt.nope",))
+        run_claims(CLAIMS, only=("grt.nope",))
 
 
 def test_cli_forward_and_json(tmp_path, capsys):
@@ -398,7 +398,7 @@ def test_butterfly_wiring():
 
 
 def test_butterfly_wiring_fails_on_a_wrong_stride(monkeypatch):
-    import grt_model.claims_model as gc
+    import grt_model.claims.model as gc
 
     monkeypatch.setattr(gc, "stage_stride", lambda width, stage: 1 << ((stage + 1) % (width.bit_length() - 1)))
     claim = claim_butterfly_wiring()
@@ -423,7 +423,7 @@ def test_fast_equals_reference_fails_on_a_wrong_area_sign(monkeypatch):
 
 
 def test_a_wrong_backward_is_a_verdict_not_a_traceback(monkeypatch):
-    import grt_model.claims_geometry as gc
+    import grt_model.claims.geometry as gc
 
     def broken(fn, inputs, **kw):  # gradcheck on a function whose backward is wrong: must say False, not raise
         return bool(torch.autograd.gradcheck(lambda t: _WrongGrad.apply(t), (inputs[0],), raise_exception=False))
@@ -434,15 +434,11 @@ def test_a_wrong_backward_is_a_verdict_not_a_traceback(monkeypatch):
 
 
 def test_a_check_that_raises_is_a_fails_record(monkeypatch):
-    import grt_model.claims as gc
-    from rmsgauge.claims import CLAIMS
-
     def boom():
         raise RuntimeError("planted")
 
-    spec = CLAIMS["grt.stage_counts"]
-    monkeypatch.setitem(CLAIMS, "grt.stage_counts", type(spec)(spec.id, spec.group, boom, spec.title))
-    (claim,) = gc.run_all(only=("grt.stage_counts",))
+    monkeypatch.setitem(CLAIMS.checks, "grt.stage_counts", boom)
+    (claim,) = run_claims(CLAIMS, only=("grt.stage_counts",))
     assert not claim.holds and claim.details["error"] == "RuntimeError: planted"
 
 

@@ -27,7 +27,7 @@ from grt_model.accounting import (
     per_stage_cost,
     stage_counts_from_model,
 )
-from grt_model.claim_tools import flat_jacobian, gradcheck
+from grt_model.claims.tools import flat_jacobian, gradcheck
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm, pearl_norm_jacobian_norm
 from grt_model.radial_gelu import radial_gelu
 from lm.dense import DenseConfig, DenseTransformer

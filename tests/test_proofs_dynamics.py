@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynamics import laws
-from proofs import PROOFS, run_all
+from proofs import PROOFS, run_proofs
 from proofs import dynamics_identities as di
 from rmsgauge import tolerance
 
@@ -27,7 +27,7 @@ def test_every_dynamics_claim_has_a_proof(results):
     ids = {r.id for r in results.values()}
     assert {"dynamics.norm_identity", "dynamics.trajectory_tracking", "dynamics.equilibrium_norm",
             "dynamics.equilibrium_angle", "dynamics.angular_rate_scaling"} <= ids
-    assert len(run_all("dynamics.norm_identity_first")) == 1  # the runner finds them by prefix
+    assert len(run_proofs("dynamics.norm_identity_first")) == 1  # the runner finds them by prefix
 
 
 @pytest.mark.parametrize("name", DYNAMICS_PROOFS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from proofs import PROOFS, run_all
+from proofs import PROOFS, run_proofs
 from proofs import gauge_identities as gi
 from proofs.core import is_zero
 
@@ -25,8 +25,8 @@ def test_gauge_proof_holds(name):
     assert result.id.startswith("gauge.") and result.dimension
 
 
-def test_run_all_prefix_returns_only_gauge():
-    assert all(r.id.startswith("gauge.") for r in run_all("gauge.forward"))
+def test_run_proofs_prefix_returns_only_gauge():
+    assert all(r.id.startswith("gauge.") for r in run_proofs("gauge.forward"))
 
 
 def test_wrong_scaling_law_is_not_proved():

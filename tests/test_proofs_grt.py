@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proofs import PROOFS, run_all
+from proofs import PROOFS, run_proofs
 
 GRT_PROOFS = (
     "grt.det_positive",
@@ -30,6 +30,6 @@ def test_grt_proof_holds(name):
     assert r.dimension  # says symbolic or which concrete sizes, and why
 
 
-def test_run_all_prefix_selects_grt():
-    names = [r.id for r in run_all("grt.det_positive")]
+def test_run_proofs_prefix_selects_grt():
+    names = [r.id for r in run_proofs("grt.det_positive")]
     assert names == ["grt.det_positive"]

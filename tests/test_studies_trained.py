@@ -12,7 +12,7 @@ import pytest
 from grt_model.config import GRTConfig
 from lm.loop import train
 from lm.trainconfig import TrainConfig
-from studies.trained_claims import CLAIM_IDS
+from studies.trained import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def test_claims_on_a_checkpoint(tiny_run, tmp_path):
     det = next(c for c in rec["claims"] if c["id"] == "grt.coupled_det_sign_trained")
     n_proj = 4 * rec["config"]["n_blocks"] + rec["config"]["n_blocks"]  # q, k, v, o per head-token, and the mixer
     assert det["measured"]["of"] <= 5 * rec["config"]["n_heads"] * n_proj  # 5 Jacobian tokens, not the default 128
-    assert [c["id"] for c in rec["claims"]] == list(CLAIM_IDS)  # no dense model given: no trained_vs_dense
+    assert [c["id"] for c in rec["claims"]] == list(CLAIMS.checks)  # no dense model given: no trained_vs_dense
     assert all(c["summary"] for c in rec["claims"])
     assert res.stdout.strip().splitlines()[-1].endswith(tuple(("hold", *(f"({c['dtype']})" for c in rec["claims"]))))
 
@@ -66,7 +66,7 @@ def test_output_equal_to_the_input_checkpoint_is_refused(tiny_run):
 def test_the_shipped_models_are_taken_by_name_or_by_their_file():
     import torch
 
-    from studies.trained import load
+    from studies.trained.__main__ import load
 
     by_default, card = load(None, "grt")
     by_name, _ = load(None, "grt", "grt")
@@ -83,7 +83,7 @@ def test_the_shipped_models_are_taken_by_name_or_by_their_file():
     (["--reference", "grt", "--checkpoint", "x.pt"], "give one of --checkpoint and --reference"),
 ])
 def test_reference_flags_are_checked_before_work(argv, needle, capsys):
-    from studies.trained import main
+    from studies.trained.__main__ import main
 
     with pytest.raises(SystemExit) as e:
         main(argv)

@@ -1,4 +1,4 @@
-"""studies.trained_claims: each trained-model claim on a tiny model trained a few steps, and a case that flips it.
+"""studies.trained.claims: each trained-model claim on a tiny model trained a few steps, and a case that flips it.
 
 Every verdict is shown to be able to fail: the test builds the model the claim would reject (gates out of the
 text's ordering or saturated, a uniform PearlNorm gain, a projection amplified past its scale bound, heads made
@@ -16,19 +16,17 @@ import torch
 from grt_model.config import GRTConfig
 from grt_model.model import GRT
 from lm.dense import DenseConfig, DenseTransformer
-from rmsgauge import registered, seed_everything, tolerance
+from rmsgauge import run_claims, seed_everything, tolerance
 from rmsgauge.corpus import ByteCorpus
-from studies.trained_claims import (
-    CLAIM_IDS,
-    GROUP,
+from studies.trained.claims import (
+    CLAIMS,
     claim_coupled_det_sign_trained,
     claim_head_diversity,
     claim_signal_propagation,
     claim_trained_gates,
     claim_trained_ring_radius,
-    run_trained_claims,
 )
-from studies.trained_measure import (
+from studies.trained.measure import (
     cascade_bounds,
     cascade_gain,
     cascade_head_jacobians,
@@ -88,11 +86,10 @@ def _with(model: GRT, fn) -> GRT:
 # --------------------------------------------------------------------------------------------- the group
 
 
-def test_run_trained_claims_returns_every_registered_id(models):
-    assert [s.id for s in registered(GROUP)] == list(CLAIM_IDS)
-    claims = run_trained_claims(models["grt"], models["dense"], models["ids"], grt_init=models["grt_init"],
-                                dense_init=models["dense_init"], jac_tokens=JAC)
-    assert [c.id for c in claims] == list(CLAIM_IDS)
+def test_the_group_records_every_trained_claim_in_order(models):
+    claims = run_claims(CLAIMS, grt=models["grt"], dense=models["dense"], held_out_ids=models["ids"],
+                        grt_init=models["grt_init"], dense_init=models["dense_init"], jac_tokens=JAC)
+    assert [c.id for c in claims] == list(CLAIMS.checks)
     assert all(c.dtype == "float64" for c in claims)
     for c in claims:
         c.to_json()  # strict JSON

@@ -47,7 +47,8 @@ def mutant_env(root: Path) -> dict[str, str]:
             "NUMBA_CACHE_DIR": str(root.parent / "numba-cache")}
 TINY_GAUGE = ["gauge.py", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "2", "--block-size",
               "8", "--train-steps", "2", "--dtype", "float64", "--quiet"]
-GRT_CLAIMS = ("import sys; from grt_model.claims import run_all; cs = run_all(0, only=tuple(sys.argv[1:])); "
+GRT_CLAIMS = ("import sys; from grt_model.claims import CLAIMS; from rmsgauge import run_claims; "
+              "cs = run_claims(CLAIMS, seed=0, only=tuple(sys.argv[1:])); "
               "bad = [c.id for c in cs if not c.holds]; print('FAILS', bad); sys.exit(1 if bad else 0)")
 
 

@@ -1,12 +1,8 @@
-r"""The signal-propagation measurements behind ``grt.signal_propagation`` (:mod:`studies.trained_claims`): per
+r"""The signal-propagation measurements behind ``grt.signal_propagation`` (:mod:`studies.trained.claims`): per
 block, each projection's gains and Jacobian singular values against the bound its scales give, the FFN
 sublayer's against its upper bounds, and the RMS gains of sublayers and blocks, for the GRT and the dense
-baseline.  The laws are stated in :mod:`studies.trained_claims`; the traced passes, Jacobians and bounds these
-read come from :mod:`studies.trained_measure`.
-
-Separate from both: :mod:`studies.trained_claims` keeps one short function per claim, readable against the text's
-laws, and this bookkeeping (about a hundred lines) would push it past the house limit of 500; it serves that one
-claim only, so it does not belong in the shared measurements either.
+baseline.  The laws are stated in :mod:`studies.trained.claims`; the traced passes, Jacobians and bounds these
+read come from :mod:`studies.trained.measure`.
 
 Shapes inline: ``N`` held-out tokens, ``n`` Jacobian tokens, ``D`` width, ``H`` heads.
 """
@@ -20,7 +16,7 @@ from torch import nn
 
 from grt_model.model import GATE_NAMES, GRT
 from rmsgauge import tolerance
-from studies.trained_measure import (
+from studies.trained.measure import (
     cascade_bounds,
     cascade_gain,
     dense_record,

@@ -1,4 +1,4 @@
-r"""The measurements behind the trained-model claims (:mod:`studies.trained_claims`): float64 copies, one
+r"""The measurements behind the trained-model claims (:mod:`studies.trained.claims`): float64 copies, one
 traced pass over the held-out text per model (cached), per-token and per-head Jacobians of the cascades, the
 coupled projections' determinant signs, and the head-comparison statistics.
 
@@ -26,12 +26,9 @@ from grt_model.rope import apply_rope, rope_angles
 from grt_model.trace import trace_model
 
 JAC_TOKENS = 128  # held-out tokens whose per-token Jacobians are taken (spread evenly over the batch)
-GRT_PROJECTIONS = ("q", "k", "v", "o", "mixer", "ffn_expand", "ffn_contract")
 COUPLED = ("q", "k", "v", "o", "mixer")
 
-# ---------------------------------------------------------------------------------------------------
-# Shared helpers
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- Shared helpers
 
 
 def radial_gelu_jacobian_max() -> float:
@@ -147,9 +144,7 @@ def ffn_composed(blk: GRTBlock, z: torch.Tensor) -> torch.Tensor:
     return blk.ffn.contract(radial_gelu(h))[..., :D]
 
 
-# ---------------------------------------------------------------------------------------------------
-# One pass over the held-out text per model (cached): what every claim reads
-# ---------------------------------------------------------------------------------------------------
+# ---- One pass over the held-out text per model (cached): what every claim reads
 
 
 def grt_record(model: GRT, ids: torch.Tensor, cache: dict | None = None) -> dict[str, Any]:
@@ -229,9 +224,7 @@ def check_held_out_ids(grt: GRT, ids: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-# ---------------------------------------------------------------------------------------------------
-# grt.signal_propagation
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- grt.signal_propagation
 
 
 def projection_inputs(blk: GRTBlock, bt) -> dict[str, tuple[RotationCascade, torch.Tensor]]:
@@ -307,9 +300,7 @@ def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | 
     return memo(cache, ("grt_jac", id(model), jac_tokens), run)
 
 
-# ---------------------------------------------------------------------------------------------------
-# grt.head_diversity
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- grt.head_diversity
 
 
 def pairwise_js_bits(w: torch.Tensor) -> torch.Tensor:

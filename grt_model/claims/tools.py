@@ -21,14 +21,6 @@ from grt_model.model import GRTBlock
 from rmsgauge import eps_of, tolerance
 from rmsgauge.tolerance import DEFAULT_SAFETY, Tolerance
 
-SOURCE = "001_cfb910613b442095.txt"
-
-
-
-# ---------------------------------------------------------------------------------------------------
-# Shared measurement helpers (the tests use them too)
-# ---------------------------------------------------------------------------------------------------
-
 
 def num(v) -> float:
     """A plain float from a tensor (detached) or a number."""
@@ -130,8 +122,3 @@ def tiny_config(**overrides) -> GRTConfig:
     """A tiny byte-level config (d = 32, 4 heads of 8, 2 blocks, d_ff = 64) for fast checks."""
     base = {"vocab_size": 256, "block_size": 32, "d_model": 32, "n_heads": 4, "n_blocks": 2, "d_ff": 64}
     return GRTConfig(**{**base, **overrides})
-
-
-# ---------------------------------------------------------------------------------------------------
-# The claims
-# ---------------------------------------------------------------------------------------------------

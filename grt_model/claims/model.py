@@ -1,6 +1,6 @@
 r"""The GRT's claims about the whole model and its wiring: it trains, its stage and parameter counts, and the two
-checks a planted bug flips (the butterfly wiring written out, fast = eager = reference) (registered with
-``@claim(group="grt")``; run by :func:`grt_model.claims.run_all`)."""
+checks a planted bug flips (the butterfly wiring written out, fast = eager = reference) (run by
+:data:`grt_model.claims.CLAIMS`)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,13 @@ from grt_model.accounting import (
 )
 from grt_model.butterfly import butterfly_pairs, pair_index, stage_stride, to_pairs
 from grt_model.cascade import UNIT_RAW_SCALE, RotationCascade, cascade_eager, materialize, reference_cascade
-from grt_model.claim_tools import (
-    num,
-    tiny_config,
-)
+from grt_model.claims.tools import num, tiny_config
 from grt_model.config import GRTConfig
 from grt_model.kernels import cascade_fused, fused_available
 from grt_model.model import GRT
-from rmsgauge import Claim, claim, seed_everything, tolerance
+from rmsgauge import Claim, seed_everything, tolerance
 
 
-@claim("grt.model_trains", group="grt")
 def claim_model_trains(dtype=torch.float32, steps: int = 8) -> Claim:
     from rmsgauge.corpus import ByteCorpus
 
@@ -73,7 +69,6 @@ def claim_model_trains(dtype=torch.float32, steps: int = 8) -> Claim:
     )
 
 
-@claim("grt.stage_counts", group="grt")
 def claim_stage_counts() -> Claim:
     cfg = GRTConfig()
     model = GRT(cfg, device="meta")  # no memory: only the module structure is read
@@ -93,7 +88,6 @@ def claim_stage_counts() -> Claim:
     )
 
 
-@claim("grt.param_accounting", group="grt")
 def claim_param_accounting() -> Claim:
     cfg = GRTConfig()
     with torch.device("meta"):
@@ -122,9 +116,7 @@ def claim_param_accounting() -> Claim:
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# Claims a planted bug must flip: the fast paths against the written-out reference, and the wiring itself
-# ---------------------------------------------------------------------------------------------------
+# ---- Claims a planted bug must flip: the fast paths against the written-out reference, and the wiring itself
 
 WIRING_WIDTH = 8  # small enough to write every stage's pairs out by hand; 3 distinct strides
 WIRING_EXPECTED = {  # stage -> the (x0, x1) coordinate pairs in pair order, written out (not computed)
@@ -161,7 +153,6 @@ def one_stage_cascade(width: int, stage: int, dtype=torch.float64) -> RotationCa
     return c
 
 
-@claim("grt.butterfly_wiring", group="grt")
 def claim_butterfly_wiring(dtype=torch.float64) -> Claim:
     """Each stage's pairs at width 8, from the one place that says it (``grt_model.butterfly``), from the fast
     reshape (``to_pairs``) and from the matrices the eager and the default cascade compute, against the
@@ -206,7 +197,6 @@ def _grads(c: RotationCascade, x: torch.Tensor, u: torch.Tensor, fn: Callable | 
     return y.detach(), [g.detach() for g in torch.autograd.grad((u * y).sum(), [x, *params])]
 
 
-@claim("grt.fast_equals_reference", group="grt")
 def claim_fast_equals_reference(dtype=torch.float64) -> Claim:
     """The fused (numba) and eager cascades against the explicit-matrix reference (``reference_cascade``:
     d x d Givens and scale matrices, Clifford features written out pair by pair), in values and gradients

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from rmsgauge import check_output_file, claims_table, seed_everything, write_claims_json
+from rmsgauge import check_output_file, claims_table, run_claims, seed_everything, write_claims_json
 from rmsgauge.cli import make_parser, run_main
-from studies.trained_measure import JAC_TOKENS
+from studies.trained.measure import JAC_TOKENS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,8 +76,6 @@ def load(path: str | None, kind: str, name: str | None = None) -> tuple[nn.Modul
                              f"takes a {kind} one")
         return model, card
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"--{'checkpoint' if kind == 'grt' else 'dense-checkpoint'} {p}: no such file")
     ckpt = load_checkpoint(p)
     if ckpt.get("model_kind") != kind:
         raise ValueError(f"{p} holds a {ckpt.get('model_kind')!r} model; this flag takes a {kind} checkpoint")
@@ -122,7 +120,7 @@ def check(args: argparse.Namespace) -> Path | None:
 def run(args: argparse.Namespace, out: Path | None) -> int:
     from rmsgauge.corpus import ByteCorpus
     from studies.measure import full_split_bpb
-    from studies.trained_claims import run_trained_claims, trained_vs_dense_claim
+    from studies.trained.claims import CLAIMS, trained_vs_dense_claim
 
     torch.set_num_threads(args.threads)
     grt, grt_card = load(args.checkpoint, "grt", args.reference)
@@ -134,13 +132,13 @@ def run(args: argparse.Namespace, out: Path | None) -> int:
     print("trained-model claims (float64 copies) ...", file=sys.stderr, flush=True)
     corpus = ByteCorpus.load()
     ids = corpus.batch("val", 8, grt.config.block_size, generator=torch.Generator().manual_seed(args.seed))[0]
-    claims = run_trained_claims(grt, dense, ids, grt_init=init_copy(grt, "grt", grt_card),
-                                dense_init=None if dense is None else init_copy(dense, "dense", dense_card),
-                                jac_tokens=args.jac_tokens)
+    claims = run_claims(CLAIMS, grt=grt, dense=dense, held_out_ids=ids, grt_init=init_copy(grt, "grt", grt_card),
+                        dense_init=None if dense is None else init_copy(dense, "dense", dense_card),
+                        jac_tokens=args.jac_tokens)
     if grt_card is not None and dense_card is not None:
         grt_card["final_val_bpb_full"] = full_split_bpb(grt, corpus)["bpb"]
         dense_card["final_val_bpb_full"] = full_split_bpb(dense, corpus)["bpb"]
-        results = Path(__file__).resolve().parents[1] / "results" / "compare-reference" / "runs.json"
+        results = Path(__file__).resolve().parents[2] / "results" / "compare-reference" / "runs.json"
         records = json.loads(results.read_text()) if shipped_grt and results.is_file() else []
         wall = next((r for r in records if r["name"] == "reference-dense-wallclock-final"), None)
         claims.append(trained_vs_dense_claim(grt_card, dense_card, wall))

@@ -1,10 +1,9 @@
-r"""The GRT text's claims about a *trained* model, measured: ``run_trained_claims(grt, dense, held_out_ids)``.
+r"""The GRT text's claims about a *trained* model, measured: ``run_claims(CLAIMS, grt=, dense=, held_out_ids=)``.
 
 Source: ``../shared/seeds/001_cfb910613b442095.txt``.  Each function takes model objects and a
 ``[B, T]`` tensor of held-out token ids (this package never loads checkpoints: :mod:`lm` does, one level
 up) and returns one :class:`rmsgauge.Claim`.  Every measurement runs on a **float64 copy** of the model
-(the model itself trains in float32 and is left untouched).  Registered with
-``@claim(..., group="grt.trained")``; :func:`run_trained_claims` runs the group with one shared cache.
+(the model itself trains in float32 and is left untouched); the claims of :data:`CLAIMS` share one cache.
 
 ``grt.trained_gates``
     The text: in block 0 "attention writes at about 0.99 ... the mixer at about 0.97 ... the FFN at about
@@ -55,14 +54,14 @@ up) and returns one :class:`rmsgauge.Claim`.  Every measurement runs on a **floa
     :math:`d_{model}\times d_{model}`), per block, by ``slogdet``.  Verdict: the text's guarantee holds on
     real tokens iff no determinant is negative.
 
-Shapes inline: ``B`` sequences, ``T`` tokens, ``N = B*T``, ``D`` width, ``H`` heads, ``S`` stages.
-Vectorized: Jacobians are ``torch.func.vmap(jacfwd(...))`` over tokens; heads are batch dimensions; the only
-Python loops run over blocks, projections and models.  The measurements live in :mod:`studies.trained_measure`
-(shared) and :mod:`studies.trained_signal` (signal propagation's per-block loop); here, one function per claim.
+The measurements (shapes, vectorization) live in :mod:`studies.trained.measure` and :mod:`studies.trained.signal`;
+here, one function per claim.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -70,8 +69,8 @@ from torch import nn
 
 from grt_model.model import GATE_NAMES, GRT
 from grt_model.pearlnorm import safe_pair_radius
-from rmsgauge import Claim, claim, run_group, tolerance
-from studies.trained_measure import (
+from rmsgauge import Claim, ClaimGroup, tolerance
+from studies.trained.measure import (
     COUPLED,
     JAC_TOKENS,
     check_held_out_ids,
@@ -85,24 +84,17 @@ from studies.trained_measure import (
     radial_gelu_jacobian_max,
     summary_stats,
 )
-from studies.trained_signal import dense_signal, grt_signal
+from studies.trained.signal import dense_signal, grt_signal
 
-GROUP = "grt.trained"
 SOURCE = "001_cfb910613b442095.txt"
 STATED_GATES_BLOCK0 = (0.99, 0.97, 0.79)  # the text: attention, mixer, FFN of block 0 after training
 STATED_RING_RADIUS = 0.79  # the text: block 0's ring "radius ≈ 0.79, pre-PearlNorm"
 SE_SIGMAS = 4.0  # statistical verdicts allow 4 standard errors (as dynamics.checks; two-sided p ~ 6e-5 each)
 
-CLAIM_IDS = ("grt.trained_gates", "grt.trained_ring_radius", "grt.signal_propagation", "grt.head_diversity",
-             "grt.coupled_det_sign_trained")
+
+# --------------------------------------------------------------------------- grt.trained_gates
 
 
-# ---------------------------------------------------------------------------------------------------
-# grt.trained_gates
-# ---------------------------------------------------------------------------------------------------
-
-
-@claim("grt.trained_gates", group=GROUP, title="Residual gates after training vs the text's block 0")
 def claim_trained_gates(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None, *,
                         grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                         cache: dict | None = None, **_: Any) -> Claim:
@@ -144,9 +136,7 @@ def claim_trained_gates(grt: GRT, dense: nn.Module | None = None, held_out_ids: 
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# grt.trained_ring_radius
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- grt.trained_ring_radius
 
 
 def _spread(r: torch.Tensor) -> torch.Tensor:
@@ -154,7 +144,6 @@ def _spread(r: torch.Tensor) -> torch.Tensor:
     return r.std(dim=-1, unbiased=False) / r.mean(dim=-1)
 
 
-@claim("grt.trained_ring_radius", group=GROUP, title="The embedding's ring radius after training, and PearlNorm")
 def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None,
                               *, grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                               cache: dict | None = None, **_: Any) -> Claim:
@@ -232,12 +221,9 @@ def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# grt.signal_propagation
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- grt.signal_propagation
 
 
-@claim("grt.signal_propagation", group=GROUP, title="Signal propagation: gains and Jacobian spectra vs the bound")
 def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None,
                              *, grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                              cache: dict | None = None, jac_tokens: int = JAC_TOKENS, **_: Any) -> Claim:
@@ -274,9 +260,7 @@ def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# grt.head_diversity
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- grt.head_diversity
 
 
 def _head_summary(per_block: list[dict[str, Any]]) -> str:
@@ -288,7 +272,6 @@ def _head_summary(per_block: list[dict[str, Any]]) -> str:
     return f"min JS {per_block[lowest]['min_js_bits']:.3f} bits{where}, {verdict}"
 
 
-@claim("grt.head_diversity", group=GROUP, title="Each head attends differently: GRT vs dense")
 def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None, *,
                          grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                          cache: dict | None = None, **_: Any) -> Claim:
@@ -335,12 +318,9 @@ def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids:
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# grt.coupled_det_sign_trained
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- grt.coupled_det_sign_trained
 
 
-@claim("grt.coupled_det_sign_trained", group=GROUP, title="How often a coupled projection's det is negative")
 def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
                                    held_out_ids: torch.Tensor | None = None, *, grt_init: GRT | None = None,
                                    dense_init: nn.Module | None = None, cache: dict | None = None,
@@ -384,17 +364,26 @@ def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
     )
 
 
-# ---------------------------------------------------------------------------------------------------
-# The runner
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- the group
 
 
-def run_trained_claims(grt: GRT, dense: nn.Module | None, held_out_ids: torch.Tensor, *, grt_init: GRT | None = None,
-                       dense_init: nn.Module | None = None, jac_tokens: int = JAC_TOKENS) -> list[Claim]:
-    """Every ``grt.trained`` claim on ``grt`` (and ``dense``, the inits where given), one shared cache."""
+@contextmanager
+def trained_context(grt: GRT, held_out_ids: torch.Tensor, dense: nn.Module | None = None, *,
+                    grt_init: GRT | None = None, dense_init: nn.Module | None = None, jac_tokens: int = JAC_TOKENS,
+                    **_options: Any) -> Iterator[list[dict[str, Any]]]:
+    """What every ``grt.trained`` claim reads: ``grt`` (and ``dense``, the inits where given), one shared cache."""
     check_held_out_ids(grt, held_out_ids)
-    return run_group(GROUP, grt, dense, held_out_ids, grt_init=grt_init, dense_init=dense_init, cache={},
-                     jac_tokens=jac_tokens)
+    yield [{"grt": grt, "dense": dense, "held_out_ids": held_out_ids, "grt_init": grt_init, "dense_init": dense_init,
+            "cache": {}, "jac_tokens": jac_tokens}]
+
+
+CLAIMS = ClaimGroup(context=trained_context, checks={
+    "grt.trained_gates": claim_trained_gates,
+    "grt.trained_ring_radius": claim_trained_ring_radius,
+    "grt.signal_propagation": claim_signal_propagation,
+    "grt.head_diversity": claim_head_diversity,
+    "grt.coupled_det_sign_trained": claim_coupled_det_sign_trained,
+})
 
 
 def trained_vs_dense_claim(grt_card: dict, dense_card: dict, wallclock: dict | None = None) -> Claim:

@@ -1,6 +1,5 @@
 r"""The GRT's geometric claims: determinant, length, Jacobian, residual sign, mixing, embedding, PearlNorm,
-RadialGELU, the mixer's cross-head route (registered with ``@claim(group="grt")``; run by
-:func:`grt_model.claims.run_all`)."""
+RadialGELU, the mixer's cross-head route (run by :data:`grt_model.claims.CLAIMS`)."""
 
 from __future__ import annotations
 
@@ -9,12 +8,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from grt_model.accounting import (
-    embedding_ratio,
-)
+from grt_model.accounting import embedding_ratio
 from grt_model.butterfly import n_strides
 from grt_model.cascade import RotationCascade, materialize
-from grt_model.claim_tools import (
+from grt_model.claims.tools import (
     cross_head_blocks,
     fd_tolerance,
     flat_jacobian,
@@ -32,10 +29,9 @@ from grt_model.embedding import PhaseEmbedding, from_polar, to_polar
 from grt_model.model import GRTBlock
 from grt_model.pearlnorm import mean_pair_radius, pearl_norm, pearl_norm_jacobian_norm
 from grt_model.radial_gelu import radial_gelu
-from rmsgauge import Claim, claim, seed_everything, tolerance
+from rmsgauge import Claim, seed_everything, tolerance
 
 
-@claim("grt.det_positive", group="grt")
 def claim_det_positive(dtype=torch.float64) -> Claim:
     width, stages, heads = 16, 7, 3
     c = RotationCascade(width, stages, coupling=False, heads=heads, dtype=dtype)
@@ -75,7 +71,6 @@ def claim_det_positive(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.length_preservation", group="grt")
 def claim_length_preservation(dtype=torch.float64) -> Claim:
     width, stages, heads, n = 64, 11, 4, 32
     x = torch.randn(n, heads * width, dtype=dtype)
@@ -122,7 +117,6 @@ def claim_length_preservation(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.jacobian", group="grt")
 def claim_jacobian(dtype=torch.float64) -> Claim:
     checks: dict[str, bool] = {}
     c = RotationCascade(8, 3, coupling=True, heads=2, coupling_init_std=0.5, dtype=dtype)
@@ -174,7 +168,6 @@ def claim_jacobian(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.residual_det_sign", group="grt")
 def claim_residual_det_sign(dtype=torch.float64) -> Claim:
     cfg = GRTConfig()  # the reference widths: d = 256
     d = cfg.d_model
@@ -231,7 +224,6 @@ def claim_residual_det_sign(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.mixing", group="grt")
 def claim_mixing(dtype=torch.float64) -> Claim:
     profiles = {d: mixing_profile(d, n_strides(d), dtype) for d in (4, 8, 16, 64)}
     expected = {d: [2**k for k in range(1, n_strides(d) + 1)] for d in profiles}
@@ -257,7 +249,6 @@ def claim_mixing(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.embedding_rebuild", group="grt")
 def claim_embedding_rebuild(dtype=torch.float64) -> Claim:
     V, P = 64, 16
     emb = PhaseEmbedding(V, P, dtype=dtype)
@@ -286,7 +277,6 @@ def claim_embedding_rebuild(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.pearlnorm_invariance", group="grt")
 def claim_pearlnorm_invariance(dtype=torch.float64) -> Claim:
     d = 256
     x = torch.randn(4, d, dtype=dtype)
@@ -329,7 +319,6 @@ def claim_pearlnorm_invariance(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.radial_gelu_angle", group="grt")
 def claim_radial_gelu_angle(dtype=torch.float64) -> Claim:
     x = torch.randn(16, 64, dtype=dtype) * 3
     y = radial_gelu(x)
@@ -355,7 +344,6 @@ def claim_radial_gelu_angle(dtype=torch.float64) -> Claim:
     )
 
 
-@claim("grt.mixer_crosses_heads", group="grt")
 def claim_mixer_crosses_heads(dtype=torch.float64) -> Claim:
     cfg = GRTConfig()
     H, dh = cfg.n_heads, cfg.d_head
