@@ -14,8 +14,7 @@ Nothing imports ``figures`` (it is the top of the import graph).
 """
 
 from figures.context import FigureContext
-from figures.registry import FIGURES, FigureOutput, FigureSpec, FigureUnavailable, figure, load_all
-from figures.runner import RunResult, run
+from figures.registry import FigureOutput, FigureUnavailable, figure, load_all
+from figures.runner import run
 
-__all__ = ["FIGURES", "FigureContext", "FigureOutput", "FigureSpec", "FigureUnavailable", "RunResult", "figure",
-           "load_all", "run"]
+__all__ = ["FigureContext", "FigureOutput", "FigureUnavailable", "figure", "load_all", "run"]

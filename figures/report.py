@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from figures.registry import PLOTLY_SUFFIX
 from rmsgauge import Claim, atomic_write_text
 
 STATUS_NOTE = {
@@ -430,4 +429,4 @@ def write_report(out_dir: str | Path, claims: list[Claim], proofs: list[Any], si
     return written
 
 
-__all__ = ["PLOTLY_JS", "PLOTLY_SUFFIX", "fmt", "render_html", "render_markdown", "write_report"]
+__all__ = ["render_html", "render_markdown", "write_report"]

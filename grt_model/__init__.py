@@ -12,27 +12,10 @@ from grt_model.embedding import PhaseEmbedding, from_polar, to_polar
 from grt_model.model import GRT, GRTBlock
 from grt_model.pearlnorm import PearlNorm, pearl_norm
 from grt_model.radial_gelu import RadialGELU, radial_gelu
-from grt_model.trace import BlockTrace, CascadeTrace, GRTTrace, trace_model
+from grt_model.trace import trace_model
 
 __all__ = [
-    "GRT",
-    "BlockTrace",
-    "CascadeTrace",
-    "GRTBlock",
-    "GRTConfig",
-    "GRTTrace",
-    "PearlNorm",
-    "PhaseEmbedding",
-    "RadialGELU",
-    "RotationCascade",
-    "butterfly_pairs",
-    "clifford_features",
-    "from_polar",
-    "materialize",
-    "pearl_norm",
-    "radial_gelu",
-    "reference_cascade",
-    "stage_stride",
-    "to_polar",
-    "trace_model",
+    "GRT", "GRTBlock", "GRTConfig", "PearlNorm", "PhaseEmbedding", "RadialGELU", "RotationCascade",
+    "butterfly_pairs", "clifford_features", "from_polar", "materialize", "pearl_norm", "radial_gelu",
+    "reference_cascade", "stage_stride", "to_polar", "trace_model",
 ]

@@ -54,8 +54,10 @@ from grt_model.butterfly import check_width, pair_index, stage_stride
 from grt_model.cascade_ops import broadcast_input_heads, cascade_eager, clifford_features
 from grt_model.kernels import rotation_cascade
 
-__all__ = ["COUPLING_INIT_STD", "UNIT_RAW_SCALE", "RotationCascade", "broadcast_input_heads", "cascade_eager",
-           "clifford_features", "givens_matrix", "materialize", "reference_cascade", "reference_features"]
+__all__ = [
+    "UNIT_RAW_SCALE", "RotationCascade", "broadcast_input_heads", "cascade_eager", "clifford_features",
+    "materialize", "reference_cascade",
+]
 
 UNIT_RAW_SCALE = math.log(math.e - 1.0)  # softplus(log(e-1)) = 1: cascades start length-preserving
 COUPLING_INIT_STD = 0.02  # small nudges at init: the cascade starts close to its fixed-angle rotation

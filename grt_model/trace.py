@@ -26,7 +26,7 @@ from grt_model.model import GATE_NAMES, GRT, GRTFFN, GRTAttention, GRTBlock, GRT
 from grt_model.pearlnorm import safe_pair_radius
 from grt_model.radial_gelu import radial_gelu
 
-__all__ = ["BlockTrace", "CascadeTrace", "GRTTrace", "trace_block", "trace_cascade", "trace_model"]
+__all__ = ["trace_model"]
 
 
 def _wrap(a: torch.Tensor) -> torch.Tensor:

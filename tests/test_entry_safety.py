@@ -412,7 +412,7 @@ def test_reference_param_match_claim_fails_on_a_planted_bug(tmp_path, monkeypatc
 CONVERTED = {
     "lm.train": ("lm.train", "build_parser"), "lm.sample": ("lm.sample", "build_parser"),
     "lm.evaluate": ("lm.evaluate", "build_parser"),
-    "lm.hf": ("lm.hf_convert", "build_parser"), "lm.reference": ("lm.reference", "build_parser"),
+    "lm.hf": ("lm.hf", "build_parser"), "lm.reference": ("lm.reference", "build_parser"),
     "gauge": ("gauge.__main__", "build_parser"), "dynamics": ("dynamics.__main__", "build_parser"),
     "proofs": ("proofs.__main__", "build_parser"), "figures": ("figures.__main__", "build_parser"),
     "rotational_compare": ("tools.rotational_compare", "build_parser"),

@@ -390,7 +390,7 @@ def test_ffn_active_pairs_cover_the_signal():
 
 
 def test_bench_cli_help_and_errors(capsys):
-    from lm import bench
+    from lm.bench import __main__ as bench
 
     with pytest.raises(SystemExit) as ex:
         bench.main(["--help"])
@@ -407,7 +407,7 @@ def test_bench_cli_help_and_errors(capsys):
 @needs_numba
 def test_bench_runs_and_writes_json(tmp_path, capsys):
     """A tiny run (no timing is checked): the table, the claim records against their targets, verdict last."""
-    from lm import bench
+    from lm.bench import __main__ as bench
 
     out = tmp_path / "bench.json"
     assert bench.main(["--only", "mixer,model", "--tokens", "64", "--ref-tokens", "1", "--repeats", "1",

@@ -2,9 +2,11 @@
 which row/column blocks of them, are scale gauges.  :mod:`gauge.census.analysis` explains the method."""
 
 from gauge.census.analysis import DEFAULT_SCALES, census
-from gauge.census.engine import CensusError, batch_loss_fn, loss_from_output
-from gauge.census.norms import is_norm_module, norm_kind
+from gauge.census.engine import CensusError, batch_loss_fn
+from gauge.census.norms import is_norm_module
 from gauge.census.records import Block, CensusResult, EpsReport, TensorCensus, format_census
 
-__all__ = ["DEFAULT_SCALES", "Block", "CensusError", "CensusResult", "EpsReport", "TensorCensus", "batch_loss_fn",
-           "census", "format_census", "is_norm_module", "loss_from_output", "norm_kind"]
+__all__ = [
+    "DEFAULT_SCALES", "Block", "CensusError", "CensusResult", "EpsReport", "TensorCensus", "batch_loss_fn",
+    "census", "format_census", "is_norm_module",
+]

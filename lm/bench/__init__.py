@@ -8,7 +8,7 @@ category; :mod:`~lm.bench.report` turns the ratios into claim records against th
 
 from lm.bench.cases import BenchConfig, Row, flops_per_token, matched_dense, training_step
 from lm.bench.report import TARGETS, claims_and_floors, format_table, targets_table
-from lm.bench.step_profile import CATEGORIES, StepProfile, categorize, format_profiles, profile_shape
+from lm.bench.step_profile import CATEGORIES, categorize, format_profiles, profile_shape
 from lm.bench.trainer import (
            SHAPES,
            Setting,
@@ -20,7 +20,8 @@ from lm.bench.trainer import (
            run_trainer,
 )
 
-__all__ = ["CATEGORIES", "SHAPES", "TARGETS", "BenchConfig", "Row", "Setting", "StepProfile", "TrainerConfig",
-           "TrainerRow", "categorize", "claims_and_floors", "flops_per_token", "format_profiles", "format_table",
-           "format_trainer", "matched_dense", "model_configs", "profile_shape", "ratios", "run_trainer",
-           "targets_table", "training_step"]
+__all__ = [
+    "CATEGORIES", "SHAPES", "TARGETS", "BenchConfig", "Row", "Setting", "TrainerConfig", "TrainerRow", "categorize",
+    "claims_and_floors", "flops_per_token", "format_profiles", "format_table", "format_trainer", "matched_dense",
+    "model_configs", "profile_shape", "ratios", "run_trainer", "targets_table", "training_step",
+]
