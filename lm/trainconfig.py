@@ -22,6 +22,8 @@ MODEL_LR_GROUPS = {"grt": ("angles", "scales", "coupling", "embedding_phases", "
                            "norm_gains"),
                    "dense": ("matrices", "embedding", "norm_gains")}
 NO_DECAY_KEYWORDS = ("norm", "angle", "phase", "scale", "gate", "bias")  # see decay_split()
+# the lr groups whose tensors decay_split() decays (>= 2 dims, no keyword above): only these feel 1 - lr*mult*wd
+DECAYED_LR_GROUPS = ("coupling", "matrices", "embedding")
 EQUILIBRIUM_FACTOR = 2.0  # the random-walk model is a statistical law, not an identity: agreement within x2
 RUN_FILES = ("ckpt.pt", "log.jsonl", "summary.json")  # a folder holding any of these holds a run
 WRITTEN_FILES = ("ckpt.pt", "ckpt.pt.sha256", "log.jsonl", "summary.json")  # what a run writes (orphan temp files)
@@ -83,10 +85,11 @@ class TrainConfig:
         if self.lr * self.wd >= 1.0:
             raise ValueError(f"train.lr * train.wd must be in [0, 1) (AdamW scales the weights by 1 - lr*wd each "
                              f"step), got {self.lr:g} * {self.wd:g} = {self.lr * self.wd:g}")
-        peak = self.lr * max([1.0, *self.lr_mult.values()])
-        if peak * self.wd >= 1.0:
-            raise ValueError(f"train.lr * train.lr_mult * train.wd must be in [0, 1) for every group, got "
-                             f"{peak:g} * {self.wd:g} = {peak * self.wd:g}")
+        group, mult = max(((g, self.lr_mult.get(g, 1.0)) for g in DECAYED_LR_GROUPS), key=lambda gm: gm[1])
+        if self.lr * mult * self.wd >= 1.0:
+            raise ValueError(f"train.lr * train.lr_mult * train.wd must be in [0, 1) for every decayed group "
+                             f"({', '.join(DECAYED_LR_GROUPS)}), got {self.lr:g} * {mult:g} * {self.wd:g} = "
+                             f"{self.lr * mult * self.wd:g} for {group}")
 
     def check_model(self, model_cfg: Any) -> None:
         """The model's vocabulary fits this run's tokens: the 256 bytes, or (BPE) more than the 256 byte symbols."""

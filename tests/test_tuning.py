@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lm.optim import lr_group, make_optimizer
-from lm.trainconfig import LR_GROUPS, MODEL_LR_GROUPS, TrainConfig
+from lm.trainconfig import DECAYED_LR_GROUPS, LR_GROUPS, MODEL_LR_GROUPS, TrainConfig
 from studies.experiments import resolve
 from studies.grid import TUNING_BASE, TUNING_RUNS, grid
 from studies.tuning import GRID, best_point, point_key, propose, search_scores, search_trace
@@ -54,12 +54,20 @@ def test_lr_group_names_the_grt_structures():
     ({"nope": 2.0}, "unknown lr group 'nope'"),
     ({"angles": 0.0}, "train.lr_mult.angles"),
     ({"angles": float("nan")}, "train.lr_mult.angles"),
-    ({"angles": 400.0}, "lr * train.lr_mult * train.wd"),
+    ({"coupling": 400.0}, "lr * train.lr_mult * train.wd"),
 ])
 def test_bad_multipliers_are_refused_naming_the_group(mult, needle):
     with pytest.raises(ValueError, match=r"train\.lr") as e:
         TrainConfig(lr=3e-2, lr_mult=mult)
     assert needle in str(e.value)
+
+
+def test_only_decayed_groups_bound_the_multiplier_by_the_decay():
+    # an undecayed group (angles, phases) may take any multiplier: its decay factor is 1
+    TrainConfig(lr=3e-2, lr_mult={"angles": 400.0, "embedding_phases": 400.0})
+    for kind in ("grt", "dense"):
+        opt = make_optimizer(_tiny(kind), TrainConfig(lr=1e-3))
+        assert {g["lr_group"] for g in opt.param_groups if g["weight_decay"] > 0} <= set(DECAYED_LR_GROUPS)
 
 
 def test_multipliers_reach_the_optimizer_groups_at_every_step(tmp_path):
