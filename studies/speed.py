@@ -57,7 +57,7 @@ def probe(reference: tuple[str, dict[str, Any]], fast: tuple[str, dict[str, Any]
         seed_everything(seed)
         models = [build_model(kind, config_from_dict(kind, cfg)).train() for kind, cfg in (reference, fast)]
         x, y = ByteCorpus.load().batch("train", batch_size, block, generator=torch.Generator().manual_seed(seed))
-        steps_of = [training_step(m, x, y) for m in models]  # the trainer's step, as lm.bench --profile times it
+        steps_of = [training_step(m, x, y) for m in models]  # the trainer's step, as lm.bench times it
         load0 = os.getloadavg()[0]
         times: list[list[float]] = [[], []]
         for i in range(warmup + steps):

@@ -90,9 +90,10 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "--tasks": ("", ","), "--include-path": ("missing", "afile"),
     }, ("--model-dir", "HF", "--tasks", "fuzz_mc", "--include-path", "tasks", "--only-include-path")),
     "lm.bench": ("lm.bench.__main__", {
-        "--tokens": BAD_INT, "--ref-tokens": BAD_INT, "--repeats": BAD_INT, "--warmup": BAD_INT,
-        "--threads": BAD_INT, "--only": ("nosuch", ""), "--dtype": ("float16", ""), "--json": BAD_OUT_FILE,
-    }, ("--only", "qkvo", "--tokens", "16", "--repeats", "1", "--warmup", "0")),
+        "--batch-size": BAD_INT, "--repeats": BAD_INT, "--warmup": BAD_INT, "--threads": BAD_INT,
+        "--sample-bytes": BAD_INT, "--census-layers": BAD_INT, "--case": ("nosuch", ""), "--dtype": ("float16", ""),
+        "--device": ("tpu", ""), "--json": BAD_OUT_FILE,
+    }, ("--case", "model", "--batch-size", "1", "--repeats", "1", "--warmup", "0")),
 }
 FIXTURE_CLIS = {"lm.hf import", "lm.hf export", "lm.evaluate"}  # need a trained run, an export and a task
 
@@ -368,7 +369,7 @@ def test_help_is_words_not_keys(name):
 @pytest.mark.parametrize(("name", "argv"), [
     ("figures", ["--out-dir", "figs", "--json", "adir", "--only", "gauge.forward_invariance", "--quick"]),
     ("figures", ["--out-dir", "figs", "--checkpoint", "junk.pt", "--only", "grt.fig_gates", "--quick"]),
-    ("lm.bench", ["--json", "adir", "--only", "qkvo", "--tokens", "16", "--repeats", "1", "--warmup", "0"]),
+    ("lm.bench", ["--json", "adir", "--case", "model", "--batch-size", "1", "--repeats", "1", "--warmup", "0"]),
 ], ids=["figures-json-dir", "figures-junk-checkpoint", "bench-json-dir"])
 def test_reported_slow_failures_are_refused_before_work(name, argv):
     """Inputs that once ran work before refusing, drawn deterministically: each is refused in one line first."""

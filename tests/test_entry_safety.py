@@ -7,6 +7,7 @@ tests/test_lm_eval.py (they need the extras)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
 import os
@@ -421,8 +422,6 @@ CONVERTED = {
     "gauge census": ("gauge.census.cli", "build_parser"),
     "lm.bench": ("lm.bench.__main__", "build_parser"), "tools.mutate": ("tools.mutate", "build_parser"),
     "tools.readme_blocks": ("tools.readme_blocks", "build_parser"), "lm.bpe": ("lm.bpe", "build_parser"),
-    "gauge.census.bench": ("gauge.census.bench", "build_parser"), "bench/cuda_check.py": ("bench/cuda_check.py",
-                                                                                          "build_parser"),
 }
 # the command lines that are not a parser of their own, and why
 NOT_PARSERS = {
@@ -442,13 +441,6 @@ def _parsers(root: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 
 
 def _build(module: str, fn: str) -> argparse.ArgumentParser:
-    import importlib.util
-
-    if module.endswith(".py"):  # a script outside the packages (bench/): loaded from its file
-        spec = importlib.util.spec_from_file_location(Path(module).stem, ROOT / module)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return getattr(mod, fn)()
     return getattr(importlib.import_module(module), fn)()
 
 

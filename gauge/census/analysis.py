@@ -17,7 +17,7 @@ Wan et al. 2021).  The census decides this numerically, for any ``torch.nn.Modul
    round-off bound of the loss from :func:`rmsgauge.tolerance` (``size`` = the largest activation of the forward
    pass, ``depth`` = the number of module calls in it).  A weight whose bias also feeds a centring norm is a gauge
    only jointly with its bias (``status == "joint gauge"``, ``joint`` names the bias).  Qwen3-0.6B: 56 gauge
-   tensors in about 4 minutes and 9.2 GB on 2 busy cores (``python -m gauge.census.bench``).
+   tensors in about 4 minutes and 9.2 GB on 2 busy cores (``python -m lm.bench --case census-qwen3``).
 3. **Why.**  Forward hooks on every normalization module (and the norms found in the forward) record which module
    output each norm reads; the reason names the norm, its mode and the size of each set it normalizes over
    (:mod:`gauge.census.norms`); weight-normalized tensors name the parametrization.
