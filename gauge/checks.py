@@ -1,13 +1,6 @@
-r"""One function per gauge claim, each returning a :class:`rmsgauge.Claim` measured in this run.
-
-Every check runs on :class:`gauge.model.GaugeSetup` (the trained QK-norm transformer and
-a held-out Shakespeare batch) in one precision, ``"float64"`` or ``"float32"``.  The
-measured gauge weight is :math:`W` = ``blocks[layer].attn.q_proj.weight``, shape ``(D, D)``
-(``nn.Linear``: :math:`z = x W^\top`).
-
-Claims 1-4 (forward invariance, Euler, Jacobian null space, eps breaking) are here; claims 5-6 (per-row scaling
-and the census) are :mod:`gauge.scope`, and what they all measure with (source statements, tolerances, the query
-path) is :mod:`gauge.measure`.  :data:`CLAIMS` runs all six, in order, in each precision.
+r"""Claims 1-4 of the gauge (forward invariance, Euler, Jacobian null space, eps breaking), one function each,
+measured in one precision on :class:`gauge.model.GaugeSetup`; claims 5-6 are :mod:`gauge.scope`.  :data:`CLAIMS`
+runs all six, in order, in each precision.
 """
 
 from __future__ import annotations
@@ -38,9 +31,6 @@ from rmsgauge import Claim, ClaimGroup, eps_of
 
 Progress = Callable[[str], None] | None
 QUICK_TRAIN_STEPS = 10  # quick runs: enough steps to leave the symmetric initialization
-
-
-# --------------------------------------------------------------------------- 1. forward invariance
 
 
 def _ulps(dev: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -101,9 +91,6 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
     )
 
 
-# --------------------------------------------------------------------------- 2. Euler radial gradient
-
-
 def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
     r""":math:`\langle g, W\rangle`, its relative size, :math:`\lVert g\rVert`; and :math:`g(cW) = g(W)/c`."""
     cfg, model = setup.config, setup.model(dtype)
@@ -149,9 +136,6 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
             "max_c ||c g(cW) - g(W)||/||g||": vec_err,  # law 0
         },
     )
-
-
-# --------------------------------------------------------------------------- 3. Jacobian null space
 
 
 def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
@@ -218,9 +202,6 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
             "by_eps": eps_rows,
         },
     )
-
-
-# --------------------------------------------------------------------------- 4. eps breaking
 
 
 def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
@@ -291,9 +272,6 @@ def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
         source_status="approximate",
         details={**measured_tensor(setup, dtype), "c_min": cfg.c_min, "c_max": cfg.c_max, "by_eps": per_eps},
     )
-
-
-# --------------------------------------------------------------------------- the group
 
 
 @contextmanager

@@ -1,19 +1,10 @@
-r"""The census's float64 copy of a model and the batched evaluation of its loss at candidate weights.
-
-- :class:`Float64Everywhere`: a torch-function mode that keeps every floating computation in float64 (a model's
-  explicit upcast to float32 is a downcast inside a float64 copy and would bury a gauge under float32 round-off),
-  turns dropout off, and lets BatchNorm in training mode run at eps = 0 exactly (see :data:`TINY_EPS`).
-- :func:`float64_copy`: the copy, one tensor at a time (no float32 + float64 double copy of a large model), with
-  legacy ``torch.nn.utils.weight_norm`` modules and ``torch.compile``'d modules handled.
-- :class:`Engine`: the copy in the mode the user trains it, its loss (re-seeded before every evaluation: a random
-  op draws the same values at every candidate, and :class:`gauge.census.sites.EpsWatch` watches it for the norms
-  no module type or name shows), and ``losses``: many candidate values of one or two parameters in
-  one ``torch.func.vmap`` of ``functional_call`` where the model allows it, chunked to a memory budget.
+r"""The census's float64 copy of a model (:func:`float64_copy`, :class:`Float64Everywhere`) and the batched
+evaluation of its loss at candidate weights (:class:`Engine`: one ``torch.func.vmap`` of ``functional_call`` where
+the model allows it, chunked to a memory budget; the RNG re-seeded before every evaluation).
 
 **Dropout.**  A dropout mask multiplies entries by 0 or :math:`1/(1-p)`, which commutes with every positive
 scaling, so the gauges with dropout on (any fixed mask) are the gauges with it off; the census turns it off on the
-copy so that two evaluations compare the same function, while the norms keep the mode the user trains in
-(BatchNorm's batch statistics in training mode; van Laarhoven 2017, Hoffer et al. 2018).
+copy so that two evaluations compare the same function, while the norms keep the mode the user trains in.
 """
 
 from __future__ import annotations
@@ -35,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from gauge.census.norms import eps_attr, is_norm_module
 from gauge.census.sites import EpsWatch, eps_like_attrs
+from rmsgauge.cli import one_line
 
 _LOW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # torch refuses eps = 0 in BatchNorm's training mode; the smallest normal float64 2^-1022 stands in for 0.  The kernel
@@ -145,23 +137,26 @@ def loss_from_output(out: Any) -> torch.Tensor:
                       f"to return its loss; {LOSS_FN_HINT}")
 
 
+def _as_call(batch: Any) -> tuple[tuple, dict, str]:
+    """``batch`` as the model's call: ``model(**batch)`` (dict), ``model(*batch)`` (tuple/list) or ``model(batch)``."""
+    if isinstance(batch, dict):
+        return (), batch, "model(**batch)"
+    if isinstance(batch, (tuple, list)):
+        return tuple(batch), {}, "model(*batch)"
+    return (batch,), {}, "model(batch)"
+
+
 def batch_call_error(model: nn.Module, batch: Any) -> str | None:
     """Why ``model`` cannot be called with ``batch`` the way :func:`batch_loss_fn` calls it (None: it can, or its
     signature does not say), read from the signature before any copy or forward."""
+    args, kwargs, call = _as_call(batch)
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):  # a builtin or wrapped forward: the call itself will tell
         return None
     try:
-        if isinstance(batch, dict):
-            sig.bind(**batch)
-        elif isinstance(batch, (tuple, list)):
-            sig.bind(*batch)
-        else:
-            sig.bind(batch)
+        sig.bind(*args, **kwargs)
     except TypeError as e:
-        call = "model(**batch)" if isinstance(batch, dict) else "model(*batch)" if isinstance(batch, (tuple, list)) \
-            else "model(batch)"
         return f"census(model, batch=...) calls {call} and reads the loss from its output, but " \
                f"{type(model).__name__}.forward does not take this batch ({e}); {LOSS_FN_HINT}"
     return None
@@ -173,14 +168,9 @@ def batch_loss_fn(batch: Any) -> Callable[[nn.Module], torch.Tensor]:
     def to64(x: Any) -> Any:
         return x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
-    if isinstance(batch, dict):
-        b = {k: to64(v) for k, v in batch.items()}
-        return lambda m: loss_from_output(m(**b))
-    if isinstance(batch, (tuple, list)):
-        t = [to64(v) for v in batch]
-        return lambda m: loss_from_output(m(*t))
-    x = to64(batch)
-    return lambda m: loss_from_output(m(x))
+    args, kwargs, _ = _as_call(batch)
+    args, kwargs = tuple(to64(v) for v in args), {k: to64(v) for k, v in kwargs.items()}
+    return lambda m: loss_from_output(m(*args, **kwargs))
 
 
 def is_compiled(m: nn.Module) -> bool:
@@ -213,7 +203,7 @@ def float64_copy(model: nn.Module, inplace: bool = False) -> nn.Module:
         try:
             out = copy.deepcopy(model, memo)
         except Exception as e:
-            raise CensusError(f"cannot copy the model ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+            raise CensusError(f"cannot copy the model ({type(e).__name__}: {one_line(e)[:200]}); "
                               f"the census never changes the user's model, so it needs copy.deepcopy to work") from e
     if is_compiled(out):
         out = Eager(out._orig_mod)
@@ -326,7 +316,7 @@ class Engine:
             raise
         except Exception as e:
             raise CensusError(f"the loss failed on the float64 copy ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from e
+                              f"{one_line(e)[:200]})") from e
         if not (isinstance(out, torch.Tensor) and out.numel() == 1):
             raise CensusError("loss_fn must return a scalar tensor")
         return out.reshape(())
@@ -375,7 +365,7 @@ class Engine:
             except Exception as e:  # the model runs at its own weights but not at a scaled candidate: say so
                 raise CensusError(f"the loss failed at scaled values of {', '.join(names[:3])}"
                                   f"{', ...' if len(names) > 3 else ''} ({type(e).__name__}: "
-                                  f"{' '.join(str(e).split())[:200]})") from e
+                                  f"{one_line(e)[:200]})") from e
 
 
 def finite_or_raise(value: float, what: str) -> float:

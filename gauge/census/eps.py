@@ -1,20 +1,13 @@
 r"""The census at the model's own eps: measured deviations beside the exact eps law of :mod:`gauge.laws`.
 
-For a normalized set :math:`z \in \mathbb{R}^n` (a row of :func:`gauge.census.norms.rows`: a token's features, a
-group, a channel over the batch), with :math:`m` its mean square (RMSNorm) or variance (centring families),
-:math:`\operatorname{Norm}_\epsilon(cz) - \beta = r(c)\,(\operatorname{Norm}_\epsilon(z) - \beta)`,
-:math:`r(c) = c\sqrt{m+\epsilon}/\sqrt{c^2m+\epsilon}`, so each entry moves by :math:`|r(c)-1|\,|y_i - \beta_i|`.
-:math:`|r(c) - 1|` grows monotonically away from :math:`c = 1` on each side, so the largest deviation over the
-``scales`` is at the smallest or the largest :math:`c`: both are measured.
-
-Cost: the reading norm's input at a scaled weight is the owning module's output recomputed from the module's
-captured input (one small call, checked bit for bit against the forward at :math:`c = 1`; otherwise a forward that
-stops at the norm).  The loss change is :math:`|\langle \partial L/\partial y, y_c - y\rangle|` with the measured
-output change :math:`y_c - y` and one backward at the model's eps for every norm at once: first order in
-:math:`y_c - y`, whose relative size is :math:`|r(c) - 1| \approx \epsilon/m`, so the neglected term is that
-much smaller again (``EpsReport.loss_first_order``; used where the output moves by at most
-:data:`FIRST_ORDER_REL` of its largest entry).  Elsewhere, and for tensors no norm reads (post-norm sublayers,
-weight normalization), the loss is measured at both ends, the tensors of one layer in one vmapped call.
+For a normalized set :math:`z` (a row of :func:`gauge.census.norms.rows`) with :math:`m` its mean square (RMSNorm)
+or variance (centring families),
+:math:`\operatorname{Norm}_\epsilon(cz) - \beta = r(c)\,(\operatorname{Norm}_\epsilon(z) - \beta)` with
+:math:`r(c) = c\sqrt{m+\epsilon}/\sqrt{c^2m+\epsilon}`, monotone on each side of 1: the largest deviation over the
+``scales`` is at the smallest or the largest :math:`c`, and both are measured.  The loss change is
+:math:`|\langle \partial L/\partial y, y_c - y\rangle|` (one backward for every norm), first order in
+:math:`y_c - y`, whose relative size is :math:`\approx \epsilon/m` (used where the output moves by at most
+:data:`FIRST_ORDER_REL` of its largest entry); elsewhere the loss is measured at both ends.
 """
 
 from __future__ import annotations
