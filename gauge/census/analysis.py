@@ -140,7 +140,7 @@ def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition:
     loss_own = base
     if own_eps:
         loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure")
-    prog.done()
+    prog.phase("done")
     zeroed = {**eng.own_eps, **{s.label: s.eps for s in eng.watch.sites.values()}}
     kept = {f"{n}.{a}" if n else a: v for n, attrs in eng.kept_eps().items() for a, v in attrs.items()}
     return CensusResult(tensors=rows, loss=base, loss_own_eps=loss_own, tolerance=bound,

@@ -277,10 +277,6 @@ class Engine:
         kept = list(self.kept_eps().get(norm, {}).values())
         return (hosted or kept or [None])[0]
 
-    def named(self, names: Any) -> dict[str, nn.Module]:
-        mods = dict(self.model.named_modules())
-        return {n: mods[n] for n in names}
-
     def kept_eps(self) -> dict[str, dict[str, float]]:
         """Module -> ``{attribute: value}`` of the eps-named floats not set to 0: neither a recognised norm's eps
         attribute nor the eps of a site (or recognised norm) inside that module (a block's copy of the eps it hands

@@ -22,6 +22,7 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -161,27 +162,21 @@ class EpsWatch(TorchFunctionMode):
     def attach(self, model: nn.Module) -> None:
         for name, m in model.named_modules():
             self._classes[name] = type(m).__name__
-            self._handles.append(m.register_forward_pre_hook(self._enter(name)))
-            self._handles.append(m.register_forward_hook(self._leave(name), always_call=True))
+            self._handles.append(m.register_forward_pre_hook(partial(self._enter, name)))
+            self._handles.append(m.register_forward_hook(partial(self._leave, name), always_call=True))
 
     def detach(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
 
-    def _enter(self, name: str) -> Callable:
-        def hook(mod: nn.Module, args: tuple) -> None:
-            self._stack.append(name)
-            self._count[name] = 0
+    def _enter(self, name: str, mod: nn.Module, args: tuple) -> None:
+        self._stack.append(name)
+        self._count[name] = 0
 
-        return hook
-
-    def _leave(self, name: str) -> Callable:
-        def hook(mod: nn.Module, args: tuple, out: Any) -> None:
-            while self._stack and self._stack.pop() != name:
-                pass
-
-        return hook
+    def _leave(self, name: str, mod: nn.Module, args: tuple, out: Any) -> None:
+        while self._stack and self._stack.pop() != name:
+            pass
 
     def reset(self) -> None:
         """Before every evaluation: no module runs yet (a forward stopped by an exception leaves none behind)."""
