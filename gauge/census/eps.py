@@ -12,6 +12,7 @@ or variance (centring families),
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -156,27 +157,19 @@ def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_ow
     """``max |L - L(W)|`` at the model's eps for each ``(param, [scaled values])``; the items of one layer (up to
     :data:`LAYER_GROUP`) in one vmapped call, each candidate swapping one tensor."""
     out: list[float] = []
-    i = 0
-    while i < len(items):
-        j = i + 1
-        while j < len(items) and j - i < LAYER_GROUP and _layer_key(items[j][0]) == _layer_key(items[i][0]):
-            j += 1
-        group = items[i:j]
+    runs = [list(run) for _, run in itertools.groupby(items, key=lambda it: _layer_key(it[0]))]
+    for group in (run[i:i + LAYER_GROUP] for run in runs for i in range(0, len(run), LAYER_GROUP)):
         names = list(dict.fromkeys(n for n, _ in group))
         owner = [k for k, (_, vs) in enumerate(group) for _ in vs]  # candidate -> item
         flat = [v for _, vs in group for v in vs]
 
         def make(lo: int, hi: int, names=names, group=group, owner=owner, flat=flat) -> list[torch.Tensor]:
-            vals = []
-            for n in names:
-                w = eng.params[n].detach()
-                vals.append(torch.stack([flat[k] if group[owner[k]][0] == n else w for k in range(lo, hi)]))
-            return vals
+            return [torch.stack([flat[k] if group[owner[k]][0] == n else eng.params[n].detach() for k in range(lo, hi)])
+                    for n in names]
 
         dl = (eng.losses(names, make, len(flat), bound) - loss_own).abs()
         for k in range(len(group)):
             out.append(float(dl[torch.tensor([o == k for o in owner])].max()))
         if tick is not None:
             tick(len(group), group[-1][0])
-        i = j
     return out
