@@ -87,11 +87,10 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     ``.to(torch.float64)``); or pass ``batch`` (``model(**batch)`` / ``model(*batch)`` / ``model(batch)`` whose
     output is a scalar, has ``.loss``, or is a tuple holding the scalar loss).  ``mode``: ``None`` keeps each
     module's ``.training`` flag, ``"train"``/``"eval"`` sets every module's.  ``partition=False`` skips the block
-    search; ``own_eps=False`` the eps-deviation report; ``measure_eps_loss=True`` measures the loss change at the
-    model's eps for every gauge tensor (one forward each) instead of taking it to first order in the measured
-    output change of the norm that reads it (exact to the square of that change, one backward for all).
-    ``inplace=True`` converts ``model`` itself instead of a copy (a caller that hands the model over); otherwise
-    ``model`` and the global RNG are untouched.  ``progress`` receives progress lines (tensor k of N, ETA).
+    search, ``own_eps=False`` the eps report; ``measure_eps_loss=True`` measures its loss change (one forward per
+    gauge tensor) instead of taking it to first order in the reading norm's measured output change.
+    ``inplace=True`` converts ``model`` itself (a caller that hands it over); otherwise ``model`` and the global
+    RNG are untouched.  ``progress`` receives progress lines (tensor k of N, ETA).
     """
     if (loss_fn is None) == (batch is None):
         raise ValueError("census needs exactly one of loss_fn (a closure) or batch (an example batch)")

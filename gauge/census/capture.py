@@ -17,11 +17,9 @@ from gauge.census.norms import NormInfo, norm_info, rows
 
 @dataclass
 class Capture:
-    """What one forward shows: each norm's first input and output (a norm module, a site the watch found in the
-    forward, keyed by its :attr:`gauge.census.sites.Site.key`, or a module that keeps an eps), which norms read each
-    module's output (same storage: views and reshapes count), which module holds each parameter, the largest
-    activation and the number of module calls (``size`` and ``depth`` of the loss tolerance), the loss, and how many
-    dropout modules were on."""
+    """What one forward shows: each norm's first input and output (keyed by module name, or by
+    :attr:`gauge.census.sites.Site.key`), which norms read each module's output (same storage: views count), which
+    module holds each parameter, ``size`` and ``depth`` of the loss tolerance, the loss, the dropout modules on."""
 
     norm_io: dict[str, tuple[torch.Tensor, torch.Tensor]]
     readers: dict[str, list[str]]

@@ -99,11 +99,10 @@ def factory_source(spec: str) -> list[str]:
     return files + ([found.cached] if files and found.cached else [])
 
 
-def load_factory(spec: str, overrides: dict[str, Any] | None = None) -> tuple[torch.nn.Module, Any, Any]:
+def load_factory(spec: str, overrides: dict[str, Any]) -> tuple[torch.nn.Module, Any, Any]:
     """``pkg.module:factory`` -> ``(model, batch, loss_fn)`` (one of the last two None); ``overrides``: keyword
     arguments for the factory (``--set``), checked against its signature before it runs."""
     mod_name, attr = _split_spec(spec)
-    overrides = overrides or {}
     try:
         fn = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:

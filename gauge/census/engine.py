@@ -182,11 +182,9 @@ def _to64(t: torch.Tensor) -> torch.Tensor:
 
 
 def float64_copy(model: nn.Module, inplace: bool = False) -> nn.Module:
-    """A float64 CPU copy of ``model`` built one tensor at a time (peak: the model plus its float64 copy).
-
-    ``inplace``: convert ``model`` itself (a caller that hands the model over, such as the command line).  Tensor
-    attributes computed from parameters (a legacy ``weight_norm`` module's ``weight``) are detached: the module's
-    hook recomputes them at every forward.  ``torch.compile``'d modules become :class:`Eager` wrappers.
+    """A float64 CPU copy of ``model`` built one tensor at a time (peak: the model plus its float64 copy), or
+    ``model`` itself converted (``inplace``).  Tensor attributes computed from parameters (a legacy ``weight_norm``
+    module's ``weight``) are detached: its hook recomputes them; ``torch.compile``'d modules become :class:`Eager`.
     """
     if inplace:
         out = model.to(device="cpu", dtype=torch.float64)  # tensor by tensor: each old one freed as it goes
@@ -322,16 +320,13 @@ class Engine:
         return self._run(lambda: torch.func.functional_call(
             self.wrap, {"model." + k: v for k, v in swaps.items()}, ()).reshape(()))
 
-    def chunk_for(self, names: Sequence[str]) -> int:
-        per = sum(self.params[n].numel() for n in names) * 8 + ACTIVATION_COPIES * self.act_bytes
-        return max(1, min(VMAP_CHUNK, CANDIDATE_BYTES // max(per, 1)))
-
     def losses(self, names: Sequence[str], make: Callable[[int, int], Sequence[torch.Tensor]], count: int,
                tol: float) -> torch.Tensor:
         """``(count,)`` losses; ``make(lo, hi)`` returns, per name, candidate values ``(hi - lo, *shape)``.
 
         Built and evaluated chunk by chunk (memory: :data:`CANDIDATE_BYTES`), freed as it goes."""
-        chunk = self.chunk_for(names)
+        per = sum(self.params[n].numel() for n in names) * 8 + ACTIVATION_COPIES * self.act_bytes
+        chunk = max(1, min(VMAP_CHUNK, CANDIDATE_BYTES // max(per, 1)))
         out = []
         for lo in range(0, count, chunk):
             vals = make(lo, min(count, lo + chunk))
