@@ -29,7 +29,6 @@ from gauge.scope import check_census, check_per_row_scaling
 from lm import rms_norm, rms_norm_jacobian
 from rmsgauge import Claim, ClaimGroup, eps_of
 
-Progress = Callable[[str], None] | None
 QUICK_TRAIN_STEPS = 10  # quick runs: enough steps to leave the symmetric initialization
 
 
@@ -276,7 +275,7 @@ def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
 
 @contextmanager
 def gauge_context(cfg: GaugeConfig | None = None, dtypes: Sequence[str] = ("float64", "float32"), *,
-                  seed: int | None = None, quick: bool = False, progress: Progress = None
+                  seed: int | None = None, quick: bool = False, progress: Callable[[str], None] | None = None
                   ) -> Iterator[list[dict[str, object]]]:
     """The QK-norm model (its plain twin beside it, for the census) that every claim is measured on, once per
     precision in ``dtypes``, side by side.  ``seed`` overrides ``cfg.seed``; ``quick`` trains
