@@ -62,14 +62,9 @@ def _dtype_choice(value: str) -> str:
 
 def _eps_list(value: str) -> list[float | str]:
     out: list[float | str] = []
-    for item in (v.strip() for v in value.split(",")):
-        if not item:
-            continue
-        if item == TORCH_EPS:
-            out.append(TORCH_EPS)
-            continue
+    for item in filter(None, (v.strip() for v in value.split(","))):
         try:
-            out.append(float(item))
+            out.append(item if item == TORCH_EPS else float(item))
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected numbers or '{TORCH_EPS}', got {item!r}") from None
     if not out:
@@ -207,19 +202,18 @@ def _work(args: argparse.Namespace, cfg: GaugeConfig | None) -> int:
         for c in claims:
             print(f"[{'HOLDS' if c.holds else 'FAILS'}] {c.id} ({c.dtype})")
         print(verdict_line(claims))
-        return 0 if all(c.holds for c in claims) else 1
-    corpus = "the bundled Shakespeare" if cfg.corpus is None else cfg.corpus
-    print(f"RMSNorm scale gauge: W = blocks.{cfg.layer}.attn.q_proj.weight of a QK-norm transformer")
-    print(f"(d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers) after {cfg.train_steps} AdamW "
-          f"steps (float32) on {corpus};")
-    print(f"loss: next-byte cross-entropy on a held-out {cfg.batch_size}x{cfg.block_size} batch; measured in "
-          f"{' | '.join(dtypes)}.")
-    wall = seconds_since_process_start()  # the whole run: the imports take seconds more on a loaded machine
-    took = f"{elapsed:.1f} s after the imports" if wall is None else f"{wall:.1f} s wall since the process started"
-    print(f"{took}; --verbose: source, law and details; --census: per tensor.")
-    print()
-    extra = census_lines(claims) if args.census or args.verbose else []
-    print(claims_table(claims, verbose=args.verbose, extra=extra))
+    else:
+        corpus = "the bundled Shakespeare" if cfg.corpus is None else cfg.corpus
+        print(f"RMSNorm scale gauge: W = blocks.{cfg.layer}.attn.q_proj.weight of a QK-norm transformer")
+        print(f"(d_model {cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers) after {cfg.train_steps} AdamW "
+              f"steps (float32) on {corpus};")
+        print(f"loss: next-byte cross-entropy on a held-out {cfg.batch_size}x{cfg.block_size} batch; measured in "
+              f"{' | '.join(dtypes)}.")
+        wall = seconds_since_process_start()  # the whole run: the imports take seconds more on a loaded machine
+        took = f"{elapsed:.1f} s after the imports" if wall is None else f"{wall:.1f} s wall since the process started"
+        print(f"{took}; --verbose: source, law and details; --census: per tensor.\n")
+        extra = census_lines(claims) if args.census or args.verbose else []
+        print(claims_table(claims, verbose=args.verbose, extra=extra))
     return 0 if all(c.holds for c in claims) else 1
 
 

@@ -1,13 +1,6 @@
-r"""One function per gauge claim, each returning a :class:`rmsgauge.Claim` measured in this run.
-
-Every check runs on :class:`gauge.model.GaugeSetup` (the trained QK-norm transformer and
-a held-out Shakespeare batch) in one precision, ``"float64"`` or ``"float32"``.  The
-measured gauge weight is :math:`W` = ``blocks[layer].attn.q_proj.weight``, shape ``(D, D)``
-(``nn.Linear``: :math:`z = x W^\top`).
-
-Claims 1-4 (forward invariance, Euler, Jacobian null space, eps breaking) are here; claims 5-6 (per-row scaling
-and the census) are :mod:`gauge.scope`, and what they all measure with (source statements, tolerances, the query
-path) is :mod:`gauge.measure`.  :data:`CLAIMS` runs all six, in order, in each precision.
+r"""Claims 1-4 of the gauge (forward invariance, Euler, Jacobian null space, eps breaking), one function each,
+measured in one precision on :class:`gauge.model.GaugeSetup`; claims 5-6 are :mod:`gauge.scope`.  :data:`CLAIMS`
+runs all six, in order, in each precision.
 """
 
 from __future__ import annotations
@@ -36,11 +29,7 @@ from gauge.scope import check_census, check_per_row_scaling
 from lm import rms_norm, rms_norm_jacobian
 from rmsgauge import Claim, ClaimGroup, eps_of
 
-Progress = Callable[[str], None] | None
 QUICK_TRAIN_STEPS = 10  # quick runs: enough steps to leave the symmetric initialization
-
-
-# --------------------------------------------------------------------------- 1. forward invariance
 
 
 def _ulps(dev: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
@@ -101,9 +90,6 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
     )
 
 
-# --------------------------------------------------------------------------- 2. Euler radial gradient
-
-
 def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
     r""":math:`\langle g, W\rangle`, its relative size, :math:`\lVert g\rVert`; and :math:`g(cW) = g(W)/c`."""
     cfg, model = setup.config, setup.model(dtype)
@@ -149,9 +135,6 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
             "max_c ||c g(cW) - g(W)||/||g||": vec_err,  # law 0
         },
     )
-
-
-# --------------------------------------------------------------------------- 3. Jacobian null space
 
 
 def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
@@ -218,9 +201,6 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
             "by_eps": eps_rows,
         },
     )
-
-
-# --------------------------------------------------------------------------- 4. eps breaking
 
 
 def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
@@ -293,12 +273,9 @@ def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
     )
 
 
-# --------------------------------------------------------------------------- the group
-
-
 @contextmanager
 def gauge_context(cfg: GaugeConfig | None = None, dtypes: Sequence[str] = ("float64", "float32"), *,
-                  seed: int | None = None, quick: bool = False, progress: Progress = None
+                  seed: int | None = None, quick: bool = False, progress: Callable[[str], None] | None = None
                   ) -> Iterator[list[dict[str, object]]]:
     """The QK-norm model (its plain twin beside it, for the census) that every claim is measured on, once per
     precision in ``dtypes``, side by side.  ``seed`` overrides ``cfg.seed``; ``quick`` trains

@@ -1,38 +1,28 @@
 r"""Closed-form laws of the RMSNorm scale gauge (the formulas the checks compare against).
 
-Notation, per row (one token's one head): :math:`z \in \mathbb{R}^n`, mean square
-:math:`m = \tfrac1n\lVert z\rVert^2`, :math:`\rho_\epsilon = \sqrt{m + \epsilon}`,
-:math:`y = \gamma \odot z/\rho_\epsilon` (Zhang & Sennrich 2019, arXiv:1910.07467).
+Per row (one token's one head): :math:`z \in \mathbb{R}^n`, :math:`m = \tfrac1n\lVert z\rVert^2`,
+:math:`\rho_\epsilon = \sqrt{m + \epsilon}`, :math:`y = \gamma \odot z/\rho_\epsilon` (Zhang & Sennrich 2019,
+arXiv:1910.07467).
 
-**Exact eps breaking.**  For :math:`c > 0`,
+**Exact eps breaking.**  For :math:`c > 0`, :math:`\operatorname{RMSNorm}_\epsilon(cz) = r(c)\,
+\operatorname{RMSNorm}_\epsilon(z)` with
 
-.. math::  \operatorname{RMSNorm}_\epsilon(cz) = r(c)\,\operatorname{RMSNorm}_\epsilon(z),\qquad
-           r(c) = \frac{c\sqrt{m+\epsilon}}{\sqrt{c^2 m + \epsilon}},\qquad
+.. math::  r(c) = \frac{c\sqrt{m+\epsilon}}{\sqrt{c^2 m + \epsilon}},\qquad
            r(c) - 1 = \frac{\epsilon\,(c^2 - 1)}{(c^2 m + \epsilon)\,(1 + r(c))}
+           = \frac{\epsilon}{2m}\Big(1 - \frac{1}{c^2}\Big) + O\!\Big(\frac{\epsilon^2}{c^4 m^2}\Big)
 
-(the last form is free of cancellation), so the deviation of each entry is
-:math:`|r(c) - 1|\,|y_i|`.  To first order in :math:`\epsilon/(c^2 m)` and :math:`\epsilon/m`,
+(the middle form is free of cancellation), so each entry deviates by :math:`|r(c) - 1|\,|y_i|`: small :math:`c`
+breaks the gauge like :math:`\epsilon/(2 c^2 m)`, large :math:`c` saturates at :math:`\approx \epsilon/(2m)`, and the
+rows with the smallest :math:`m` break first.  Proved symbolically in ``proofs/gauge_identities.py``.
 
-.. math::  r(c) - 1 = \frac{\epsilon}{2m}\Big(1 - \frac{1}{c^2}\Big) + O\!\Big(\frac{\epsilon^2}{c^4 m^2}\Big):
+**Exact eps radial gradient.**  :math:`J(z)\,z = \frac{\epsilon}{\rho^3}\,z` (``lm.rms_norm_jacobian``) and
+:math:`z = x W^\top` is linear in :math:`W`, so for any loss :math:`L(y)`, exactly,
+:math:`\langle \nabla_W L, W\rangle = \frac{d}{dc}L(cW)|_{c=1} = \sum_r \frac{\epsilon}{\rho_r^2}\,\langle \partial
+L/\partial y_r, y_r\rangle`: 0 at :math:`\epsilon = 0` (Euler's theorem for the degree-0 homogeneous
+:math:`L(W)`), linear in :math:`\epsilon` to leading order.
 
-small :math:`c` breaks the gauge like :math:`\epsilon/(2 c^2 m)`; large :math:`c` saturates at
-:math:`\sqrt{1+\epsilon/m} - 1 \approx \epsilon/(2m)`.  The rows with the smallest
-:math:`m` break first.  Proved symbolically in ``proofs/gauge_identities.py``.
-
-**Exact eps radial gradient.**  :math:`J(z)\,z = \frac{\epsilon}{\rho^3}\,z` (closed-form Jacobian,
-``lm.rms_norm_jacobian``), and :math:`z = x W^\top` is linear in :math:`W`, so for any loss
-:math:`L(y)`
-
-.. math::  \langle \nabla_W L, W\rangle = \frac{d}{dc}L(cW)\Big|_{c=1}
-           = \sum_{\text{rows } r} \frac{\epsilon}{\rho_r^2}\,\langle \partial L/\partial y_r,\; y_r\rangle,
-
-exactly (the gain :math:`\gamma` is inside :math:`y`).  It is :math:`0` at :math:`\epsilon = 0`
-(Euler's theorem for the degree-0 homogeneous :math:`L(W)`) and linear in :math:`\epsilon`
-to leading order, with slope :math:`\sum_r \langle \partial L/\partial y_r, y_r\rangle / m_r`.
-
-**Degree -1 gradient.**  Differentiating :math:`L(cW) = L(W)` in :math:`W` gives
-:math:`c\,\nabla L(cW) = \nabla L(W)`: the gradient norm scales as :math:`1/\lVert W\rVert`, and
-:math:`\lVert\nabla L\rVert\,\lVert W\rVert` is the scale-free quantity.
+**Degree -1 gradient.**  Differentiating :math:`L(cW) = L(W)` gives :math:`c\,\nabla L(cW) = \nabla L(W)`: the
+gradient norm scales as :math:`1/\lVert W\rVert`, and :math:`\lVert\nabla L\rVert\,\lVert W\rVert` is scale-free.
 """
 
 from __future__ import annotations

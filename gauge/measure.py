@@ -1,13 +1,6 @@
-r"""What every gauge claim measures with: the source's statements, the round-off tolerances, the query path,
-gradients of the frozen model, and the name of the measured tensor.
-
-The claims of ``gauge.checks`` (forward invariance, Euler, Jacobian, eps breaking) and of ``gauge.scope``
-(per-row scaling, census) all use these, so they live apart from both.  The model, the data and the helpers
-that scale a weight in place are :mod:`gauge.model`; the closed-form laws are :mod:`gauge.laws`.
-
-Tolerances all come from :func:`rmsgauge.tolerance` (``eps(dtype)`` times the square
-root of the number of accumulated terms and sequential steps, times a safety factor);
-the helpers below say which sizes each one counts.
+r"""What every gauge claim measures with: the source's statements, the round-off tolerances (each from
+:func:`rmsgauge.tolerance`; the helpers say which sizes they count), the query path, gradients of the frozen model,
+and the name of the measured tensor.
 """
 
 from __future__ import annotations
@@ -35,9 +28,6 @@ SOURCE = {
     "census": "In a pre-normalization block the weight W producing z = xW is followed by an RMSNorm; "
     "its scale is a gauge the loss cannot see.",
 }
-
-
-# --------------------------------------------------------------------------- tolerances
 
 
 def output_tolerance(dtype: str, cfg: GaugeConfig, scale: float) -> Tolerance:
@@ -70,9 +60,6 @@ def jacobian_tolerance(dtype: str, n: int) -> Tolerance:
     return tolerance(dtype, size=n, depth=3)
 
 
-# --------------------------------------------------------------------------- the query path
-
-
 def q_norm_output(x: torch.Tensor, W: torch.Tensor, n_heads: int, eps: float,
                   gain: torch.Tensor | None) -> torch.Tensor:
     """``RMSNorm_eps(x W^T)`` per head: ``x (N, D)``, ``W (..., D, D)`` -> ``(..., N, H, hd)``."""
@@ -95,9 +82,6 @@ def scale_deviation(x: torch.Tensor, W: torch.Tensor, n_heads: int, eps: float, 
         y = q_norm_output(x, Wc, n_heads, eps, gain)  # (c, N, H, hd)
         devs.append((y - ref).abs().flatten(1).amax(dim=1))
     return torch.cat(devs), ref
-
-
-# --------------------------------------------------------------------------- gradients and naming
 
 
 def grad_of(loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -1,21 +1,13 @@
 r"""The "real downstream loss" of the gauge checks: the dense QK-norm transformer on Shakespeare.
 
-A small :class:`lm.dense.DenseTransformer` with per-head QK-norm (``qk_norm_eps = 0``)
-is built from a seed, trained for a handful of AdamW steps in float32 on the
-bundled corpus (so the gradient at the measured point is that of a model that
-has started to learn, not of the symmetric initialization), and then copied to
-float64 with bit-identical weights.  Every gauge check evaluates the next-byte
-cross-entropy
+A small :class:`lm.dense.DenseTransformer` with per-head QK-norm (``qk_norm_eps = 0``) is trained a handful of AdamW
+steps in float32 (so the measured gradient is that of a model that has started to learn, not of the symmetric
+initialization), then copied to float64 with bit-identical weights.  Every check evaluates the next-byte
+cross-entropy on one fixed held-out batch (the validation split, never trained on).
 
-.. math::  L(\theta) = -\frac{1}{BT}\sum_{b,t} \log p_\theta(x_{b,t+1}\mid x_{b,\le t})
-
-on one fixed held-out batch (the validation split, never trained on).
-
-The gauge weight is :math:`W = ` ``blocks[layer].attn.q_proj.weight``, shape
-``(D_out, D_in)``; ``nn.Linear`` computes :math:`z = x W^\top`, so one *row* of
-``W`` is one output neuron and head :math:`h` owns rows
-:math:`[h\,d_h, (h+1)\,d_h)`.  The QK-norm normalizes each head's
-:math:`d_h`-vector separately, so each head's row block is a gauge on its own.
+The gauge weight is :math:`W = ` ``blocks[layer].attn.q_proj.weight``, shape ``(D_out, D_in)``; ``nn.Linear``
+computes :math:`z = x W^\top`, so one *row* of ``W`` is one output neuron and head :math:`h` owns rows
+:math:`[h\,d_h, (h+1)\,d_h)`, a gauge on its own under the per-head QK-norm.
 """
 
 from __future__ import annotations

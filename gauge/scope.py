@@ -1,87 +1,16 @@
 r"""Claims 5 and 6, how far the gauge reaches: one neuron is not a gauge but one head's row block is
 (``gauge.per_row_scaling``), and which whole tensors of the model are gauges (``gauge.census``).
-
-Both scale parts of the model other than all of :math:`W` and judge each change by the loss round-off and the
-radial test, so they share helpers with each other and not with claims 1-4 (``gauge.checks``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from gauge.measure import SOURCE, grad_of, loss_tolerance, measured_tensor, radial_tolerance
 from gauge.model import GaugeSetup, loss_of, scaled
 from rmsgauge import Claim, eps_of, tolerance
-
-# --------------------------------------------------------------------------- 5. per-row scaling
-
-
-@dataclass
-class RowRadials:
-    """Per-row radial gradients of ``W`` (``D`` output neurons, ``H`` heads of ``hd`` rows)."""
-
-    radial: torch.Tensor  # (D,) <g_j, W_j>
-    nonzero: int  # rows whose <g_j, W_j> exceeds its own round-off (relative to ||g_j|| ||W_j||)
-    per_head: torch.Tensor  # (H,) sum over each head's rows: Euler per head says 0
-    first: torch.Tensor  # (H,) the first neuron of each head (an unselected choice)
-    strongest: torch.Tensor  # (H,) the neuron of each head with the largest |<g_j, W_j>|
-    scale: float  # ||g|| ||W||
-
-
-def row_radials(setup: GaugeSetup, dtype: str, loss: Callable[[], torch.Tensor]) -> RowRadials:
-    r"""Step 1 of :func:`check_per_row_scaling`: :math:`\langle g_j, W_j\rangle` per row, and per head."""
-    cfg, W = setup.config, setup.weight(dtype)
-    H, hd = cfg.n_heads, cfg.d_model // cfg.n_heads
-    (g,) = grad_of(loss, [W])
-    radial = (g * W).sum(dim=1)  # (D,)
-    row_scale = g.norm(dim=1) * W.norm(dim=1)  # (D,): each row's own ||g_j|| ||W_j||
-    row_tol = radial_tolerance(dtype, cfg, 1.0).rtol
-    first = torch.arange(H) * hd  # (H,)
-    return RowRadials(radial=radial, nonzero=int((radial.abs() > row_tol * row_scale).sum()),
-                      per_head=radial.view(H, hd).sum(dim=1), first=first,
-                      strongest=radial.view(H, hd).abs().argmax(dim=1) + first, scale=float(g.norm() * W.norm()))
-
-
-def row_loss_changes(setup: GaugeSetup, dtype: str, rr: RowRadials, loss: Callable[[], torch.Tensor],
-                     L0: float) -> dict[str, list[float]]:
-    """Step 2: ``|L(W') - L(W)|`` per scale ``c`` of the census, where ``W'`` scales one neuron (the first and the
-    strongest of each head), one head's row block, or all of ``W`` (each a separate forward pass)."""
-    cfg, W = setup.config, setup.weight(dtype)
-    hd = cfg.d_model // cfg.n_heads
-    out: dict[str, list[float]] = {"first": [], "strongest": [], "head": [], "whole": []}
-    with torch.no_grad():
-        for c in cfg.census_c:
-            for h in range(cfg.n_heads):  # one forward pass per perturbed model: no batched form of this
-                for j, key in ((int(rr.first[h]), "first"), (int(rr.strongest[h]), "strongest")):
-                    with scaled(W, c, rows=slice(j, j + 1)):
-                        out[key].append(abs(float(loss()) - L0))
-                with scaled(W, c, rows=slice(h * hd, (h + 1) * hd)):
-                    out["head"].append(abs(float(loss()) - L0))
-            with scaled(W, c):
-                out["whole"].append(abs(float(loss()) - L0))
-    return out
-
-
-def central_difference_excess(setup: GaugeSetup, dtype: str, rr: RowRadials, loss: Callable[[], torch.Tensor],
-                              L0: float) -> float | None:
-    r"""Step 3 (float64 only): the central difference :math:`dL/dc` of each strongest neuron against
-    :math:`\langle g_j, W_j\rangle`, step :math:`\delta = \epsilon^{1/3}` (truncation :math:`O(\delta^2)` and
-    round-off :math:`O(\epsilon/\delta)` balance); the worst excess over its tolerance (``<= 0`` passes)."""
-    if dtype != "float64":
-        return None
-    W = setup.weight(dtype)
-    delta = eps_of(dtype) ** (1.0 / 3.0)
-    with torch.no_grad():
-        fd = [(float(_scaled_loss(W, 1.0 + delta, j, loss)) - float(_scaled_loss(W, 1.0 - delta, j, loss)))
-              / (2.0 * delta) for j in rr.strongest.tolist()]
-    ref = rr.radial[rr.strongest].double()
-    fd_tol = tolerance(dtype, rtol=delta, atol=loss_tolerance(dtype, setup.config, L0).bound() / delta)
-    return float(((torch.tensor(fd, dtype=torch.float64) - ref).abs() - (fd_tol.atol + fd_tol.rtol * ref.abs())).max())
 
 
 def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
@@ -93,26 +22,57 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
     vanishes (Euler per head).  The loss change is then measured directly for two neurons per head: the
     first row of the head (an unselected choice) and the row with the largest :math:`|\langle g_j, W_j\rangle|`
     (the first-order prediction of the most visible neuron; the verdict uses this one).  In float64 the
-    per-row radial gradient is confirmed by a central difference (:func:`central_difference_excess`).
+    per-row radial gradient is confirmed by a central difference.
     """
-    cfg, model = setup.config, setup.model(dtype)
+    cfg, model, W = setup.config, setup.model(dtype), setup.weight(dtype)
+    H, hd = cfg.n_heads, cfg.d_model // cfg.n_heads
 
     def loss() -> torch.Tensor:
         return loss_of(model, setup.idx, setup.targets)
 
-    rr = row_radials(setup, dtype, loss)
+    def loss_at(c: float, rows: slice | None = None) -> float:
+        with scaled(W, c, rows=rows):
+            return float(loss())
+
+    # 1. the per-row radial gradients <g_j, W_j>, each against its own round-off
+    (g,) = grad_of(loss, [W])
+    radial = (g * W).sum(dim=1)  # (D,)
+    row_scale = g.norm(dim=1) * W.norm(dim=1)  # (D,): each row's own ||g_j|| ||W_j||
+    nonzero = int((radial.abs() > radial_tolerance(dtype, cfg, 1.0).rtol * row_scale).sum())
+    per_head = radial.view(H, hd).sum(dim=1)  # (H,): Euler per head says 0
+    first = torch.arange(H) * hd  # (H,): the first neuron of each head (an unselected choice)
+    strongest = radial.view(H, hd).abs().argmax(dim=1) + first  # (H,): the largest |<g_j, W_j>| of each head
+    scale = float(g.norm() * W.norm())
+    # 2. |L(W') - L(W)| per c, W' scaling one neuron, one head's row block or all of W (one forward each)
+    d: dict[str, list[float]] = {"first": [], "strongest": [], "head": [], "whole": []}
     with torch.no_grad():
         L0 = float(loss())
-    d = row_loss_changes(setup, dtype, rr, loss, L0)
-    fd_excess = central_difference_excess(setup, dtype, rr, loss, L0)
+        for c in cfg.census_c:
+            for h in range(H):
+                for j, key in ((int(first[h]), "first"), (int(strongest[h]), "strongest")):
+                    d[key].append(abs(loss_at(c, slice(j, j + 1)) - L0))
+                d["head"].append(abs(loss_at(c, slice(h * hd, (h + 1) * hd)) - L0))
+            d["whole"].append(abs(loss_at(c) - L0))
+        # 3. float64: the central difference dL/dc of each strongest neuron against <g_j, W_j>, step
+        # delta = eps^(1/3) (truncation O(delta^2) and round-off O(eps/delta) balance); its worst excess over the
+        # tolerance (<= 0 passes)
+        fd_excess = None
+        if dtype == "float64":
+            delta = eps_of(dtype) ** (1.0 / 3.0)
+            fd = [(loss_at(1.0 + delta, slice(j, j + 1)) - loss_at(1.0 - delta, slice(j, j + 1))) / (2.0 * delta)
+                  for j in strongest.tolist()]
+            ref = radial[strongest].double()
+            fd_tol = tolerance(dtype, rtol=delta, atol=loss_tolerance(dtype, cfg, L0).bound() / delta)
+            fd_excess = float(((torch.tensor(fd, dtype=torch.float64) - ref).abs()
+                               - (fd_tol.atol + fd_tol.rtol * ref.abs())).max())
     ltol = loss_tolerance(dtype, cfg, L0).bound()
-    rtol = radial_tolerance(dtype, cfg, rr.scale).bound()
+    rtol = radial_tolerance(dtype, cfg, scale).bound()
     # float64 (the verification precision) must also resolve the neuron's loss change directly; in float32 a
     # weakly used layer's neuron can move L by less than the loss round-off bound, and the scale-free per-row
     # radial test carries the verdict
     visible = min(d["strongest"]) > ltol or dtype != "float64"
     holds = (visible and max(d["head"]) <= ltol and max(d["whole"]) <= ltol
-             and rr.nonzero == cfg.d_model and float(rr.per_head.abs().max()) <= rtol
+             and nonzero == cfg.d_model and float(per_head.abs().max()) <= rtol
              and (fd_excess is None or fd_excess <= 0.0))
     return Claim(
         id="gauge.per_row_scaling",
@@ -133,23 +93,15 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
             "scales_c": list(cfg.census_c),
             "loss": L0,
             "rows": cfg.d_model,
-            "rows_with_nonzero_radial": rr.nonzero,  # <g_j, W_j> != 0 beyond the row's own round-off
-            "|<g_j,W_j>|/(||g|| ||W||)": {"median": float(rr.radial.abs().median()) / rr.scale,
-                                          "max": float(rr.radial.abs().max()) / rr.scale},
-            "max_h |sum_(j in head h) <g_j,W_j>|/(||g|| ||W||)": float(rr.per_head.abs().max()) / rr.scale,
+            "rows_with_nonzero_radial": nonzero,  # <g_j, W_j> != 0 beyond the row's own round-off
+            "|<g_j,W_j>|/(||g|| ||W||)": {"median": float(radial.abs().median()) / scale,
+                                          "max": float(radial.abs().max()) / scale},
+            "max_h |sum_(j in head h) <g_j,W_j>|/(||g|| ||W||)": float(per_head.abs().max()) / scale,
             "|dL| most visible neuron per head, per c": d["strongest"],
             "|dL| first neuron per head, per c": d["first"],
             "central difference excess over tol": fd_excess,  # dL/dc vs <g_j, W_j>; <= 0 passes
         },
     )
-
-
-def _scaled_loss(W: nn.Parameter, c: float, row: int, loss: Callable[[], torch.Tensor]) -> torch.Tensor:
-    with scaled(W, c, rows=slice(row, row + 1)):
-        return loss()
-
-
-# --------------------------------------------------------------------------- 6. census
 
 
 def predicted_gauges(setup: GaugeSetup) -> list[str]:

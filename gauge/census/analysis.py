@@ -1,41 +1,21 @@
 r"""The gauge census of any PyTorch model: which parameter tensors (and which row/column blocks) are scale gauges.
 
-A parameter tensor :math:`W` (or a block :math:`W_I` of its rows or columns) is a *scale gauge* of the loss
-when :math:`L(c\,W_I) = L(W)` for every :math:`c > 0` (van Laarhoven 2017; Hoffer et al. 2018; Li & Arora 2019;
-Wan et al. 2021).  The census decides this numerically, for any ``torch.nn.Module`` and either a closure
-``loss_fn(model) -> scalar`` or an example batch, on a float64 copy (the user's model is never touched):
+A parameter tensor :math:`W` (or a block :math:`W_I` of its rows or columns) is a *scale gauge* of the loss when
+:math:`L(c\,W_I) = L(W)` for every :math:`c > 0` (van Laarhoven 2017; Hoffer et al. 2018; Li & Arora 2019; Wan et
+al. 2021, arXiv:2006.08419; Kosson, Messmer & Jaggi, arXiv:2305.17212, call them scale-invariant groups).  The
+census decides this on a float64 copy (the user's model is never touched), in the mode the user trains in:
 
-1. **The mode the user trains in.**  The copy keeps each module's own ``.training`` flag (``mode="train"`` or
-   ``"eval"`` overrides it): BatchNorm in training mode normalizes each channel over the batch, so each conv filter
-   (or linear row) feeding it is its own gauge and the bias before it is unused; in eval mode it applies running
-   statistics, an affine map, and makes no gauge.  Dropout is off on the copy (a mask commutes with every positive
-   scaling, so it changes no gauge) and every evaluation re-seeds the RNG (:mod:`gauge.census.engine`).
-2. **Screen, then real scalings** (:mod:`gauge.census.search`).  One float64 backward screens every tensor and
-   every aligned row/column block by Euler's theorem (:math:`\langle\nabla_{W_I}L, W_I\rangle = 0` for a gauge
-   block); only what passes is scaled by each :math:`c` in ``scales`` (default :data:`DEFAULT_SCALES`: both sides of
-   1, *no powers of two*, which are exact in floating point and would prove nothing) and compared with the float64
-   round-off bound of the loss from :func:`rmsgauge.tolerance` (``size`` = the largest activation of the forward
-   pass, ``depth`` = the number of module calls in it).  A weight whose bias also feeds a centring norm is a gauge
-   only jointly with its bias (``status == "joint gauge"``, ``joint`` names the bias).  Qwen3-0.6B: 56 gauge
-   tensors in about 4 minutes and 9.2 GB on 2 busy cores (``python -m lm.bench --case census-qwen3``).
-3. **Why.**  Forward hooks on every normalization module (and the norms found in the forward) record which module
-   output each norm reads; the reason names the norm, its mode and the size of each set it normalizes over
-   (:mod:`gauge.census.norms`); weight-normalized tensors name the parametrization.
-4. **eps.**  The exact gauges are found with every norm's eps set to 0 on the copy, wherever the model keeps it
-   (:mod:`gauge.census.sites`; an eps the census cannot place is kept and named); norms that refuse 0 (torch's
-   BatchNorm in training) get :math:`2^{-1022}`, which the variance absorbs bit for bit
-   (:mod:`gauge.census.engine`).  At the model's own eps the census measures the reading norm's output deviation
-   next to the exact eps law of :mod:`gauge.laws`, and the loss deviation (:mod:`gauge.census.eps`).
+1. **Screen, then real scalings** (:mod:`gauge.census.search`): one backward screens every tensor and block by
+   Euler's theorem; only what passes is scaled by each :math:`c` in ``scales`` (no powers of two: exact in floating
+   point, they would prove nothing) and judged by the float64 round-off bound of the loss from
+   :func:`rmsgauge.tolerance` (``size`` = the largest activation, ``depth`` = the number of module calls).
+2. **Why**: hooks record which norm reads each module's output (:mod:`gauge.census.norms`).
+3. **eps**: the exact gauges are found with every norm's eps set to 0 wherever the model keeps it
+   (:mod:`gauge.census.sites`); at the model's own eps the deviation is measured beside the exact eps law of
+   :mod:`gauge.laws` (:mod:`gauge.census.eps`).
 
-Float64 throughout: the copy runs under a torch-function mode that keeps every floating computation in float64,
-because many models (Hugging Face's RMSNorms, eager attention's softmax) upcast to float32 *explicitly*.
-
-Every model the census cannot analyse (no parameters, a loss that fails, is not finite or is random, a model that
-cannot be copied) raises :class:`CensusError`, one line saying why.  ``progress`` receives progress lines (block or
-tensor k of N, elapsed, ETA).
-
-Background: Kosson, Messmer & Jaggi, *Rotational Equilibrium* (arXiv:2305.17212) call such tensors
-scale-invariant groups; Wan et al., *Spherical Motion Dynamics* (arXiv:2006.08419) their weights on the sphere.
+Float64 throughout (:class:`gauge.census.engine.Float64Everywhere`): many models upcast to float32 *explicitly*.
+A model the census cannot analyse raises :class:`CensusError`, one line saying why.
 """
 
 from __future__ import annotations
@@ -57,6 +37,7 @@ from gauge.census.engine import (
     batch_call_error,
     batch_loss_fn,
     finite_or_raise,
+    is_compiled,
 )
 from gauge.census.eps import Probe, eps_losses, eps_report
 from gauge.census.norms import describe, norm_info, weight_norm_reasons
@@ -106,11 +87,10 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     ``.to(torch.float64)``); or pass ``batch`` (``model(**batch)`` / ``model(*batch)`` / ``model(batch)`` whose
     output is a scalar, has ``.loss``, or is a tuple holding the scalar loss).  ``mode``: ``None`` keeps each
     module's ``.training`` flag, ``"train"``/``"eval"`` sets every module's.  ``partition=False`` skips the block
-    search; ``own_eps=False`` the eps-deviation report; ``measure_eps_loss=True`` measures the loss change at the
-    model's eps for every gauge tensor (one forward each) instead of taking it to first order in the measured
-    output change of the norm that reads it (exact to the square of that change, one backward for all).
-    ``inplace=True`` converts ``model`` itself instead of a copy (a caller that hands the model over); otherwise
-    ``model`` and the global RNG are untouched.  ``progress`` receives progress lines (tensor k of N, ETA).
+    search, ``own_eps=False`` the eps report; ``measure_eps_loss=True`` measures its loss change (one forward per
+    gauge tensor) instead of taking it to first order in the reading norm's measured output change.
+    ``inplace=True`` converts ``model`` itself (a caller that hands it over); otherwise ``model`` and the global
+    RNG are untouched.  ``progress`` receives progress lines (tensor k of N, ETA).
     """
     if (loss_fn is None) == (batch is None):
         raise ValueError("census needs exactly one of loss_fn (a closure) or batch (an example batch)")
@@ -121,28 +101,24 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     prev_default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     t0 = time.perf_counter()
+    prog = Progress(progress)
     try:
         with Float64Everywhere():
-            res = _census(model, fn, scales, partition, own_eps and ("measure" if measure_eps_loss else "first"),
-                          seed, mode, Progress(progress), inplace)
+            prog.phase("float64 copy")
+            eng = Engine(model, fn, seed=seed, mode=mode, inplace=inplace)
+            try:
+                res = _census(eng, model, scales, partition, own_eps and ("measure" if measure_eps_loss else "first"),
+                              prog)
+            finally:
+                eng.close()
     finally:
         torch.set_default_dtype(prev_default)
     res.seconds = time.perf_counter() - t0
     return res
 
 
-def _census(model: nn.Module, fn: Callable, scales: tuple[float, ...], partition: bool, own_eps: str | bool,
-            seed: int, mode: str | None, prog: Progress, inplace: bool) -> CensusResult:
-    prog.phase("float64 copy")
-    eng = Engine(model, fn, seed=seed, mode=mode, inplace=inplace)
-    try:
-        return _census_on(eng, model, scales, partition, own_eps, prog)
-    finally:
-        eng.close()
-
-
-def _census_on(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition: bool, own_eps: str | bool,
-               prog: Progress) -> CensusResult:
+def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition: bool, own_eps: str | bool,
+            prog: Progress) -> CensusResult:
     eng.set_eps(zero=True)
     randomized = randomize_zero_tensors(eng)
     prog.phase("capture (one forward) and screen (one backward)")
@@ -163,18 +139,14 @@ def _census_on(eng: Engine, model: nn.Module, scales: tuple[float, ...], partiti
     loss_own = base
     if own_eps:
         loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure")
-    prog.done()
+    prog.phase("done")
     zeroed = {**eng.own_eps, **{s.label: s.eps for s in eng.watch.sites.values()}}
     kept = {f"{n}.{a}" if n else a: v for n, attrs in eng.kept_eps().items() for a, v in attrs.items()}
     return CensusResult(tensors=rows, loss=base, loss_own_eps=loss_own, tolerance=bound,
                         tolerance_terms={"size": cap.size, "depth": cap.depth}, scales=scales,
                         eps_zeroed=zeroed, randomized=randomized, vectorized=bool(eng.vmap_ok),
-                        model=_model_name(model), mode=eng.mode, notes=_notes(eng, cap), eps_kept=kept)
-
-
-def _model_name(model: nn.Module) -> str:
-    inner = model._modules.get("_orig_mod") if type(model).__name__ == "OptimizedModule" else None
-    return f"{type(inner).__name__} (torch.compile'd)" if isinstance(inner, nn.Module) else type(model).__name__
+                        model=f"{type(model._orig_mod).__name__} (torch.compile'd)" if is_compiled(model)
+                        else type(model).__name__, mode=eng.mode, notes=_notes(eng, cap), eps_kept=kept)
 
 
 def _covers(blocks: list[Block], shape: tuple[int, ...]) -> bool:

@@ -17,11 +17,9 @@ from gauge.census.norms import NormInfo, norm_info, rows
 
 @dataclass
 class Capture:
-    """What one forward shows: each norm's first input and output (a norm module, a site the watch found in the
-    forward, keyed by its :attr:`gauge.census.sites.Site.key`, or a module that keeps an eps), which norms read each
-    module's output (same storage: views and reshapes count), which module holds each parameter, the largest
-    activation and the number of module calls (``size`` and ``depth`` of the loss tolerance), the loss, and how many
-    dropout modules were on."""
+    """What one forward shows: each norm's first input and output (keyed by module name, or by
+    :attr:`gauge.census.sites.Site.key`), which norms read each module's output (same storage: views count), which
+    module holds each parameter, ``size`` and ``depth`` of the loss tolerance, the loss, the dropout modules on."""
 
     norm_io: dict[str, tuple[torch.Tensor, torch.Tensor]]
     readers: dict[str, list[str]]
@@ -80,7 +78,8 @@ def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
     for n in [n for n in norm_io if n not in eng.norms and n not in kept]:
         del norm_io[n]  # its eps is a site's (or a norm's inside it): that one is the reader
     infos = {n: norm_info(m) for n, m in eng.norms.items()}
-    infos.update({n: NormInfo("other", type(m).__name__, False, True) for n, m in eng.named(kept).items()})
+    infos.update({n: NormInfo("other", type(m).__name__, False, True) for n, m in eng.model.named_modules()
+                  if n in kept})
     for key, io in sites.items():
         site = eng.watch.sites[key]
         if site.host not in eng.norms:  # inside a recognised norm module, that module is the reader
@@ -150,12 +149,9 @@ class Progress:
         self.t0 = self.t1 = time.perf_counter()
         self.what, self.total, self.k = "", 0, 0
 
-    def _say(self, text: str) -> None:
+    def phase(self, text: str) -> None:
         if self.report is not None:
             self.report(f"census: {text} | elapsed {_hms(time.perf_counter() - self.t0)}")
-
-    def phase(self, text: str) -> None:
-        self._say(text)
 
     def start(self, what: str, total: int) -> None:
         self.what, self.total, self.k, self.t1 = what, total, 0, time.perf_counter()
@@ -166,7 +162,4 @@ class Progress:
             return
         spent = time.perf_counter() - self.t1
         eta = spent / self.k * (self.total - self.k) if self.k else 0.0
-        self._say(f"{self.what} {self.k} of {self.total}{f' ({name})' if name else ''} | ETA {_hms(eta)}")
-
-    def done(self) -> None:
-        self._say("done")
+        self.phase(f"{self.what} {self.k} of {self.total}{f' ({name})' if name else ''} | ETA {_hms(eta)}")

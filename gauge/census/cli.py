@@ -7,16 +7,11 @@
   python -m gauge census --model gauge.census.examples:conv_bn       # conv -> BatchNorm2d, training mode
 
 ``--model``: ``factory(**sets)`` returns ``(model, batch)`` or ``(model, loss_fn)`` where ``loss_fn(model)`` returns
-a scalar loss (called with the float64 copy), or a model with an ``example_batch()`` method; each ``--set KEY=VALUE``
-is a keyword argument of the factory (a key it does not take is refused before it runs).  ``--hf`` builds a
-Hugging Face causal LM (needs the ``hf`` extra: ``pip install -e ".[hf]"``) from a local ``config.json`` folder or
-from a class name with a tiny default config; weights are random unless ``--weights`` names a local file.
-Nothing is ever downloaded (``HF_HUB_OFFLINE=1`` is set before transformers is imported); a ``--hf`` model is
-handed to the census, which converts it to float64 in place (no second copy: a 0.6B model fits in 12 GB).
-
-``--mode train|eval`` runs the copy in that mode (default: the model's own ``.training`` flags; BatchNorm in
-training mode normalizes over the batch and makes each filter feeding it a gauge).  Progress (tensor k of N,
-elapsed, ETA) goes to stderr (``--quiet``: none).
+a scalar loss (called with the float64 copy), or a model with an ``example_batch()`` method; a ``--set`` key the
+factory does not take is refused before it runs.  ``--hf`` builds a Hugging Face causal LM (the ``hf`` extra) from a
+local ``config.json`` folder or from a class name with a tiny default config; weights are random unless
+``--weights`` names a local file.  Nothing is ever downloaded (``HF_HUB_OFFLINE=1``); the census converts a ``--hf``
+model to float64 in place (no second copy: a 0.6B model fits in 12 GB).  Progress goes to stderr.
 
 Exit status 0 when the census ran (whatever it found), 2 on a usage error, 1 when the model cannot be analysed or
 fails (one line saying why, never a traceback).
@@ -104,11 +99,10 @@ def factory_source(spec: str) -> list[str]:
     return files + ([found.cached] if files and found.cached else [])
 
 
-def load_factory(spec: str, overrides: dict[str, Any] | None = None) -> tuple[torch.nn.Module, Any, Any]:
+def load_factory(spec: str, overrides: dict[str, Any]) -> tuple[torch.nn.Module, Any, Any]:
     """``pkg.module:factory`` -> ``(model, batch, loss_fn)`` (one of the last two None); ``overrides``: keyword
     arguments for the factory (``--set``), checked against its signature before it runs."""
     mod_name, attr = _split_spec(spec)
-    overrides = overrides or {}
     try:
         fn = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:

@@ -1,19 +1,10 @@
-r"""The census's float64 copy of a model and the batched evaluation of its loss at candidate weights.
-
-- :class:`Float64Everywhere`: a torch-function mode that keeps every floating computation in float64 (a model's
-  explicit upcast to float32 is a downcast inside a float64 copy and would bury a gauge under float32 round-off),
-  turns dropout off, and lets BatchNorm in training mode run at eps = 0 exactly (see :data:`TINY_EPS`).
-- :func:`float64_copy`: the copy, one tensor at a time (no float32 + float64 double copy of a large model), with
-  legacy ``torch.nn.utils.weight_norm`` modules and ``torch.compile``'d modules handled.
-- :class:`Engine`: the copy in the mode the user trains it, its loss (re-seeded before every evaluation: a random
-  op draws the same values at every candidate, and :class:`gauge.census.sites.EpsWatch` watches it for the norms
-  no module type or name shows), and ``losses``: many candidate values of one or two parameters in
-  one ``torch.func.vmap`` of ``functional_call`` where the model allows it, chunked to a memory budget.
+r"""The census's float64 copy of a model (:func:`float64_copy`, :class:`Float64Everywhere`) and the batched
+evaluation of its loss at candidate weights (:class:`Engine`: one ``torch.func.vmap`` of ``functional_call`` where
+the model allows it, chunked to a memory budget; the RNG re-seeded before every evaluation).
 
 **Dropout.**  A dropout mask multiplies entries by 0 or :math:`1/(1-p)`, which commutes with every positive
 scaling, so the gauges with dropout on (any fixed mask) are the gauges with it off; the census turns it off on the
-copy so that two evaluations compare the same function, while the norms keep the mode the user trains in
-(BatchNorm's batch statistics in training mode; van Laarhoven 2017, Hoffer et al. 2018).
+copy so that two evaluations compare the same function, while the norms keep the mode the user trains in.
 """
 
 from __future__ import annotations
@@ -35,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from gauge.census.norms import eps_attr, is_norm_module
 from gauge.census.sites import EpsWatch, eps_like_attrs
+from rmsgauge.cli import one_line
 
 _LOW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # torch refuses eps = 0 in BatchNorm's training mode; the smallest normal float64 2^-1022 stands in for 0.  The kernel
@@ -145,23 +137,26 @@ def loss_from_output(out: Any) -> torch.Tensor:
                       f"to return its loss; {LOSS_FN_HINT}")
 
 
+def _as_call(batch: Any) -> tuple[tuple, dict, str]:
+    """``batch`` as the model's call: ``model(**batch)`` (dict), ``model(*batch)`` (tuple/list) or ``model(batch)``."""
+    if isinstance(batch, dict):
+        return (), batch, "model(**batch)"
+    if isinstance(batch, (tuple, list)):
+        return tuple(batch), {}, "model(*batch)"
+    return (batch,), {}, "model(batch)"
+
+
 def batch_call_error(model: nn.Module, batch: Any) -> str | None:
     """Why ``model`` cannot be called with ``batch`` the way :func:`batch_loss_fn` calls it (None: it can, or its
     signature does not say), read from the signature before any copy or forward."""
+    args, kwargs, call = _as_call(batch)
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):  # a builtin or wrapped forward: the call itself will tell
         return None
     try:
-        if isinstance(batch, dict):
-            sig.bind(**batch)
-        elif isinstance(batch, (tuple, list)):
-            sig.bind(*batch)
-        else:
-            sig.bind(batch)
+        sig.bind(*args, **kwargs)
     except TypeError as e:
-        call = "model(**batch)" if isinstance(batch, dict) else "model(*batch)" if isinstance(batch, (tuple, list)) \
-            else "model(batch)"
         return f"census(model, batch=...) calls {call} and reads the loss from its output, but " \
                f"{type(model).__name__}.forward does not take this batch ({e}); {LOSS_FN_HINT}"
     return None
@@ -173,14 +168,9 @@ def batch_loss_fn(batch: Any) -> Callable[[nn.Module], torch.Tensor]:
     def to64(x: Any) -> Any:
         return x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
-    if isinstance(batch, dict):
-        b = {k: to64(v) for k, v in batch.items()}
-        return lambda m: loss_from_output(m(**b))
-    if isinstance(batch, (tuple, list)):
-        t = [to64(v) for v in batch]
-        return lambda m: loss_from_output(m(*t))
-    x = to64(batch)
-    return lambda m: loss_from_output(m(x))
+    args, kwargs, _ = _as_call(batch)
+    args, kwargs = tuple(to64(v) for v in args), {k: to64(v) for k, v in kwargs.items()}
+    return lambda m: loss_from_output(m(*args, **kwargs))
 
 
 def is_compiled(m: nn.Module) -> bool:
@@ -192,11 +182,9 @@ def _to64(t: torch.Tensor) -> torch.Tensor:
 
 
 def float64_copy(model: nn.Module, inplace: bool = False) -> nn.Module:
-    """A float64 CPU copy of ``model`` built one tensor at a time (peak: the model plus its float64 copy).
-
-    ``inplace``: convert ``model`` itself (a caller that hands the model over, such as the command line).  Tensor
-    attributes computed from parameters (a legacy ``weight_norm`` module's ``weight``) are detached: the module's
-    hook recomputes them at every forward.  ``torch.compile``'d modules become :class:`Eager` wrappers.
+    """A float64 CPU copy of ``model`` built one tensor at a time (peak: the model plus its float64 copy), or
+    ``model`` itself converted (``inplace``).  Tensor attributes computed from parameters (a legacy ``weight_norm``
+    module's ``weight``) are detached: its hook recomputes them; ``torch.compile``'d modules become :class:`Eager`.
     """
     if inplace:
         out = model.to(device="cpu", dtype=torch.float64)  # tensor by tensor: each old one freed as it goes
@@ -213,7 +201,7 @@ def float64_copy(model: nn.Module, inplace: bool = False) -> nn.Module:
         try:
             out = copy.deepcopy(model, memo)
         except Exception as e:
-            raise CensusError(f"cannot copy the model ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+            raise CensusError(f"cannot copy the model ({type(e).__name__}: {one_line(e)[:200]}); "
                               f"the census never changes the user's model, so it needs copy.deepcopy to work") from e
     if is_compiled(out):
         out = Eager(out._orig_mod)
@@ -287,10 +275,6 @@ class Engine:
         kept = list(self.kept_eps().get(norm, {}).values())
         return (hosted or kept or [None])[0]
 
-    def named(self, names: Any) -> dict[str, nn.Module]:
-        mods = dict(self.model.named_modules())
-        return {n: mods[n] for n in names}
-
     def kept_eps(self) -> dict[str, dict[str, float]]:
         """Module -> ``{attribute: value}`` of the eps-named floats not set to 0: neither a recognised norm's eps
         attribute nor the eps of a site (or recognised norm) inside that module (a block's copy of the eps it hands
@@ -326,7 +310,7 @@ class Engine:
             raise
         except Exception as e:
             raise CensusError(f"the loss failed on the float64 copy ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from e
+                              f"{one_line(e)[:200]})") from e
         if not (isinstance(out, torch.Tensor) and out.numel() == 1):
             raise CensusError("loss_fn must return a scalar tensor")
         return out.reshape(())
@@ -336,16 +320,13 @@ class Engine:
         return self._run(lambda: torch.func.functional_call(
             self.wrap, {"model." + k: v for k, v in swaps.items()}, ()).reshape(()))
 
-    def chunk_for(self, names: Sequence[str]) -> int:
-        per = sum(self.params[n].numel() for n in names) * 8 + ACTIVATION_COPIES * self.act_bytes
-        return max(1, min(VMAP_CHUNK, CANDIDATE_BYTES // max(per, 1)))
-
     def losses(self, names: Sequence[str], make: Callable[[int, int], Sequence[torch.Tensor]], count: int,
                tol: float) -> torch.Tensor:
         """``(count,)`` losses; ``make(lo, hi)`` returns, per name, candidate values ``(hi - lo, *shape)``.
 
         Built and evaluated chunk by chunk (memory: :data:`CANDIDATE_BYTES`), freed as it goes."""
-        chunk = self.chunk_for(names)
+        per = sum(self.params[n].numel() for n in names) * 8 + ACTIVATION_COPIES * self.act_bytes
+        chunk = max(1, min(VMAP_CHUNK, CANDIDATE_BYTES // max(per, 1)))
         out = []
         for lo in range(0, count, chunk):
             vals = make(lo, min(count, lo + chunk))
@@ -375,7 +356,7 @@ class Engine:
             except Exception as e:  # the model runs at its own weights but not at a scaled candidate: say so
                 raise CensusError(f"the loss failed at scaled values of {', '.join(names[:3])}"
                                   f"{', ...' if len(names) > 3 else ''} ({type(e).__name__}: "
-                                  f"{' '.join(str(e).split())[:200]})") from e
+                                  f"{one_line(e)[:200]})") from e
 
 
 def finite_or_raise(value: float, what: str) -> float:

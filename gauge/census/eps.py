@@ -1,24 +1,18 @@
 r"""The census at the model's own eps: measured deviations beside the exact eps law of :mod:`gauge.laws`.
 
-For a normalized set :math:`z \in \mathbb{R}^n` (a row of :func:`gauge.census.norms.rows`: a token's features, a
-group, a channel over the batch), with :math:`m` its mean square (RMSNorm) or variance (centring families),
-:math:`\operatorname{Norm}_\epsilon(cz) - \beta = r(c)\,(\operatorname{Norm}_\epsilon(z) - \beta)`,
-:math:`r(c) = c\sqrt{m+\epsilon}/\sqrt{c^2m+\epsilon}`, so each entry moves by :math:`|r(c)-1|\,|y_i - \beta_i|`.
-:math:`|r(c) - 1|` grows monotonically away from :math:`c = 1` on each side, so the largest deviation over the
-``scales`` is at the smallest or the largest :math:`c`: both are measured.
-
-Cost: the reading norm's input at a scaled weight is the owning module's output recomputed from the module's
-captured input (one small call, checked bit for bit against the forward at :math:`c = 1`; otherwise a forward that
-stops at the norm).  The loss change is :math:`|\langle \partial L/\partial y, y_c - y\rangle|` with the measured
-output change :math:`y_c - y` and one backward at the model's eps for every norm at once: first order in
-:math:`y_c - y`, whose relative size is :math:`|r(c) - 1| \approx \epsilon/m`, so the neglected term is that
-much smaller again (``EpsReport.loss_first_order``; used where the output moves by at most
-:data:`FIRST_ORDER_REL` of its largest entry).  Elsewhere, and for tensors no norm reads (post-norm sublayers,
-weight normalization), the loss is measured at both ends, the tensors of one layer in one vmapped call.
+For a normalized set :math:`z` (a row of :func:`gauge.census.norms.rows`) with :math:`m` its mean square (RMSNorm)
+or variance (centring families),
+:math:`\operatorname{Norm}_\epsilon(cz) - \beta = r(c)\,(\operatorname{Norm}_\epsilon(z) - \beta)` with
+:math:`r(c) = c\sqrt{m+\epsilon}/\sqrt{c^2m+\epsilon}`, monotone on each side of 1: the largest deviation over the
+``scales`` is at the smallest or the largest :math:`c`, and both are measured.  The loss change is
+:math:`|\langle \partial L/\partial y, y_c - y\rangle|` (one backward for every norm), first order in
+:math:`y_c - y`, whose relative size is :math:`\approx \epsilon/m` (used where the output moves by at most
+:data:`FIRST_ORDER_REL` of its largest entry); elsewhere the loss is measured at both ends.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -163,27 +157,19 @@ def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_ow
     """``max |L - L(W)|`` at the model's eps for each ``(param, [scaled values])``; the items of one layer (up to
     :data:`LAYER_GROUP`) in one vmapped call, each candidate swapping one tensor."""
     out: list[float] = []
-    i = 0
-    while i < len(items):
-        j = i + 1
-        while j < len(items) and j - i < LAYER_GROUP and _layer_key(items[j][0]) == _layer_key(items[i][0]):
-            j += 1
-        group = items[i:j]
+    runs = [list(run) for _, run in itertools.groupby(items, key=lambda it: _layer_key(it[0]))]
+    for group in (run[i:i + LAYER_GROUP] for run in runs for i in range(0, len(run), LAYER_GROUP)):
         names = list(dict.fromkeys(n for n, _ in group))
         owner = [k for k, (_, vs) in enumerate(group) for _ in vs]  # candidate -> item
         flat = [v for _, vs in group for v in vs]
 
         def make(lo: int, hi: int, names=names, group=group, owner=owner, flat=flat) -> list[torch.Tensor]:
-            vals = []
-            for n in names:
-                w = eng.params[n].detach()
-                vals.append(torch.stack([flat[k] if group[owner[k]][0] == n else w for k in range(lo, hi)]))
-            return vals
+            return [torch.stack([flat[k] if group[owner[k]][0] == n else eng.params[n].detach() for k in range(lo, hi)])
+                    for n in names]
 
         dl = (eng.losses(names, make, len(flat), bound) - loss_own).abs()
         for k in range(len(group)):
             out.append(float(dl[torch.tensor([o == k for o in owner])].max()))
         if tick is not None:
             tick(len(group), group[-1][0])
-        i = j
     return out

@@ -1,15 +1,11 @@
 r"""Small models for ``python -m gauge census --model gauge.census.examples:FACTORY`` (each returns ``(model, batch)``):
 the project's own models (``dense_qknorm``, ``dense_plain``, ``grt``; random init) and a conv net.
 
-``conv_bn``: the classic case of the scale-invariance literature (van Laarhoven 2017; Hoffer et al. 2018; Li & Arora
-2019; Wan et al. 2021), a conv layer feeding BatchNorm2d, in training mode.  With :math:`z_c = W_c * x + b_c` the
-output channel :math:`c` of the conv (filter :math:`W_c`, bias :math:`b_c`), BatchNorm in training mode computes
-:math:`(z_c - \mu_c)/\sigma_c` with :math:`\mu_c, \sigma_c` the mean and standard deviation of channel :math:`c`
-over the batch and positions.  Scaling one filter, :math:`W_c \to sW_c`: :math:`z_c - \mu_c \to s(W_c * x -
-\overline{W_c * x})` and :math:`\sigma_c \to s\sigma_c` (the bias cancels in :math:`z_c - \mu_c`), so the output is
-unchanged: each filter is its own gauge ("rows: 6 blocks of 1"), and the bias is unused (the batch mean removes
-it).  In eval mode (``conv_bn_eval``) BatchNorm applies its running statistics, an affine map that does not move with
-the weight: no gauge, and the bias is read.
+``conv_bn``: a conv layer feeding BatchNorm2d in training mode, the classic case of the scale-invariance literature.
+With :math:`z_c = W_c * x + b_c`, BatchNorm computes :math:`(z_c - \mu_c)/\sigma_c` over the batch and positions;
+:math:`W_c \to sW_c` scales both :math:`z_c - \mu_c` and :math:`\sigma_c` by :math:`s` (the bias cancels), so each
+filter is its own gauge and the bias is unused.  In eval mode (``conv_bn_eval``) the running statistics make an
+affine map: no gauge, and the bias is read.
 """
 
 from __future__ import annotations
@@ -40,8 +36,8 @@ class ConvBN(nn.Module):
         return F.cross_entropy(self.head(h), y)
 
 
-def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
     return (torch.randn(BATCH, CHANNELS_IN, SIDE, SIDE, generator=gen),
             torch.randint(0, CLASSES, (BATCH,), generator=gen))
 

@@ -69,12 +69,6 @@ def norm_info(m: nn.Module) -> NormInfo:
     return NormInfo("other", name, False, True)
 
 
-def norm_kind(m: nn.Module) -> str:
-    """``rms`` (divides by the root mean square), ``layer`` (centres first) or ``other``."""
-    f = norm_info(m).family
-    return f if f in ("rms", "layer") else "other"
-
-
 def eps_attr(m: nn.Module) -> str | None:
     for a in EPS_ATTRS:
         if hasattr(m, a) and (isinstance(getattr(m, a), float) or (a == "eps" and isinstance(m, nn.RMSNorm))):

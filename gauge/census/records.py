@@ -10,6 +10,7 @@ from typing import Any
 from rmsgauge import json_safe
 
 STATUSES = ("gauge", "partial gauge", "joint gauge", "not a gauge", "unused")
+EPS_FIELDS = ("loss_change", "loss_first_order", "output_change", "output_law", "law_agreement")  # of EpsReport
 
 
 @dataclass
@@ -95,11 +96,7 @@ class CensusResult:
                         "partition": t.partition or (t.joint.split(": ", 1)[-1] if t.joint else ""),
                         "n_blocks": len(t.blocks), "loss_change": t.loss_change, "radial": t.radial, "joint": t.joint,
                         "reason": t.reason, "own_eps": None if e is None else e.eps,
-                        "own_eps_loss_change": None if e is None else e.loss_change,
-                        "own_eps_loss_first_order": None if e is None else e.loss_first_order,
-                        "own_eps_output_change": None if e is None else e.output_change,
-                        "own_eps_output_law": None if e is None else e.output_law,
-                        "own_eps_law_agreement": None if e is None else e.law_agreement,
+                        **{f"own_eps_{k}": None if e is None else getattr(e, k) for k in EPS_FIELDS},
                         "own_eps_break_lo": lo, "own_eps_break_hi": hi})
         return out
 

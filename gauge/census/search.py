@@ -1,24 +1,17 @@
 r"""The census's search: one backward screen for every tensor, real scalings only where the screen leaves a candidate.
 
 **Screen.**  Euler's theorem for the degree-0 homogeneous :math:`c \mapsto L(cW_I)` gives
-:math:`\langle\nabla_{W_I}L, W_I\rangle = 0` for a gauge block.  One float64 backward yields, per tensor and per
-axis (rows, columns), the per-index sums of :math:`g\odot W`, :math:`g^2` and :math:`W^2` (each gradient reduced
-and freed as it arrives: a post-accumulate-grad hook), from which every aligned contiguous block of every divisor
-size is screened at once.  A block is a candidate when :math:`|\langle g_I, W_I\rangle| \le r\,\lVert g_I\rVert
-\lVert W_I\rVert` (:math:`r` the float64 relative tolerance) and the batch reads it,
-:math:`\lVert g_I^\perp\rVert\,\lVert W_I\rVert >` the loss tolerance (the first-order change of a non-radial move
-of relative size 1 is above round-off).  A tensor no block of which passes is decided by the screen alone (a
-nonzero derivative of :math:`c \mapsto L(cW_I)` at 1 proves it is no gauge); a tensor whose gradient is at round-off
-(:math:`\lVert g\rVert\lVert W\rVert \le` tolerance) is checked for "unused" by real scalings and a real move.
+:math:`\langle\nabla_{W_I}L, W_I\rangle = 0` for a gauge block.  One float64 backward yields per tensor and axis
+the per-index sums of :math:`g\odot W`, :math:`g^2` and :math:`W^2`, from which every aligned block of every divisor
+size is screened at once: a candidate has :math:`|\langle g_I, W_I\rangle| \le r\,\lVert g_I\rVert\lVert
+W_I\rVert` and is read by the batch, :math:`\lVert g_I^\perp\rVert\,\lVert W_I\rVert >` the loss tolerance.  A
+nonzero derivative of :math:`c \mapsto L(cW_I)` at 1 proves a block is no gauge, so the screen alone decides the rest.
 
-**Finite law.**  From the finest block size up, the candidates not inside a block already found are scaled
-*together*, block :math:`j` by :math:`c_{(j+k) \bmod C}` in candidate :math:`k = 0..C-1` (every block meets every
-:math:`c` of the ``scales``).  Scalings of distinct gauge blocks compose, so a set of gauges passes exactly; a set
-that fails is bisected (each half checked the same way, down to single blocks), so each block's verdict is its own
-unless non-gauge changes cancel at :math:`C` different ratio patterns, which generic weights do not do.  Blocks
-that cover the whole tensor make it a gauge (their union); otherwise a whole tensor that passes the screen is scaled
-by each :math:`c`.  A ``joint`` target is a weight with its bias (rows of :math:`[W \mid b]`): the census tries it
-where the weight alone has no gauge block (LayerNorm after a biased linear layer).
+**Finite law.**  From the finest size up, the candidates not inside a block already found are scaled *together*,
+block :math:`j` by :math:`c_{(j+k) \bmod C}` in candidate :math:`k = 0..C-1`.  Scalings of distinct gauge blocks
+compose, so a set of gauges passes exactly; a set that fails is bisected down to single blocks, so each verdict is
+the block's own unless non-gauge changes cancel at :math:`C` ratio patterns, which generic weights do not do.  A
+``joint`` target is a weight with its bias (rows of :math:`[W \mid b]`, LayerNorm after a biased linear layer).
 """
 
 from __future__ import annotations

@@ -1,26 +1,19 @@
 r"""Normalizations found in the forward itself, wherever the model keeps their eps.
 
-A normalization module is recognised by its type or its class name (:mod:`gauge.census.norms`), and its eps by the
-attribute it keeps it in.  The same arithmetic also runs where neither shows: a functional norm
-(``F.rms_norm(q, (hd,), eps=1e-5)`` inside an attention module), or a hand-written one in a class of any name
-(``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.e)``).  :class:`EpsWatch`, a torch-function mode the
-engine enters for every evaluation, finds both in the operations themselves:
+A norm module is recognised by its type or class name (:mod:`gauge.census.norms`); the same arithmetic also runs
+where neither shows.  :class:`EpsWatch`, a torch-function mode the engine enters for every evaluation, finds
 
 - **functional norms** (:data:`FUNCTIONAL`): the ``eps`` argument of ``F.rms_norm``, ``F.layer_norm``,
   ``F.group_norm``, ``F.instance_norm``, ``F.batch_norm`` and ``F.normalize``;
-- **hand-written norms**: a statistic of a set (the mean or sum of its squares, centred or not, its variance,
-  standard deviation or vector norm, or that statistic scaled by a constant or square-rooted) plus a positive
-  constant of at most :data:`EPS_MAX`, which then goes under a root or a reciprocal, or divides.  That constant is
-  an eps whether it is a literal, an attribute of any name or a config field.  A larger constant is part of the
-  function, not an eps (a squash's :math:`\lVert x\rVert^2 / (1 + \lVert x\rVert^2)`).
+- **hand-written norms**: a statistic of a set (mean or sum of squares, centred or not, variance, standard deviation
+  or vector norm, possibly scaled or square-rooted) plus a positive constant of at most :data:`EPS_MAX` (a literal,
+  an attribute of any name or a config field), which then goes under a root or a reciprocal, or divides.  A larger
+  constant is part of the function, not an eps (a squash's :math:`\lVert x\rVert^2 / (1 + \lVert x\rVert^2)`).
 
-While ``zero`` is set (the census's exact phase) each such eps is dropped: the functional norm runs with eps = 0
-(BatchNorm's stand-in :math:`2^{-1022}`, see :mod:`gauge.census.engine`), the root or division runs on the
-statistic itself; otherwise (the report at the model's own eps) every operation runs as written.  Every one found
-is a :class:`Site`: the module running it (the innermost one, from forward
-hooks), what it computes, its eps, and its first input, so the census can name it as the normalization that reads
-a weight's output.  An eps-named float attribute of a module that no site accounts for is reported as *kept*
-(:func:`eps_like_attrs`): never silently judged at eps = 0.
+While ``zero`` is set (the exact phase) each such eps is dropped; otherwise every operation runs as written.  Each
+one found is a :class:`Site` (the innermost module running it, what it computes, its eps, its first input), so the
+census can name it as the norm that reads a weight's output.  An eps-named float attribute no site accounts for is
+reported as *kept* (:func:`eps_like_attrs`): never silently judged at eps = 0.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -168,27 +162,21 @@ class EpsWatch(TorchFunctionMode):
     def attach(self, model: nn.Module) -> None:
         for name, m in model.named_modules():
             self._classes[name] = type(m).__name__
-            self._handles.append(m.register_forward_pre_hook(self._enter(name)))
-            self._handles.append(m.register_forward_hook(self._leave(name), always_call=True))
+            self._handles.append(m.register_forward_pre_hook(partial(self._enter, name)))
+            self._handles.append(m.register_forward_hook(partial(self._leave, name), always_call=True))
 
     def detach(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
 
-    def _enter(self, name: str) -> Callable:
-        def hook(mod: nn.Module, args: tuple) -> None:
-            self._stack.append(name)
-            self._count[name] = 0
+    def _enter(self, name: str, mod: nn.Module, args: tuple) -> None:
+        self._stack.append(name)
+        self._count[name] = 0
 
-        return hook
-
-    def _leave(self, name: str) -> Callable:
-        def hook(mod: nn.Module, args: tuple, out: Any) -> None:
-            while self._stack and self._stack.pop() != name:
-                pass
-
-        return hook
+    def _leave(self, name: str, mod: nn.Module, args: tuple, out: Any) -> None:
+        while self._stack and self._stack.pop() != name:
+            pass
 
     def reset(self) -> None:
         """Before every evaluation: no module runs yet (a forward stopped by an exception leaves none behind)."""
