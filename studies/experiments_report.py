@@ -36,9 +36,6 @@ def _grouped(records: list[dict[str, Any]], keep: Any) -> dict[str, list[dict[st
     return out
 
 
-# --------------------------------------------------------------------------------------------------- ablation
-
-
 def ablation_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per variant: mean whole-split bpb over its seeds, seed range, delta against the shipped GRT."""
     groups = _grouped(records, lambda r: r["group"] == "ablation" and r.get("val_bpb_full") is not None)
@@ -94,9 +91,6 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                  "every_variant": {v: {"delta": r["delta"], "seed_range": r["seed_range"]} for v, r in rows.items()}})
 
 
-# -------------------------------------------------------------------------------------------------- stability
-
-
 def stability_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     rows = _grouped(records, lambda r: r["group"] == "stability")
     return {v: sorted(rs, key=lambda r: r["lr"]) for v, rs in rows.items()}
@@ -138,9 +132,6 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
         exact_law="at 12 blocks, width 128: the GRT trains stably over at least one more lr grid point than each "
                   "dense model (with and without norms) and up to at least their largest stable lr",
         source_status="unstated", details={"ranges": ranges, "grad_norm_ratio_last_over_first": ratios})
-
-
-# ----------------------------------------------------------------------------------------- depth / text shape
 
 
 def sweep_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -189,9 +180,6 @@ def space_efficient(records: list[dict[str, Any]]) -> Claim | str:
                                       "grt_bpb": r["grt"]["val_bpb_full"], "dense_bpb": r["dense"]["val_bpb_full"],
                                       "grt_train_s": r["grt"]["wall_s"], "dense_train_s": r["dense"]["wall_s"]}
                  for r in complete})
-
-
-# ------------------------------------------------------------------------------------------------ tuning
 
 
 def _mult_label(point: dict[str, float]) -> str:
@@ -251,9 +239,6 @@ def format_tuning(records: list[dict[str, Any]]) -> list[str]:
 
 
 VERDICTS = (content_adaptive, stable_by_construction, space_efficient)
-
-
-# ------------------------------------------------------------------- the same verdicts, compared fairly
 
 
 def content_adaptive_matched(records: list[dict[str, Any]]) -> Claim | str:
@@ -390,9 +375,6 @@ def committed_claims(root: Path) -> list[Claim]:
 
 CLAIMS = ClaimGroup(checks={"studies.committed": committed_claims}, context=lambda **_: nullcontext(
     [{"root": Path(__file__).resolve().parents[1] / "results" / "grt-experiments"}]))
-
-
-# ------------------------------------------------------------------------------------------------ the tables
 
 
 def _stability_cell(r: dict[str, Any]) -> str:

@@ -1,12 +1,8 @@
 r"""The reference comparison's part of the experiment report: the GRT against the dense QK-norm model matched to it
 in parameters and the one matched to it in training speed, from the records of the grid's ``reference`` group
-(``results/compare-reference/runs.json``; the shipped models are its GRT and parameter-matched finals).
-
-* :func:`format_reference` -- each model's final run (parameters by kind, lr, tokens, speed, bits per byte) and
-  its lr sweep;
-* :func:`reference_claims` -- ``lm.matched_params_bits_per_byte`` (the GRT's sampled validation bits per byte at
-  most the parameter-matched dense model's) and ``lm.matched_widths_match_params`` (:func:`param_match_claim`,
-  which the driver also checks before it trains any run of the group).
+(``results/compare-reference/runs.json``; the shipped models are its GRT and parameter-matched finals): the
+table (:func:`format_reference`) and the two claims (:func:`reference_claims`; the driver checks
+:func:`param_match_claim` before it trains any run of the group).
 """
 
 from __future__ import annotations

@@ -64,13 +64,12 @@ def run(kind: str, rotational: bool, steps: int, corpus: ByteCorpus, seed: int, 
         val = float(np.mean([float(model(*corpus.batch("val", BATCH, MODEL["block_size"], generator=vgen))[1])
                              for _ in range(VAL_BATCHES)]))
     names = [g.name for g in mon.groups]
-    angles = np.array([[h["groups"][n]["angle"] for n in names] for h in mon.history])  # (steps, groups)
-    norms = np.array([[h["groups"][n]["norm"] for n in names] for h in mon.history])
-    pred = mon.history[-1]["groups"][names[0]]["angle_eq"]
+    angles, norms = (np.array([[h["groups"][n][key] for n in names] for h in mon.history])  # (steps, groups)
+                     for key in ("angle", "norm"))
     return {"optimizer": kind, "rotational": rotational, "losses": losses, "val_loss": val, "wall_s": wall,
             "angle_mean": angles.mean(1).tolist(), "angle_min": angles.min(1).tolist(),
-            "angle_max": angles.max(1).tolist(), "norm_mean": norms.mean(1).tolist(), "angle_eq": pred,
-            "summary": mon.summary()}
+            "angle_max": angles.max(1).tolist(), "norm_mean": norms.mean(1).tolist(),
+            "angle_eq": mon.history[-1]["groups"][names[0]]["angle_eq"], "summary": mon.summary()}
 
 
 def table(runs: list[dict], steps: int) -> str:
