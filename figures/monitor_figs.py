@@ -4,7 +4,7 @@ r"""Figures of the equilibrium monitor and the rotational optimizer variants.
   (:mod:`dynamics.rotational`) on the bundled corpus, same tokens and seeds: loss curves and the mean per-step
   angle of the gauge groups with the equilibrium angle of :mod:`dynamics.laws` (Kosson, Messmer & Jaggi,
   arXiv:2305.17212; Wan et al., arXiv:2006.08419).  Reads ``results/rotational/compare.json`` written by
-  ``python tools/rotational_compare.py`` (about 7 minutes on 2 shared cores): the figure is a view of a
+  ``python -m studies.rotational_compare`` (about 7 minutes on 2 shared cores): the figure is a view of a
   committed result, not a rerun.
 """
 
@@ -25,7 +25,7 @@ RESULT = Path(__file__).resolve().parent.parent / "results" / "rotational" / "co
         source="gauge text", claims=(), fast=True)
 def rotational_variants(ctx) -> FigureOutput:
     if not RESULT.is_file():
-        raise FigureUnavailable(f"{RESULT} is missing: run python tools/rotational_compare.py")
+        raise FigureUnavailable(f"{RESULT} is missing: run python -m studies.rotational_compare")
     data = json.loads(RESULT.read_text())
     fig = new_figure(figsize=(10.0, 4.0))
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)

@@ -7,18 +7,13 @@
         --runs-dir runs/compare-reference     # the reference comparison, beside its committed records
 
 ``run`` trains every run of :func:`studies.grid.grid` not yet recorded, ``--jobs`` at a time, each in its own
-process on ``--threads`` CPU threads (``python -m studies.job``), and merges each finished run's record into
-``RESULTS/runs.json`` (plus its training log under ``RESULTS/logs/``) as it lands.  Run folders live under
-``--runs-dir`` (checkpoints: not committed); stop with Ctrl-C (the running jobs checkpoint and stop) and run the
-same command again to continue bit-exactly.  A final run waits until every run of its lr sweep is recorded (a
-sweep whose best lands on an edge first trains one point a half-decade past it); an equal-wall-clock run
-waits for its two runs, then the driver measures their models' speed ratio side by side
-(:func:`studies.speed.probe`, saved in ``RESULTS/speed_probes.json``) and sizes its tokens by it; an
-equal-speed dense model's width is measured the same way before its first run (:func:`studies.speed.matched_width`).
-Every command leaves out the ``reference`` group unless ``--groups`` names it (its records are their own folder's).
-Progress lines give each running job's step and an eta from its own speed since it started.  ``summary`` prints
-the tables and the verdicts of the text's three selling points (:mod:`studies.experiments_report`) from the
-committed records alone.
+process (:mod:`studies.job`), and merges each finished run's record into ``RESULTS/runs.json`` (its log under
+``RESULTS/logs/``).  Run folders (checkpoints, not committed) live under ``--runs-dir``; Ctrl-C checkpoints the
+running jobs, and the same command continues them bit-exactly.  A run that depends on others (a sweep's final,
+an equal-wall-clock or equal-speed match, a tuning slot) waits until they are recorded; a speed match is sized
+by a probe measured here (:mod:`studies.speed`, saved in ``RESULTS/speed_probes.json``).  Every command leaves
+out the ``reference`` group unless ``--groups`` names it.  ``summary`` prints the tables and verdicts
+(:mod:`studies.experiments_report`) from the committed records alone.
 """
 
 from __future__ import annotations
@@ -388,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
                        ("status", "which runs are recorded, unfinished or waiting"),
                        ("summary", "tables and verdicts from the records")):
         p = add_subcommand(sub, name, text)
-        p.add_argument("--grid", default="full", choices=GRIDS, help="full: the issue's grid; tiny: a seconds-long "
+        p.add_argument("--grid", default="full", choices=GRIDS, help="full: the experiment grid; tiny: a seconds-long "
                        "grid of the same shape (tests)")
         p.add_argument("--results", default=DEFAULT_RESULTS, help=f"records, logs, tables (default {DEFAULT_RESULTS})")
         p.add_argument("--runs-dir", default=DEFAULT_RUNS_DIR,

@@ -1,25 +1,16 @@
 r"""Tables and verdicts of the GRT experiment grid, from its records alone (``results/grt-experiments/runs.json``).
 
 The three selling points of the GRT text (``../shared/seeds/001_cfb910613b442095.txt``) as verdicts, each a
-:class:`rmsgauge.Claim` once every run it needs is recorded (before that: "pending", never a verdict):
-
-``studies.content_adaptive`` -- "content-adaptive where it needs to be".  The coupling earns its parameters
-    when the all-coupling-off GRT ends worse than the shipped GRT by more than the seed spread, both at equal
-    tokens (1M) and at equal wall-clock (coupling-off trained for the shipped model's training seconds).
-    Seed spread: the larger of the two variants' seed ranges ``|bpb(seed 0) - bpb(seed 1)|``.
-``studies.stable_by_construction`` -- "stable by construction": the GRT's stable learning-rate range (the lrs
-    of the 7-point grid where a 12-block model trains stably, :data:`studies.job.BLOWUP_FACTOR`) is clearly
-    wider than each dense model's: at least one more grid point, and its largest stable lr at least theirs.
-``studies.space_efficient`` -- "space-efficient by math": at matched parameters the GRT's whole-split bits
-    per byte are at most the dense model's, at every depth measured; the trend of the gap is reported.
-
-Bits per byte are on the **whole validation split** (``val_bpb_full``) unless a column says "sample".
+:class:`rmsgauge.Claim` once every run it needs is recorded (before that a "pending" line, never a verdict):
+``studies.content_adaptive`` (:func:`content_adaptive`), ``studies.stable_by_construction`` and
+``studies.space_efficient``; then the same three compared fairly (:data:`FAIR_VERDICTS`).  Each claim's
+``exact_law`` states its rule.  Bits per byte are on the **whole validation split** (``val_bpb_full``) unless a
+column says "sample".
 """
 
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from contextlib import nullcontext
 from itertools import pairwise
@@ -28,28 +19,26 @@ from typing import Any
 
 from rmsgauge import Claim, ClaimGroup, atomic_write_json
 from studies.grid import STABILITY_LRS, needed_specs
+from studies.reference_report import fmt_cell as _f
 from studies.reference_report import format_reference, reference_claims
-
-SOURCE = "001_cfb910613b442095.txt"
 
 
 def _by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in records}
 
 
-def _f(x: Any, fmt: str = ".4f") -> str:
-    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
-
-
-# --------------------------------------------------------------------------------------------------- ablation
+def _grouped(records: list[dict[str, Any]], keep: Any) -> dict[str, list[dict[str, Any]]]:
+    """``variant -> records`` of the records ``keep(record)`` selects, in record order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if keep(r):
+            out.setdefault(r["variant"], []).append(r)
+    return out
 
 
 def ablation_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per variant: mean whole-split bpb over its seeds, seed range, delta against the shipped GRT."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        if r["group"] == "ablation" and r.get("val_bpb_full") is not None:
-            groups.setdefault(r["variant"], []).append(r)
+    groups = _grouped(records, lambda r: r["group"] == "ablation" and r.get("val_bpb_full") is not None)
     base = groups.get("shipped", [])
     base_mean = statistics.fmean(r["val_bpb_full"] for r in base) if base else None
     rows = []
@@ -102,21 +91,20 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                  "every_variant": {v: {"delta": r["delta"], "seed_range": r["seed_range"]} for v, r in rows.items()}})
 
 
-# -------------------------------------------------------------------------------------------------- stability
-
-
 def stability_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        if r["group"] == "stability":
-            out.setdefault(r["variant"], []).append(r)
-    return {v: sorted(rs, key=lambda r: r["lr"]) for v, rs in out.items()}
+    rows = _grouped(records, lambda r: r["group"] == "stability")
+    return {v: sorted(rs, key=lambda r: r["lr"]) for v, rs in rows.items()}
 
 
 def stable_range(rs: list[dict[str, Any]]) -> dict[str, Any]:
     stable = [r["lr"] for r in rs if r.get("stable")]
     return {"stable_lrs": stable, "n_stable": len(stable), "largest": max(stable) if stable else None,
             "smallest": min(stable) if stable else None}
+
+
+def _wider(g: dict[str, Any], d: dict[str, Any]) -> bool:
+    """The stability rule: at least one more stable grid point, and a largest stable lr at least the other's."""
+    return g["n_stable"] >= d["n_stable"] + 1 and (d["largest"] is None or (g["largest"] or 0) >= d["largest"])
 
 
 def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | None = None) -> Claim | str:
@@ -131,8 +119,7 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
     ranges = {v: stable_range(rs) for v, rs in rows.items()}
     g = ranges["grt"]
     dense = {v: r for v, r in ranges.items() if v != "grt"}
-    wider = all(g["n_stable"] >= d["n_stable"] + 1 and (d["largest"] is None or
-                                                        (g["largest"] or 0) >= d["largest"]) for d in dense.values())
+    wider = all(_wider(g, d) for d in dense.values())
     ratios = {v: {"init": [r.get("grad_ratio_init") for r in rs], "trained": [r.get("grad_ratio_trained") for r in rs]}
               for v, rs in rows.items()}
     return Claim(
@@ -147,15 +134,9 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
         source_status="unstated", details={"ranges": ranges, "grad_norm_ratio_last_over_first": ratios})
 
 
-# ----------------------------------------------------------------------------------------- depth / text shape
-
-
 def sweep_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Each lr sweep's recorded points, by lr."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        if r.get("phase") == "sweep" and r.get("val_bpb_full") is not None:
-            out.setdefault(r["variant"], []).append(r)
+    out = _grouped(records, lambda r: r.get("phase") == "sweep" and r.get("val_bpb_full") is not None)
     return {tag: sorted(pts, key=lambda r: r["lr"]) for tag, pts in out.items()}
 
 
@@ -199,9 +180,6 @@ def space_efficient(records: list[dict[str, Any]]) -> Claim | str:
                                       "grt_bpb": r["grt"]["val_bpb_full"], "dense_bpb": r["dense"]["val_bpb_full"],
                                       "grt_train_s": r["grt"]["wall_s"], "dense_train_s": r["dense"]["wall_s"]}
                  for r in complete})
-
-
-# ------------------------------------------------------------------------------------------------ tuning
 
 
 def _mult_label(point: dict[str, float]) -> str:
@@ -263,9 +241,6 @@ def format_tuning(records: list[dict[str, Any]]) -> list[str]:
 VERDICTS = (content_adaptive, stable_by_construction, space_efficient)
 
 
-# ------------------------------------------------------------------- the same verdicts, compared fairly
-
-
 def content_adaptive_matched(records: list[dict[str, Any]]) -> Claim | str:
     """Coupling off at the shipped model's parameter count (deeper) against the shipped GRT, 2 seeds each."""
     rows = {r["variant"]: r for r in ablation_rows(records)}
@@ -287,14 +262,11 @@ def content_adaptive_matched(records: list[dict[str, Any]]) -> Claim | str:
 
 def stable_by_construction_tuned(records: list[dict[str, Any]], n_lrs: int = len(STABILITY_LRS)) -> Claim | str:
     """The stability verdict's rule on the tuned GRT and the tuned dense QK-norm model."""
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        if r["group"] == "stability_tuned":
-            rows.setdefault(r["variant"], []).append(r)
+    rows = _grouped(records, lambda r: r["group"] == "stability_tuned")
     if set(rows) != {"grt-tuned", "dense-tuned"} or any(len(rs) < n_lrs for rs in rows.values()):
         return f"pending: {sum(len(rs) for rs in rows.values())} of {2 * n_lrs} tuned stability runs recorded"
     g, d = stable_range(rows["grt-tuned"]), stable_range(rows["dense-tuned"])
-    wider = g["n_stable"] >= d["n_stable"] + 1 and (d["largest"] is None or (g["largest"] or 0) >= d["largest"])
+    wider = _wider(g, d)
     return Claim(
         id="studies.stable_by_construction_tuned", statement="rotations make the GRT stable by construction (both "
         "models at their tuned lr multipliers)", stated=None,
@@ -403,9 +375,6 @@ def committed_claims(root: Path) -> list[Claim]:
 
 CLAIMS = ClaimGroup(checks={"studies.committed": committed_claims}, context=lambda **_: nullcontext(
     [{"root": Path(__file__).resolve().parents[1] / "results" / "grt-experiments"}]))
-
-
-# ------------------------------------------------------------------------------------------------ the tables
 
 
 def _stability_cell(r: dict[str, Any]) -> str:

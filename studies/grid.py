@@ -1,49 +1,16 @@
 r"""The GRT experiment grid: which runs test which of the text's three selling points.
 
-Source: ``../shared/seeds/001_cfb910613b442095.txt`` -- the GRT is "content-adaptive where it needs to be"
-(the Clifford coupling), "stable by construction" (rotations; a deep stack is "trainable at all" because of
-normalize-process-gate-add) and "space-efficient by math".  Each is turned into runs here; the verdicts are
-computed from the runs' records in :mod:`studies.experiments_report`.
-
-Four groups (``RunSpec.group``):
-
-* ``ablation`` -- the shipped reference shape (d 128, 4 heads, 2 blocks, d_ff 512, context 64) at lr 3e-3 for
-  1,000,000 tokens, GRT variants that remove or change one choice, and two dense models; seeds 0 and 1.
-  Names ``<variant>-seed<N>``.
-* ``stability`` -- width 128, 4 heads, 12 blocks: the GRT, the dense QK-norm baseline, the dense model with
-  no norms, and the no-norm dense model with zero-initialized residual writes (SkipInit/Fixup style: the fair
-  normalization-free init), over lr 1e-4 ... 1e-1 (7 values), 200 steps each.  Names ``<variant>-lr<value>``.
-* ``text_shape`` -- the text's configuration (d 256, 4 heads of 64, 12 blocks, d_ff 1024, stages 11/1/21) on
-  the byte corpus (vocabulary 256, context 64) and its parameter-matched dense model: a short lr sweep each
-  (``phase="sweep"``), then 3,000,000 tokens at the best sweep lr (``phase="final"``).
-* ``depth`` -- GRT and parameter-matched dense at 4 and 8 blocks (width 128): sweep, then 3M tokens.  The
-  2-block pair is the shipped reference models (3M tokens at their sweep's best lr), measured, not retrained.
-* ``tuning`` -- structure-aware learning rates at the shipped shape, 1M tokens: a coordinate search over each lr
-  group's multiplier (:mod:`studies.tuning`), :data:`TUNING_RUNS` runs for each model (``phase="search"``,
-  names ``tune-<model>-<slot>``), then the best point at seeds 1 and 2 (``phase="tuned"``).  The search's
-  global-lr point is the ablation's seed-0 run of the same model and recipe (:data:`TUNING_BASE`).
-* ``vocab`` -- a real vocabulary: byte-level BPE of :data:`BPE_VOCAB` tokens on the GCIDE corpus (40 MB,
-  :mod:`lm.bpe`; ``python -m lm.bpe install``), the GRT (phase embedding, tied head) against parameter-matched
-  dense (tied head), both with their tuning search's multipliers (``tuned_from``), at two sizes
-  (:data:`BPE_SHAPES`): an lr sweep of 1M tokens, then 3M tokens (2 seeds at the small size).
-* ``long`` -- the small BPE pair, tuned, trained to :data:`LONG_TOKENS_PER_PARAM` tokens per parameter.
-* ``fair_depth`` -- the depth verdict again with both models tuned: 2 / 4 / 8 blocks, an lr sweep of 1M tokens
-  each, then 3M tokens at seeds 0 and 1.
-* ``stability_tuned`` -- the 12-block stability grid for the tuned GRT and the tuned dense QK-norm model.
-* the ablation's ``coupling-off-matched``: coupling off, deepened to the shipped GRT's parameter count (12 blocks:
-  512,164 parameters against 492,550), the content-adaptive verdict's parameter-matched control.
-* ``reference`` -- the reference comparison that made the shipped models: the GRT at the shipped shape, the dense
-  model matched to it in parameters and the dense model matched to it in training speed (its width measured by
-  :func:`studies.speed.matched_width` when the driver first needs it), each a sweep of 250k tokens, then 3M tokens
-  at its best lr.  Its records live in ``results/compare-reference`` (not run without ``--groups reference``).
+Source: ``../shared/seeds/001_cfb910613b442095.txt`` -- the GRT is "content-adaptive where it needs to be",
+"stable by construction" and "space-efficient by math".  The groups (:data:`GROUPS`, ``RunSpec.group``; each
+described in the README's experiment section) turn those into runs; :mod:`studies.experiments_report` computes
+the verdicts from their records.  Run names: ``<variant>-seed<N>`` (ablation), ``<variant>-lr<value>``
+(stability), ``<tag>-sweep-lr<value>`` / ``<tag>-final`` (sweeps), ``tune-<model>-<slot>`` (tuning search).
 
 A final run's lr is ``None`` with ``sweep`` naming its sweep: the driver starts it once every run of that
 sweep is done, at the lr whose sampled validation bits/byte was lowest.  A best on the sweep's edge says only
 that the best lies at or past it, so every sweep widens itself, once: each has two conditional points
 (``widens="down"`` / ``"up"``, one half-decade past either edge), and the one past the edge where the best of
-the other points landed is trained before the final; the other is not needed (:func:`needed_specs`).  The
-text-shape sweeps had been widened by hand once before the rule existed (their constants say how), and the
-GRT's final ran at its best then, 1e-2, still an edge: its rule point, 3e-2, was trained after its final.
+the other points landed is trained before the final; the other is not needed (:func:`needed_specs`).
 """
 
 from __future__ import annotations
@@ -62,7 +29,7 @@ REFERENCE_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads
 TEXT_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 256, "n_heads": 4, "n_blocks": 12, "d_ff": 1024}
 STABILITY_SHAPE = {"vocab_size": 256, "block_size": 64, "d_model": 128, "n_heads": 4, "n_blocks": 12, "d_ff": 512}
 REFERENCE_LR = 3e-3  # the shipped recipe's lr (an interior best of its sweep)
-# the issue's 7 (1e-4 .. 1e-1), and two more: the GRT and the dense QK-norm model were both stable at 1e-1, so
+# 7 values (1e-4 .. 1e-1), and two more: the GRT and the dense QK-norm model were both stable at 1e-1, so
 # within the 7 the verdict could only read "not wider" at the grid's ceiling; 3e-1 and 1 say where each one ends
 STABILITY_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 SWEEP_LRS = (1e-3, 3e-3, 1e-2)

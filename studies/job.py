@@ -131,12 +131,9 @@ def measure(model: torch.nn.Module | None, kind: str, cfg: Any, det: bool = True
         return {"val_bpb_full": None, "gates": None, "neg_det_fraction": None, "neg_det": None}
     corpus = ByteCorpus.load() if corpus is None else corpus
     full = full_split_bpb(model, corpus)
-    if not det:
-        return {"val_bpb_full": full["bpb"], "val_full_bytes": full["bytes_scored"], "gates": gates(model),
-                "neg_det_fraction": None, "neg_det": SWEEP_NO_DET}
-    nd = negative_det_fraction(model, held_out_batch(corpus, int(cfg.block_size))[0])
+    nd = negative_det_fraction(model, held_out_batch(corpus, int(cfg.block_size))[0]) if det else SWEEP_NO_DET
     return {"val_bpb_full": full["bpb"], "val_full_bytes": full["bytes_scored"], "gates": gates(model),
-            "neg_det_fraction": None if nd is None else nd["fraction"], "neg_det": nd}
+            "neg_det_fraction": nd["fraction"] if isinstance(nd, dict) else None, "neg_det": nd}
 
 
 def _imported(spec: dict[str, Any]) -> dict[str, Any]:

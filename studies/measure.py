@@ -30,8 +30,7 @@ JAC_TOKENS = 128
 def held_out_batch(corpus: ByteCorpus, block_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``([8, T], [8, T])`` validation windows and their next bytes: the same draw as
     ``python -m grt_model --claims --trained``."""
-    x, y = corpus.batch("val", HELD_OUT_WINDOWS, block_size, generator=torch.Generator().manual_seed(seed))
-    return x, y
+    return corpus.batch("val", HELD_OUT_WINDOWS, block_size, generator=torch.Generator().manual_seed(seed))
 
 
 def gates(model: nn.Module) -> list[list[float]] | None:
@@ -53,27 +52,20 @@ def negative_det_fraction(model: nn.Module, ids: torch.Tensor) -> dict[str, Any]
     return neg_det(model, ids, JAC_TOKENS)
 
 
-def _block_list(model: nn.Module) -> nn.ModuleList:
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
-        raise ValueError(f"{type(model).__name__} has no .blocks ModuleList: no per-block gradient norms")
-    return blocks
-
-
 def block_grad_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[float]:
     """The L2 norm of the loss gradient over each block's parameters, on inputs ``x [B, T]`` and next bytes
     ``y [B, T]``."""
-    blocks = _block_list(model)
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
+        raise ValueError(f"{type(model).__name__} has no .blocks ModuleList: no per-block gradient norms")
     was = model.training
     model.train()
     try:
         model.zero_grad(set_to_none=True)
         _, loss = model(x, y)
         loss.backward()
-        out = []
-        for blk in blocks:
-            sq = sum(float(p.grad.double().square().sum()) for p in blk.parameters() if p.grad is not None)
-            out.append(math.sqrt(sq))
+        out = [math.sqrt(sum(float(p.grad.double().square().sum()) for p in blk.parameters() if p.grad is not None))
+               for blk in blocks]
         model.zero_grad(set_to_none=True)
         return out
     finally:

@@ -1,12 +1,8 @@
 r"""The reference comparison's part of the experiment report: the GRT against the dense QK-norm model matched to it
 in parameters and the one matched to it in training speed, from the records of the grid's ``reference`` group
-(``results/compare-reference/runs.json``; the shipped models are its GRT and parameter-matched finals).
-
-* :func:`format_reference` -- each model's final run (parameters by kind, lr, tokens, speed, bits per byte) and
-  its lr sweep;
-* :func:`reference_claims` -- ``lm.matched_params_bits_per_byte`` (the GRT's sampled validation bits per byte at
-  most the parameter-matched dense model's) and ``lm.matched_widths_match_params`` (:func:`param_match_claim`,
-  which the driver also checks before it trains any run of the group).
+(``results/compare-reference/runs.json``; the shipped models are its GRT and parameter-matched finals): the
+table (:func:`format_reference`) and the two claims (:func:`reference_claims`; the driver checks
+:func:`param_match_claim` before it trains any run of the group).
 """
 
 from __future__ import annotations
@@ -33,7 +29,8 @@ def reference_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"model": m, **rows[m]} for m in MODELS if m in rows]
 
 
-def _cell(x: Any, fmt: str) -> str:
+def fmt_cell(x: Any, fmt: str = ".4f") -> str:
+    """A table cell: ``-`` for a missing or non-finite number."""
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, fmt)
 
 
@@ -57,15 +54,15 @@ def format_reference(records: list[dict[str, Any]]) -> list[str]:
             row["model"], r["model_config"]["d_model"], *(f"{p.get(k, 0):,}" for k in ("embedding", "attention",
                                                                                     "mixer", "ffn")),
             f"{p.get('norm', 0) + p.get('gate', 0):,}", f"{p['total']:,}", f"{r['lr']:g}", f"{r['tokens']:,}",
-            _cell(r["tok_per_s"], ".0f"), _cell(r.get("val_bpb_full"), ".4f"), _cell(r["val_bpb_sample"], ".4f"),
-            _cell(r["wall_s"], ".0f")))
+            fmt_cell(r["tok_per_s"], ".0f"), fmt_cell(r.get("val_bpb_full")), fmt_cell(r["val_bpb_sample"]),
+            fmt_cell(r["wall_s"], ".0f")))
     lrs = sorted({lr for row in rows for lr in row["sweep"]})
     lines += ["", "   lr sweep, sampled validation bits/byte of each short run (> the lr its final used):",
               "   {:<16}".format("model") + "".join(f"{lr:>10g}" for lr in lrs)]
     for row in rows:
         used = (row["final"] or {}).get("lr")
         lines.append(f"   {row['model']:<16}" + "".join(
-            f"{('>' if lr == used else '') + _cell(row['sweep'].get(lr), '.4f'):>10}" for lr in lrs))
+            f"{('>' if lr == used else '') + fmt_cell(row['sweep'].get(lr)):>10}" for lr in lrs))
     return lines
 
 

@@ -1,23 +1,11 @@
 r"""Two models' training speed measured side by side: the token count of an equal-wall-clock run.
 
-"At equal wall-clock" (``../shared/issues`` 18: coupling off against the shipped GRT) means: the faster model
-trains for as many tokens as it gets through in the seconds the reference model trained,
-
-.. math::  \text{tokens}_\text{fast} = \text{tokens}_\text{ref}\cdot
-           \frac{\text{tok/s}_\text{fast}}{\text{tok/s}_\text{ref}} .
-
-The speed ratio must come from one set of conditions.  Each grid run's own tokens per second (training tokens
-over training seconds) depends on what else shared the cores while it ran: the shipped GRT's first grid run read
-939 tokens/s beside a text-shape run and development work, a later GRT variant with the same kernels 2,850.  A
-ratio of two such figures measures the load, not the models.  :func:`probe` trains both models in one process
-at the grid's thread count, one step each in turn (the order flipped every round, so load drift and cache
-warmth hit both alike), on the same training batch, with the trainer's step (forward, loss, backward, clip,
-AdamW), and takes the ratio of their median step times after a warmup.  The probe is saved with the run it
-sizes (``speed_probes.json`` beside the records; the run's ``wallclock_match`` field), so a resumed run keeps
-its token count.
-
-The reference comparison matches the other way: its wall-clock dense model trains the GRT's tokens at the width
-whose speed equals the GRT's (:func:`matched_width`, probes of the same kind, one per width tried).
+At equal wall-clock the faster model trains as many tokens as it gets through in the reference model's training
+seconds: :math:`\text{tokens}_f = \text{tokens}_\text{ref}\cdot\text{tok/s}_f/\text{tok/s}_\text{ref}`.
+The ratio must come from one set of conditions: a grid run's own tokens/s depends on what else shared the cores
+(the shipped GRT's runs read 939 and 2,850 tokens/s), so :func:`probe` times both models' training steps in one
+process, alternated, and the probe is saved with the run it sizes (a resumed run keeps its token count).
+:func:`matched_width` matches the other way: the dense width whose speed equals the reference model's.
 """
 
 from __future__ import annotations

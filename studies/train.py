@@ -1,11 +1,9 @@
 """python -m studies.train: the training command of :mod:`lm.train` with the equilibrium monitor attached.
 
-The same flags, run folders, checkpoints and resume as ``python -m lm.train`` (which trains without hooks); here
-every run also gets :func:`monitor_hooks`: a gauge census (:func:`gauge.census.census`) of the model on the loop's
-fixed probe batch, then the equilibrium monitor (:mod:`dynamics.monitor`) on the gauges it finds, recording norm
-and per-step angle against the rotational-equilibrium laws every ``gauge_interval`` steps (``equilibrium`` log
-records; the summary's ``lm.gauge_census`` and ``lm.rotational_equilibrium_angle`` claims).  The monitor and the
-census sit above ``lm``, so the command that attaches them lives above them (``lm`` never imports them).
+The same flags, run folders, checkpoints and resume as ``python -m lm.train``; every run also gets
+:func:`monitor_hooks` (``equilibrium`` log records; the summary's ``lm.gauge_census`` and
+``lm.rotational_equilibrium_angle`` claims).  The monitor and the census sit above ``lm``, so the command that
+attaches them lives above them.
 """
 
 from __future__ import annotations
@@ -23,10 +21,9 @@ from lm.trainconfig import TrainConfig
 
 
 def monitor_hooks(cfg: TrainConfig) -> list:
-    """The training command's step hooks (:func:`main`, the comparison's runs): the equilibrium
-    monitor of :mod:`dynamics.monitor` on the gauges :func:`gauge.census.census` finds on the probe batch,
-    recording every ``cfg.gauge_interval`` steps; none when ``gauge_interval`` is 0 or ``probe_gauges`` false.
-    """
+    """The equilibrium monitor of :mod:`dynamics.monitor` on the gauges :func:`gauge.census.census` finds on the
+    loop's probe batch, recording norm and angle every ``cfg.gauge_interval`` steps; none when ``gauge_interval``
+    is 0 or ``probe_gauges`` false."""
     if not (cfg.probe_gauges and cfg.gauge_interval > 0):
         return []
     # one group per tensor (a union of gauges is a gauge): the log stays one record per gauge weight

@@ -116,9 +116,6 @@ def search_trace(groups: Iterable[str], points: list[Point], scores: list[float]
             for i, (p, s, b) in enumerate(zip(points, scores, befores))]
 
 
-# ------------------------------------------------------------------ the driver's view: a slot's point
-
-
 def search_scores(search: str, records: dict[str, dict[str, Any]],
                   specs: list[RunSpec]) -> dict[tuple, float] | None:
     """``point_key -> score`` of a tuning search's recorded runs, its global-lr base run included; ``None`` while

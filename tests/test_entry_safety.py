@@ -416,7 +416,7 @@ CONVERTED = {
     "lm.hf": ("lm.hf", "build_parser"), "lm.reference": ("lm.reference", "build_parser"),
     "gauge": ("gauge.__main__", "build_parser"), "dynamics": ("dynamics.__main__", "build_parser"),
     "proofs": ("proofs.__main__", "build_parser"), "figures": ("figures.__main__", "build_parser"),
-    "rotational_compare": ("tools.rotational_compare", "build_parser"),
+    "studies.rotational_compare": ("studies.rotational_compare", "build_parser"),
     "grt_model": ("grt_model.__main__", "build_parser"), "studies.experiments": ("studies.experiments", "build_parser"),
     "studies.trained": ("studies.trained.__main__", "build_parser"),
     "gauge census": ("gauge.census.cli", "build_parser"),

@@ -5,12 +5,10 @@
     python -m studies.trained --checkpoint RUN/ckpt.pt         # any GRT run of python -m lm.train
     python -m studies.trained --checkpoint G/ckpt.pt --dense-checkpoint D/ckpt.pt --json claims.json
 
-Each claim is measured on the trained model and, beside it, on the same config re-initialized with the run's
-seed (its state before the first step); a dense model, when given, is measured beside the GRT.
-``grt.trained_vs_dense`` compares the two models' bits per byte on the **whole validation split** (computed here,
-every byte scored once; the training log's 16-batch sample is shown beside it) when both runs say what they
-trained on (the shipped models' cards, or a run folder's ``summary.json``).  Exit 0 when every claim holds,
-1 when one fails, 2 for a usage error.
+Each claim is measured on the trained model and on the same config re-initialized with the run's seed; a dense
+model, when given, beside the GRT.  ``grt.trained_vs_dense`` compares the two models' bits per byte on the whole
+validation split when both runs say what they trained on (the shipped models' cards, or a run folder's
+``summary.json``).  Exit 0 when every claim holds, 1 when one fails, 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import torch
 from torch import nn
 
 from rmsgauge import check_output_file, claims_table, run_claims, seed_everything, write_claims_json
-from rmsgauge.cli import make_parser, run_main
+from rmsgauge.cli import check_range, make_parser, run_main
 from studies.trained.measure import JAC_TOKENS
 
 
@@ -107,10 +105,8 @@ def check(args: argparse.Namespace) -> Path | None:
         raise ValueError(f"--json {out} is one of this command's input checkpoints; give another path")
     if not 0 <= args.seed < 2**32:
         raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
-    if not 1 <= args.threads <= 256:
-        raise ValueError(f"--threads must be in [1, 256], got {args.threads}")
-    if not 1 <= args.jac_tokens <= 4096:
-        raise ValueError(f"--jac-tokens must be in [1, 4096], got {args.jac_tokens}")
+    check_range("--threads", args.threads, 1, 256)
+    check_range("--jac-tokens", args.jac_tokens, 1, 4096)
     for flag, path in (("--checkpoint", args.checkpoint), ("--dense-checkpoint", args.dense_checkpoint)):
         if path is not None and not Path(path).is_file():
             raise FileNotFoundError(f"{flag} {path}: no such file")

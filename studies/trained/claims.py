@@ -1,61 +1,10 @@
 r"""The GRT text's claims about a *trained* model, measured: ``run_claims(CLAIMS, grt=, dense=, held_out_ids=)``.
 
-Source: ``../shared/seeds/001_cfb910613b442095.txt``.  Each function takes model objects and a
-``[B, T]`` tensor of held-out token ids (this package never loads checkpoints: :mod:`lm` does, one level
-up) and returns one :class:`rmsgauge.Claim`.  Every measurement runs on a **float64 copy** of the model
-(the model itself trains in float32 and is left untouched); the claims of :data:`CLAIMS` share one cache.
-
-``grt.trained_gates``
-    The text: in block 0 "attention writes at about 0.99 ... the mixer at about 0.97 ... the FFN at about
-    0.79 ... the gates drift across the twelve blocks".  The gates are :math:`g = \sigma(\ell)`.  Verdict on
-    what the text implies, not on its values (its model has 12 blocks at d = 256): every gate in the open
-    interval (0, 1) in float64 (a saturated sigmoid, :math:`g = 1` exactly, has no gradient left), and in
-    block 0 the ordering attention :math:`\ge` mixer :math:`\ge` FFN (attention written most fully, the FFN
-    damped most).
-``grt.trained_ring_radius``
-    The text: "every pair of a token shares one magnitude, so block 0 enters as a near-perfect circle
-    (radius :math:`\approx` 0.79). PearlNorm ... rescales by a single per-token factor read from the pair
-    radii ... its learned per-coordinate gain leaves the radii unequal".  Exact laws (PearlNorm eps = 0): a
-    token :math:`v` enters as a ring of radius :math:`|r_v|`; PearlNorm divides it by :math:`\mu = |r_v|`,
-    so before the gain every pair has radius exactly 1, and after the gain pair :math:`p` has radius
-    :math:`\sqrt{\gamma_{2p}^2\cos^2\theta_p + \gamma_{2p+1}^2\sin^2\theta_p}`, independent of :math:`r_v`.
-``grt.signal_propagation``
-    The text: "a layer can't blow a signal up or collapse it ... Changing a signal's magnitude is left to
-    the scales alone".  The bound the construction gives: one stage maps a pair by
-    :math:`\operatorname{diag}(s_0, s_1) R(\vartheta)` whatever the coupling makes of :math:`\vartheta`, so
-    :math:`\min s\,\lVert x\rVert \le \lVert y\rVert \le \max s\,\lVert x\rVert` per stage, and a cascade's
-    gain :math:`\lVert C(x)\rVert/\lVert x\rVert \in [\prod_s \min s,\ \prod_s \max s]` (min/max over the
-    stage's pairs and both axes), **with or without coupling**.  Its Jacobian obeys the same bound only
-    when the coupling is off (then :math:`J = \prod_s D_s R_s`, whose singular values lie in that interval;
-    a row or column submatrix keeps them inside it by interlacing).  The coupling adds
-    :math:`D R\,(\partial R/\partial\vartheta)\,x\,\nabla\Delta\vartheta^\top` per stage: no bound from the
-    scales.  RadialGELU :math:`y_p = \Phi(r_p)x_p` has value gain :math:`\Phi(r) \in [\tfrac12, 1)` but
-    Jacobian eigenvalues :math:`\Phi(r)` (tangential) and :math:`\Phi(r) + r\varphi(r)` (radial), whose
-    maximum :math:`\Phi(\sqrt2) + \sqrt2\,\varphi(\sqrt2) \approx 1.068` exceeds 1; and the FFN's final
-    truncation :math:`\Pi` (keep the first :math:`d_{model}` coordinates) has a null space, so the FFN has an
-    upper bound :math:`\prod\max s_{expand}\prod\max s_{contract}` but **no lower bound**: it can collapse
-    a signal.  Verdict: every measured projection gain inside its bound, every coupling-off Jacobian
-    inside its bound, the FFN's gain and Jacobian under theirs (float64 round-off from
-    :func:`rmsgauge.tolerance`).  Reported beside it: how far the coupled Jacobians leave the scale bound,
-    each sublayer's and block's RMS gain, and the dense baseline's numbers (no structural bound).
-``grt.head_diversity``
-    The text: "Same plumbing, four different learned behaviors -- so each head ends up attending
-    differently".  Attention maps on the held-out text: the Jensen-Shannon divergence (bits, in [0, 1])
-    between two heads' attention distributions of the same query, averaged over queries; verdict: in every
-    block every pair of heads differs by more than :data:`SE_SIGMAS` standard errors of that mean (taken
-    over the held-out sequences, which are independent windows).  Reported: cosine similarity of the maps,
-    each head's self weight and row entropy (the text's "self-attention filter" and "spreads evenly"),
-    linear CKA (Kornblith et al. 2019, arXiv:1905.00414) between heads' Q, K, V outputs, and cosine
-    similarity of their parameters -- GRT against dense, trained against init.
-``grt.coupled_det_sign_trained``
-    The text: "the projection-level det > 0 guarantee".  With the coupling on, a projection's Jacobian
-    determinant can be negative (``grt.coupled_stage_det``); here: how often it is, on held-out tokens,
-    per projection (each head's Q, K, V, O: :math:`d_{head}\times d_{head}`; the mixer:
-    :math:`d_{model}\times d_{model}`), per block, by ``slogdet``.  Verdict: the text's guarantee holds on
-    real tokens iff no determinant is negative.
-
-The measurements (shapes, vectorization) live in :mod:`studies.trained.measure` and :mod:`studies.trained.signal`;
-here, one function per claim.
+Source: ``../shared/seeds/001_cfb910613b442095.txt`` (each claim's ``statement`` quotes it).  Each function takes
+model objects and a ``[B, T]`` tensor of held-out token ids (checkpoints are loaded one level up, by :mod:`lm`)
+and returns one :class:`rmsgauge.Claim`; every measurement runs on a **float64 copy** (the float32 model is left
+untouched), and the claims of :data:`CLAIMS` share one cache.  Each function's docstring states its law and
+verdict; the measurements live in :mod:`studies.trained.measure` and :mod:`studies.trained.signal`.
 """
 
 from __future__ import annotations
@@ -75,6 +24,7 @@ from studies.trained.measure import (
     JAC_TOKENS,
     check_held_out_ids,
     dense_record,
+    det_sign_rows,
     grt_head_parameters,
     grt_jacobians,
     grt_record,
@@ -92,13 +42,13 @@ STATED_RING_RADIUS = 0.79  # the text: block 0's ring "radius ≈ 0.79, pre-Pear
 SE_SIGMAS = 4.0  # statistical verdicts allow 4 standard errors (as dynamics.checks; two-sided p ~ 6e-5 each)
 
 
-# --------------------------------------------------------------------------- grt.trained_gates
-
-
 def claim_trained_gates(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None, *,
                         grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                         cache: dict | None = None, **_: Any) -> Claim:
-    """Every block's (attention, mixer, FFN) gate in float64 against 0.99 / 0.97 / 0.79 (see module docstring)."""
+    r"""Every block's (attention, mixer, FFN) gate :math:`g = \sigma(\ell)` in float64.  The text's 0.99 / 0.97 /
+    0.79 are its 12-block d = 256 model's, so the verdict is on what they imply: every gate in the open interval
+    (0, 1) (a saturated sigmoid, :math:`g = 1` exactly, has no gradient left), and in block 0 attention
+    :math:`\ge` mixer :math:`\ge` FFN (attention written most fully, the FFN damped most)."""
     g = torch.stack([torch.sigmoid(b.gate_logits.detach().to(torch.float64)) for b in grt.blocks])  # (L, 3)
     in_open = bool(((g > 0) & (g < 1)).all())
     b0 = g[0]
@@ -126,17 +76,10 @@ def claim_trained_gates(grt: GRT, dense: nn.Module | None = None, held_out_ids: 
         measured={"block0": dict(zip(GATE_NAMES, b0.tolist())), "all_in_open_unit_interval": in_open,
                   "block0_ordered": ordered},
         summary="block 0: " + " / ".join(f"{g:.2f}" for g in b0.tolist()),
-        tolerance=None,
-        holds=in_open and ordered,
-        dtype="float64",
+        tolerance=None, holds=in_open and ordered, dtype="float64",
         exact_law="g = sigmoid(logit) in (0, 1); the text implies block 0: g_attn >= g_mixer >= g_ffn "
                   "(attention written most fully, the FFN damped most)",
-        source_status="approximate",
-        details=details,
-    )
-
-
-# --------------------------------------------------------------------------- grt.trained_ring_radius
+        source_status="approximate", details=details)
 
 
 def _spread(r: torch.Tensor) -> torch.Tensor:
@@ -147,7 +90,12 @@ def _spread(r: torch.Tensor) -> torch.Tensor:
 def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None,
                               *, grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                               cache: dict | None = None, **_: Any) -> Claim:
-    """Radius distribution of the held-out tokens' embeddings, and block 0's PearlNorm applied to it."""
+    r"""Radius distribution of the held-out tokens' embeddings, and block 0's PearlNorm applied to it.
+
+    Exact laws (PearlNorm eps = 0): a token :math:`v` enters as a ring of radius :math:`|r_v|`; PearlNorm divides
+    it by :math:`\mu = |r_v|`, so before the gain every pair has radius exactly 1, and after the gain pair
+    :math:`p` has radius :math:`\sqrt{\gamma_{2p}^2\cos^2\theta_p + \gamma_{2p+1}^2\sin^2\theta_p}`,
+    independent of :math:`r_v`: the radii are unequal iff the gain is not uniform."""
     ids = check_held_out_ids(grt, held_out_ids)
     m = grt_record(grt, ids, cache)["model"]
     D, P = m.config.d_model, m.config.pairs
@@ -210,24 +158,32 @@ def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out
                   "ring_spread": ring_err, "spread_after_pearlnorm_min": float(spread_after.min()),
                   "spread_after_pearlnorm_median": float(spread_after.median())},
         summary=f"median radius {radius['median']:.3f}",
-        tolerance=tol.bound(1.0),
-        holds=is_ring and unit_ok and law_ok and unequal,
-        dtype="float64",
+        tolerance=tol.bound(1.0), holds=is_ring and unit_ok and law_ok and unequal, dtype="float64",
         exact_law="ring: r_p = |r_v| for every pair; PearlNorm (eps 0): pair radius 1 before the gain, "
                   "sqrt(g_2p^2 cos^2 θ_p + g_2p+1^2 sin^2 θ_p) after it (independent of r_v); unequal iff the "
                   "gain is not uniform",
-        source_status="approximate",
-        details=details,
-    )
-
-
-# --------------------------------------------------------------------------- grt.signal_propagation
+        source_status="approximate", details=details)
 
 
 def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None,
                              *, grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                              cache: dict | None = None, jac_tokens: int = JAC_TOKENS, **_: Any) -> Claim:
-    """Per block: projection gains and Jacobian singular values against the scale bound (module docstring)."""
+    r"""Per block: projection gains and Jacobian singular values against the bound the scales give.
+
+    One stage maps a pair by :math:`\operatorname{diag}(s_0, s_1) R(\vartheta)` whatever the coupling makes of
+    :math:`\vartheta`, so :math:`\min s\,\lVert x\rVert \le \lVert y\rVert \le \max s\,\lVert x\rVert` per
+    stage, and a cascade's gain :math:`\lVert C(x)\rVert/\lVert x\rVert \in [\prod_s \min s,\ \prod_s \max s]`
+    (min/max over the stage's pairs and both axes), **with or without coupling**.  Its Jacobian obeys the same
+    bound only when the coupling is off (then :math:`J = \prod_s D_s R_s`, whose singular values lie in that
+    interval; a row or column submatrix keeps them inside it by interlacing); the coupling adds
+    :math:`D R\,(\partial R/\partial\vartheta)\,x\,\nabla\Delta\vartheta^\top` per stage: no bound from the
+    scales.  RadialGELU :math:`y_p = \Phi(r_p)x_p` has value gain :math:`\Phi(r) \in [\tfrac12, 1)` but Jacobian
+    eigenvalues :math:`\Phi(r)` (tangential) and :math:`\Phi(r) + r\varphi(r)` (radial), up to
+    :math:`\Phi(\sqrt2) + \sqrt2\,\varphi(\sqrt2) \approx 1.068`; the FFN's final truncation :math:`\Pi` has a
+    null space, so the FFN has an upper bound :math:`\prod\max s_{expand}\prod\max s_{contract}` but **no lower
+    bound**.  Verdict: every projection gain and every coupling-off Jacobian inside its bound, the FFN's gain and
+    Jacobian under theirs (float64 round-off from :func:`rmsgauge.tolerance`).  Reported beside it: how far the
+    coupled Jacobians leave the bound, each sublayer's and block's RMS gain, and the dense baseline's numbers."""
     ids = check_held_out_ids(grt, held_out_ids)
     res = {f"{kind} {state}": (grt_signal if kind == "grt" else dense_signal)(mod, ids, jac_tokens, cache)
            for kind, state, mod in models_by_state(grt, dense, grt_init, dense_init)}
@@ -249,18 +205,12 @@ def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_
                   "per_block (gain [min, max], bound, Jacobian sv [min, max])": summary},
         summary=f"coupled sv/bound {tr['worst_coupled_sv_over_bound']:.3g}",
         tolerance=tolerance(torch.float64, size=grt.config.d_ff, depth=2 * grt.config.ffn_stages + 1).rtol,
-        holds=holds,
-        dtype="float64",
+        holds=holds, dtype="float64",
         exact_law="per cascade: prod_s min s <= ||C(x)||/||x|| <= prod_s max s with or without coupling; Jacobian "
                   "sv in the same interval only with coupling off; RadialGELU: value gain in [1/2, 1), Jacobian "
                   f"eigenvalues up to Phi(√2)+√2 phi(√2) = {radial_gelu_jacobian_max():.6f}; FFN (truncation Π): "
                   "gain in [0, prod max s_expand * prod max s_contract], no lower bound",
-        source_status="approximate",
-        details={"held-out tokens": ids.numel(), "Jacobian tokens": n_jac, **res},
-    )
-
-
-# --------------------------------------------------------------------------- grt.head_diversity
+        source_status="approximate", details={"held-out tokens": ids.numel(), "Jacobian tokens": n_jac, **res})
 
 
 def _head_summary(per_block: list[dict[str, Any]]) -> str:
@@ -275,7 +225,13 @@ def _head_summary(per_block: list[dict[str, Any]]) -> str:
 def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None, *,
                          grt_init: GRT | None = None, dense_init: nn.Module | None = None,
                          cache: dict | None = None, **_: Any) -> Claim:
-    """Pairwise head similarity of attention maps, outputs and parameters on held-out text (module docstring)."""
+    """Pairwise head similarity of attention maps, outputs and parameters on held-out text.
+
+    Verdict: in every block every pair of heads' attention distributions differs, the Jensen-Shannon divergence
+    (bits, in [0, 1]) of the same query averaged over queries exceeding :data:`SE_SIGMAS` standard errors of that
+    mean (over the held-out sequences, independent windows).  Reported: cosine similarity of the maps, each head's
+    self weight and row entropy, linear CKA (Kornblith et al. 2019, arXiv:1905.00414) between heads' Q, K, V
+    outputs, and cosine similarity of their parameters -- GRT against dense, trained against init."""
     ids = check_held_out_ids(grt, held_out_ids)
     res: dict[str, Any] = {}
     for kind, state, mod in models_by_state(grt, dense, grt_init, dense_init):
@@ -305,41 +261,25 @@ def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids:
         id="grt.head_diversity",
         statement="Same plumbing, four different learned behaviors, so each head ends up attending differently "
                   "(head 2 a self-attention filter, head 1 spread evenly).",
-        stated="heads attend differently",
-        measured=measured,
-        summary=_head_summary(tr),
-        tolerance=SE_SIGMAS,
-        holds=holds,
-        dtype="float64",
+        stated="heads attend differently", measured=measured, summary=_head_summary(tr),
+        tolerance=SE_SIGMAS, holds=holds, dtype="float64",
         exact_law=f"per block and head pair: mean over queries of JS(p_h, p_h') in bits > {SE_SIGMAS:g} standard "
                   "errors (over the held-out sequences)",
-        source_status="approximate",
-        details={"held-out": f"{ids.shape[0]} sequences x {ids.shape[1]} tokens", **res},
-    )
-
-
-# --------------------------------------------------------------------------- grt.coupled_det_sign_trained
+        source_status="approximate", details={"held-out": f"{ids.shape[0]} sequences x {ids.shape[1]} tokens", **res})
 
 
 def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
                                    held_out_ids: torch.Tensor | None = None, *, grt_init: GRT | None = None,
                                    dense_init: nn.Module | None = None, cache: dict | None = None,
                                    jac_tokens: int = JAC_TOKENS, **_: Any) -> Claim:
-    """Fraction of (token, head) Jacobians with det < 0, per coupled projection and block (``slogdet``)."""
+    """Fraction of (token, head) Jacobians with det < 0, per coupled projection and block (``slogdet``): each
+    head's Q, K, V, O (``d_head x d_head``) and the mixer (``d_model x d_model``).  With the coupling on a
+    determinant can be negative (``grt.coupled_stage_det``); the text's guarantee holds on real tokens iff none
+    is."""
     ids = check_held_out_ids(grt, held_out_ids)
     res: dict[str, Any] = {}
     for kind, state, mod in models_by_state(grt, None, grt_init, None):
-        jac = grt_jacobians(mod, ids, jac_tokens, cache)
-        per_block = []
-        for js in jac:
-            row = {}
-            for k in COUPLED:
-                sign, logabs = torch.linalg.slogdet(js[k])  # (n, heads)
-                row[k] = {"fraction_negative": float((sign < 0).to(torch.float64).mean()),
-                          "negative": int((sign < 0).sum()), "of": int(sign.numel()),
-                          "log|det| range": [float(logabs.min()), float(logabs.max())]}
-            per_block.append(row)
-        res[f"{kind} {state}"] = per_block
+        res[f"{kind} {state}"] = det_sign_rows(grt_jacobians(mod, ids, jac_tokens, cache))
     tr = res["grt trained"]
     n_neg = sum(r[k]["negative"] for r in tr for k in COUPLED)
     n_all = sum(r[k]["of"] for r in tr for k in COUPLED)
@@ -353,18 +293,11 @@ def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
         stated="det J_projection > 0",
         measured={"negative": n_neg, "of": n_all,
                   "fraction_negative per block": [{k: r[k]["fraction_negative"] for k in COUPLED} for r in tr]},
-        summary=f"{n_neg} of {n_all:,} negative",
-        tolerance=None,
-        holds=n_neg == 0,
-        dtype="float64",
+        summary=f"{n_neg} of {n_all:,} negative", tolerance=None, holds=n_neg == 0, dtype="float64",
         exact_law="coupling off: det = prod s0 s1 > 0 always; coupling on (" + ", ".join(coupled) + "): "
                   "det J = prod_s s0 s1 * det(I + stage coupling term), either sign",
         source_status="approximate",
-        details={"tokens x heads per projection": n_all // max(1, len(tr) * len(COUPLED)), **res},
-    )
-
-
-# --------------------------------------------------------------------------- the group
+        details={"tokens x heads per projection": n_all // max(1, len(tr) * len(COUPLED)), **res})
 
 
 @contextmanager
@@ -388,15 +321,11 @@ CLAIMS = ClaimGroup(context=trained_context, checks={
 
 def trained_vs_dense_claim(grt_card: dict, dense_card: dict, wallclock: dict | None = None) -> Claim:
     r"""``grt.trained_vs_dense``: held-out bits per byte of the shipped GRT against its parameter-matched dense
-    baseline (same corpus split, same 3M tokens in the same order, each at its own interior best lr), read from
-    the two model cards; ``wallclock`` (the record of the reference comparison's wall-clock-matched dense final,
-    when at hand) adds that model.  The text gives no number ("Benchmark results at scale" is
-    a heading without results); its "space-efficient by math" implies the GRT is at least as good as a dense
-    model of equal size, and that is what the verdict tests.  Not a float64 measurement: both numbers come from
-    the float32 training runs' final evaluations.
-
-    Bits per byte on the **whole validation split** (``final_val_bpb_full``: every byte scored once) decide;
-    the training log's 16-batch sample (``final_val_bpb``) is reported beside them."""
+    baseline (same split, same 3M tokens in the same order, each at its own interior best lr), from the two model
+    cards; ``wallclock`` (the reference comparison's wall-clock-matched dense final, when at hand) adds that model.
+    The text gives no number; its "space-efficient by math" implies the GRT is at least as good as a dense model
+    of equal size, and that is the verdict.  Bits per byte on the **whole validation split**
+    (``final_val_bpb_full``) decide when both cards have it; the 16-batch sample (``final_val_bpb``) is beside."""
     full = "final_val_bpb_full" in grt_card and "final_val_bpb_full" in dense_card
     key = "final_val_bpb_full" if full else "final_val_bpb"
     g, d = float(grt_card[key]), float(dense_card[key])

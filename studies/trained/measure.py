@@ -28,8 +28,6 @@ from grt_model.trace import trace_model
 JAC_TOKENS = 128  # held-out tokens whose per-token Jacobians are taken (spread evenly over the batch)
 COUPLED = ("q", "k", "v", "o", "mixer")
 
-# --------------------------------------------------------------------------- Shared helpers
-
 
 def radial_gelu_jacobian_max() -> float:
     r"""Largest eigenvalue of RadialGELU's Jacobian: :math:`\max_r \Phi(r) + r\varphi(r)`, at :math:`r = \sqrt2`
@@ -144,9 +142,6 @@ def ffn_composed(blk: GRTBlock, z: torch.Tensor) -> torch.Tensor:
     return blk.ffn.contract(radial_gelu(h))[..., :D]
 
 
-# ---- One pass over the held-out text per model (cached): what every claim reads
-
-
 def grt_record(model: GRT, ids: torch.Tensor, cache: dict | None = None) -> dict[str, Any]:
     """The float64 copy and its :func:`~grt_model.trace.trace_model` on ``ids [B, T]``."""
 
@@ -203,14 +198,9 @@ def dense_record(model: nn.Module, ids: torch.Tensor, cache: dict | None = None)
 def models_by_state(grt: GRT, dense: nn.Module | None, grt_init: GRT | None, dense_init: nn.Module | None
             ) -> list[tuple[str, str, nn.Module]]:
     """``(kind, state, model)`` for every model given: trained first, then init."""
-    out = [("grt", "trained", grt)]
-    if dense is not None:
-        out.append(("dense", "trained", dense))
-    if grt_init is not None:
-        out.append(("grt", "init", grt_init))
-    if dense_init is not None:
-        out.append(("dense", "init", dense_init))
-    return out
+    given = [("grt", "trained", grt), ("dense", "trained", dense), ("grt", "init", grt_init),
+             ("dense", "init", dense_init)]
+    return [(kind, state, m) for kind, state, m in given if m is not None]
 
 
 def check_held_out_ids(grt: GRT, ids: torch.Tensor) -> torch.Tensor:
@@ -224,9 +214,6 @@ def check_held_out_ids(grt: GRT, ids: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-# --------------------------------------------------------------------------- grt.signal_propagation
-
-
 def projection_inputs(blk: GRTBlock, bt) -> dict[str, tuple[RotationCascade, torch.Tensor]]:
     """Each cascade of a block with its held-out input ``[N, Hin*w]`` (from the block's trace ``bt``)."""
     D = bt.attn_in.shape[-1]
@@ -237,14 +224,6 @@ def projection_inputs(blk: GRTBlock, bt) -> dict[str, tuple[RotationCascade, tor
         "ffn_expand": (blk.ffn.expand, F.pad(bt.ffn_in, (0, blk.ffn.d_ff - D)).reshape(-1, blk.ffn.d_ff)),
         "ffn_contract": (blk.ffn.contract, bt.gelu_out.reshape(-1, blk.ffn.d_ff)),
     }
-
-
-def coupled_projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int = JAC_TOKENS,
-                                 cache: dict | None = None) -> list[dict[str, torch.Tensor]]:
-    """Per block: the per-head Jacobians ``[n, heads, w, w]`` of the projections in :data:`COUPLED` (Q, K, V, O,
-    mixer) at ``n`` held-out tokens -- the determinant-sign measurement alone, without the FFN's ``D x D``
-    Jacobians that :func:`grt_jacobians` adds for signal propagation."""
-    return _projection_jacobians(model, ids, jac_tokens, cache, ("qkv", "o", "mixer"), ffn=False)
 
 
 def _projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | None,
@@ -269,18 +248,29 @@ def _projection_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache:
     return out
 
 
-def negative_det_fraction(model: GRT, ids: torch.Tensor, jac_tokens: int = JAC_TOKENS) -> dict[str, Any]:
-    """The fraction of (token, head) Jacobians of the coupled projections with det < 0 (``slogdet``, float64),
-    over every block: ``{"fraction", "negative", "of", "per_block": [{projection: fraction}]}``."""
-    per_block, neg, of = [], 0, 0
-    for js in coupled_projection_jacobians(model, ids, jac_tokens):
+def det_sign_rows(jacobians: list[dict[str, torch.Tensor]]) -> list[dict[str, dict[str, Any]]]:
+    """Per block and projection of :data:`COUPLED`: how many of its (token, head) Jacobians have det < 0, by
+    ``slogdet``, and the range of log|det|."""
+    out = []
+    for js in jacobians:
         row = {}
         for k in COUPLED:
-            sign = torch.linalg.slogdet(js[k])[0]  # (n, heads)
-            row[k] = float((sign < 0).to(torch.float64).mean())
-            neg, of = neg + int((sign < 0).sum()), of + int(sign.numel())
-        per_block.append(row)
-    return {"fraction": neg / max(1, of), "negative": neg, "of": of, "per_block": per_block}
+            sign, logabs = torch.linalg.slogdet(js[k])  # (n, heads)
+            row[k] = {"fraction_negative": float((sign < 0).to(torch.float64).mean()),
+                      "negative": int((sign < 0).sum()), "of": int(sign.numel()),
+                      "log|det| range": [float(logabs.min()), float(logabs.max())]}
+        out.append(row)
+    return out
+
+
+def negative_det_fraction(model: GRT, ids: torch.Tensor, jac_tokens: int = JAC_TOKENS) -> dict[str, Any]:
+    """The fraction of (token, head) Jacobians of the coupled projections with det < 0 (float64), over every
+    block, without the FFN Jacobians of :func:`grt_jacobians`: ``{"fraction", "negative", "of", "per_block":
+    [{projection: fraction}]}``."""
+    rows = det_sign_rows(_projection_jacobians(model, ids, jac_tokens, None, ("qkv", "o", "mixer"), ffn=False))
+    neg, of = (sum(r[k][n] for r in rows for k in COUPLED) for n in ("negative", "of"))
+    return {"fraction": neg / max(1, of), "negative": neg, "of": of,
+            "per_block": [{k: r[k]["fraction_negative"] for k in COUPLED} for r in rows]}
 
 
 def split_qkv(t: torch.Tensor, n_heads: int) -> dict[str, torch.Tensor]:
@@ -298,9 +288,6 @@ def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | 
         return _projection_jacobians(model, ids, jac_tokens, cache, names, ffn=True)
 
     return memo(cache, ("grt_jac", id(model), jac_tokens), run)
-
-
-# --------------------------------------------------------------------------- grt.head_diversity
 
 
 def pairwise_js_bits(w: torch.Tensor) -> torch.Tensor:

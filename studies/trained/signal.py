@@ -1,10 +1,5 @@
-r"""The signal-propagation measurements behind ``grt.signal_propagation`` (:mod:`studies.trained.claims`): per
-block, each projection's gains and Jacobian singular values against the bound its scales give, the FFN
-sublayer's against its upper bounds, and the RMS gains of sublayers and blocks, for the GRT and the dense
-baseline.  The laws are stated in :mod:`studies.trained.claims`; the traced passes, Jacobians and bounds these
-read come from :mod:`studies.trained.measure`.
-
-Shapes inline: ``N`` held-out tokens, ``n`` Jacobian tokens, ``D`` width, ``H`` heads.
+r"""The measurements behind ``grt.signal_propagation`` for the GRT and the dense baseline (the laws:
+:func:`studies.trained.claims.claim_signal_propagation`).  Shapes: ``N`` held-out tokens, ``n`` Jacobian tokens.
 """
 
 from __future__ import annotations

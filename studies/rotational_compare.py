@@ -1,6 +1,6 @@
 """Base optimizer vs its rotational variant on the bundled corpus (same tokens, same seeds, float32, CPU).
 
-    python tools/rotational_compare.py [--steps 300] [--out-dir results/rotational] [--threads 1]
+    python -m studies.rotational_compare [--steps 300] [--out-dir results/rotational] [--threads 1]
 
 A small dense QK-norm transformer (lm.dense, per-head RMSNorm on q and k, eps = 0: the q_proj/k_proj row
 blocks are exact gauges, found by gauge.census on the float64 copy before training) is trained from the same
@@ -29,22 +29,18 @@ from rmsgauge.corpus import ByteCorpus
 
 MODEL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "block_size": 64}
 BATCH = 16
-SETTINGS = {  # (label, base factory, rotational factory): the usual small-model hyperparameters
+SETTINGS = {  # the usual small-model hyperparameters
     "adamw": {"lr": 3e-3, "weight_decay": 0.1, "betas": (0.9, 0.95)},
     "sgdm": {"lr": 0.05, "weight_decay": 0.01, "momentum": 0.9},
 }
+# kind -> (base optimizer, rotational variant), each called with the same hyperparameters
+OPTIMIZERS = {"adamw": (torch.optim.AdamW, rotational_adamw), "sgdm": (torch.optim.SGD, rotational_sgd)}
 VAL_BATCHES = 8
 
 
 def make(kind: str, rotational: bool, model: torch.nn.Module, gauges):
-    s = SETTINGS[kind]
-    if kind == "adamw":
-        if rotational:
-            return rotational_adamw(model, gauges, lr=s["lr"], betas=s["betas"], weight_decay=s["weight_decay"])
-        return torch.optim.AdamW(model.parameters(), lr=s["lr"], betas=s["betas"], weight_decay=s["weight_decay"])
-    if rotational:
-        return rotational_sgd(model, gauges, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"])
-    return torch.optim.SGD(model.parameters(), lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"])
+    base, rot = OPTIMIZERS[kind]
+    return rot(model, gauges, **SETTINGS[kind]) if rotational else base(model.parameters(), **SETTINGS[kind])
 
 
 def run(kind: str, rotational: bool, steps: int, corpus: ByteCorpus, seed: int, gauges) -> dict:
@@ -68,13 +64,12 @@ def run(kind: str, rotational: bool, steps: int, corpus: ByteCorpus, seed: int, 
         val = float(np.mean([float(model(*corpus.batch("val", BATCH, MODEL["block_size"], generator=vgen))[1])
                              for _ in range(VAL_BATCHES)]))
     names = [g.name for g in mon.groups]
-    angles = np.array([[h["groups"][n]["angle"] for n in names] for h in mon.history])  # (steps, groups)
-    norms = np.array([[h["groups"][n]["norm"] for n in names] for h in mon.history])
-    pred = mon.history[-1]["groups"][names[0]]["angle_eq"]
+    angles, norms = (np.array([[h["groups"][n][key] for n in names] for h in mon.history])  # (steps, groups)
+                     for key in ("angle", "norm"))
     return {"optimizer": kind, "rotational": rotational, "losses": losses, "val_loss": val, "wall_s": wall,
             "angle_mean": angles.mean(1).tolist(), "angle_min": angles.min(1).tolist(),
-            "angle_max": angles.max(1).tolist(), "norm_mean": norms.mean(1).tolist(), "angle_eq": pred,
-            "summary": mon.summary()}
+            "angle_max": angles.max(1).tolist(), "norm_mean": norms.mean(1).tolist(),
+            "angle_eq": mon.history[-1]["groups"][names[0]]["angle_eq"], "summary": mon.summary()}
 
 
 def table(runs: list[dict], steps: int) -> str:
@@ -116,7 +111,7 @@ def plot(runs: list[dict], path: Path) -> None:
 
 
 def build_parser():
-    ap = make_parser("python tools/rotational_compare.py", __doc__)
+    ap = make_parser("python -m studies.rotational_compare", __doc__)
     ap.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
     ap.add_argument("--out-dir", default="results/rotational", help="output folder (default results/rotational)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
