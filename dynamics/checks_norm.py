@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import dynamics.adamw_window as aw
 import dynamics.laws as laws
 from dynamics.context import (
     SE_SIGMAS,
@@ -200,7 +201,7 @@ def noise_norm_row(tr: Trace, info: dict[str, Any]) -> dict[str, Any]:
     x_bar = float(x_rep.mean())
     if c.optimizer == "adamw":
         nu = float(tr.nu[w].mean()) / tr.x.shape[1]  # nu is for the whole weight: per replica
-        pred = float(laws.fixed_point_adamw(c.lr, c.d, c.betas[0], nu))
+        pred = float(aw.fixed_point_adamw(c.lr, c.d, c.betas[0], nu))
         first = c.lr**2 * info["n"] / (2 * c.d)
         first_name = "Kosson lr*C/(2 wd)"
     else:

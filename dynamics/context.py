@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+import dynamics.adamw_window as aw
 import dynamics.laws as laws
 from dynamics.problems import NoiseToy, QKNormProblem, RegressionToy
 from dynamics.simulate import OptimConfig, Progress, Trace, run
@@ -224,7 +225,7 @@ class Context:
 def predicted_noise_equilibrium(cfg: OptimConfig, n: int) -> float:
     """Predicted squared norm for the noise toy (E G^2 = n - 1; Adam: nu = n)."""
     if cfg.optimizer == "adamw":
-        return float(laws.fixed_point_adamw(cfg.lr, cfg.d, cfg.betas[0], n))
+        return float(aw.fixed_point_adamw(cfg.lr, cfg.d, cfg.betas[0], n))
     if cfg.decay == "l2":
         return float(laws.fixed_point_l2(cfg.lr, cfg.wd, n - 1.0, cfg.mu))
     return float(laws.fixed_point_sgd(cfg.lr, cfg.d, n - 1.0, cfg.mu))

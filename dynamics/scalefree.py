@@ -19,9 +19,9 @@ per e-fold, for every optimizer here, whatever its momentum.
 * **AdamW**: :math:`u = \hat m/(\sqrt{\hat v}+\epsilon)`, an EMA of :math:`\tilde g = g/\sqrt{\hat v}` whose
   entries have unit mean square once :math:`\hat v` tracks :math:`g^2` (:math:`\mathbb E\lVert\tilde g\rVert^2 = C`,
   the entry count): :math:`\nu = C(1-\beta_1)/(1+\beta_1)`, :math:`r_k = \beta_1^k`, :math:`A = \beta_1/(1-q\beta_1)`.
-  This is :func:`dynamics.laws.fixed_point_adamw` and :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1q)` in the
+  This is :func:`dynamics.adamw_window.fixed_point_adamw` and :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1q)` in the
   :math:`\beta_2 \to 1` limit; the finite window's terms and the transient are in
-  :func:`dynamics.laws.adamw_update_moments` and :func:`dynamics.laws.adamw_transient`.
+  :func:`dynamics.adamw_window.adamw_update_moments` and :func:`dynamics.adamw_window.adamw_transient`.
 * **Lion** (Chen et al., arXiv:2302.06675): :math:`u_t = \operatorname{sign}(c_t)`,
   :math:`c_t = \beta_1 m_{t-1} + (1-\beta_1)g_t`, :math:`m_t = \beta_2 m_{t-1} + (1-\beta_2) g_t`: every entry is
   :math:`\pm1`, so :math:`\nu = C` exactly.  Each entry of :math:`c` is Gaussian for Gaussian gradient noise, with
