@@ -106,11 +106,6 @@ class HeavyBall:
         r"""Squared-norm fixed point :math:`X^* = \sqrt{G^2 v_0}` (``G2`` may be an array)."""
         return np.sqrt(np.asarray(G2, dtype=np.float64) * self._v()[0])
 
-    def fixed_state(self, G2: float) -> np.ndarray:
-        """``(X*, Y*, Z*)`` at the fixed point."""
-        x = float(self.fixed_point(G2))
-        return self._v() * (G2 / x)
-
     def equilibrium_cos(self) -> float:
         r""":math:`\cos\varphi^* = q - \eta\langle W,u\rangle^*/X^*` (independent of :math:`G`)."""
         v = self._v()

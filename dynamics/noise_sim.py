@@ -35,11 +35,6 @@ class NoiseRun:
     uu: np.ndarray  # ||u_t||^2
     n: int  # entries per group
 
-    @property
-    def cos(self) -> np.ndarray:
-        """:math:`\\langle W_t, W_{t+1}\\rangle/(\\lVert W_t\\rVert\\lVert W_{t+1}\\rVert)` per step and group."""
-        return self.ww / np.sqrt(self.x[:-1] * self.x[1:])
-
     def mean_x(self) -> np.ndarray:
         """Replica-mean squared norm ``(T+1,)``."""
         return self.x.mean(axis=1)

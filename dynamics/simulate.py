@@ -80,9 +80,6 @@ class OptimConfig:
         extra = {"sgd": "", "sgdm": f", mu={self.momentum:g}", "adamw": f", betas=({b1:g},{b2:g})"}
         return f"{self.optimizer}/{self.decay} lr={self.lr:g} wd={self.wd:g}{extra[self.optimizer]}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def replace(self, **kw: Any) -> OptimConfig:
         return OptimConfig(**{**asdict(self), **kw})
 
@@ -124,18 +121,16 @@ class Stepper:
         st = self.opt.state[p]
         if cfg.optimizer == "sgdm":
             return st["momentum_buffer"].detach().double()
-        b1, b2 = cfg.betas
+        return st["exp_avg"].detach().double() / (1.0 - cfg.betas[0] ** float(st["step"])) / self._adam_denom()
+
+    def _adam_denom(self) -> torch.Tensor:
+        st = self.opt.state[self.p]
         t = float(st["step"])
-        m = st["exp_avg"].detach().double() / (1.0 - b1**t)
-        denom = st["exp_avg_sq"].detach().double().sqrt() / math.sqrt(1.0 - b2**t) + cfg.eps
-        return m / denom
+        return st["exp_avg_sq"].detach().double().sqrt() / math.sqrt(1.0 - self.cfg.betas[1] ** t) + self.cfg.eps
 
     def adam_nu(self) -> float:
         """:math:`\\lVert g/(\\sqrt{\\hat v}+\\epsilon)\\rVert^2` at the current step (AdamW only)."""
-        st = self.opt.state[self.p]
-        b2 = self.cfg.betas[1]
-        denom = st["exp_avg_sq"].detach().double().sqrt() / math.sqrt(1.0 - b2 ** float(st["step"])) + self.cfg.eps
-        return float((self.p.grad.detach().double() / denom).pow(2).sum())
+        return float((self.p.grad.detach().double() / self._adam_denom()).pow(2).sum())
 
 
 @dataclass
@@ -190,9 +185,6 @@ class Trace:
             "zero_radial": np.abs(self.x_next - zero_radial) / self.x_next,
             "first_order": np.abs(self.x_next - first) / self.x_next,
         }
-
-    def summary(self) -> dict[str, Any]:
-        return {"problem": self.problem, "optimizer": self.cfg.label(), "dtype": self.dtype, "steps": self.steps}
 
 
 Progress = Callable[[str], None]
