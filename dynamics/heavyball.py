@@ -26,6 +26,7 @@ across steps) the second moments :math:`s_t = (X, Y, Z) = (\lVert W_t\rVert^2, \
   :math:`\sqrt\mu` and the norm rings in :math:`-2/\ln\mu` steps per e-fold (19 at 0.9).
 * **Steps to equilibrium** (:meth:`HeavyBall.steps_to_equilibrium`): the map iterated from the start state (a fresh
   optimizer has :math:`Y = Z = 0`), which keeps its nonlinearity far from :math:`X^*`.
+"""
 
 from __future__ import annotations
 
