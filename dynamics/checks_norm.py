@@ -262,7 +262,7 @@ def _phase_fixed_points(ctx: Context) -> dict[str, dict[str, Any]]:
         grid = list(D.phase_grid)
     rows = {}
     for decay, lr, wd in grid:
-        ctx.log(f"phase toy fixed point: sgd/{decay} lr={lr:g} wd={wd:g}")
+        ctx.progress(f"phase toy fixed point: sgd/{decay} lr={lr:g} wd={wd:g}")
         rows[f"sgd/{decay} lr={lr:g} wd={wd:g}"] = phase_fixed_point(decay, lr, wd, dtype=ctx.dtype_for("float64"),
                                                                      steps=plan.steps)
     return rows

@@ -1,10 +1,8 @@
 r"""Which law of :mod:`dynamics.laws` governs a gauge group, read off a live torch optimizer's param group.
 
-:func:`resolve` maps ``(optimizer, param_group, parameter)`` to a :class:`Law`: the rule's hyperparameters *now*
-(read every step, so schedules are followed), how its update direction is read back from two consecutive weights
-(:math:`u_t = (qW_t - W_{t+1})/\eta_{eff}`), and :func:`predict` / :func:`steps_to_equilibrium` give the
-equilibrium norm and angle, the relaxation time and the steps to equilibrium from the group's measured statistics
-(:class:`GroupStats`: :math:`G^2`, :math:`\nu = \lVert u\rVert^2`, :math:`\langle u, W\rangle`, the first state).
+:func:`resolve` gives the :class:`Law` of a parameter at its param group's hyperparameters *now* (the update is read
+back as :math:`u_t = (qW_t - W_{t+1})/\eta_{eff}`); :func:`predict` and :func:`steps_to_equilibrium` apply it to the
+group's measured statistics (:class:`GroupStats`).
 
 ==========================================  ===================  ==================================================
 optimizer                                    law                  predicted from

@@ -1,22 +1,10 @@
 r"""Training loops that record, at every step, what the norm laws need.
 
-The optimizer rules, and which torch optimizer implements each (``Stepper``):
-
-=========  ==========  =============================================================================
-optimizer  decay       implementation
-=========  ==========  =============================================================================
-sgd        source      ``W.mul_(1 - wd)`` then ``torch.optim.SGD(lr)``: :math:`W - \eta g - \lambda W`
-sgd        torch, l2   ``torch.optim.SGD(lr, weight_decay=wd)``: :math:`(1-\eta\lambda)W - \eta g`
-sgdm       source      ``W.mul_(1 - wd)`` then ``torch.optim.SGD(lr, momentum)``
-sgdm       torch       ``W.mul_(1 - lr*wd)`` then ``torch.optim.SGD(lr, momentum)`` (SGD-W; torch's SGD has
-                       no decoupled option, its ``weight_decay`` is the coupled ``l2`` row)
-sgdm       l2          ``torch.optim.SGD(lr, momentum, weight_decay=wd)`` (coupled; Wan et al.'s setting)
-adamw      source      ``torch.optim.AdamW(lr, weight_decay=wd/lr)``: torch multiplies by :math:`1-\eta(\lambda/\eta)`
-adamw      torch       ``torch.optim.AdamW(lr, weight_decay=wd)``
-=========  ==========  =============================================================================
-
-The decay is applied before the optimizer's step and the gradient is taken at the undecayed
-``W_t``, as in ``torch.optim.AdamW``, so every row is :math:`W_{t+1} = qW_t - \eta u_t`.
+:class:`Stepper` runs each rule with torch's own optimizer: ``torch.optim.SGD`` (its ``weight_decay`` is the coupled
+``l2`` convention, identical to ``torch`` for plain SGD), ``torch.optim.AdamW`` (``source``: ``weight_decay=wd/lr``),
+and for a decoupled decay torch lacks (SGD/SGD-momentum ``source``, SGD-momentum ``torch``, i.e. SGD-W) a
+``W.mul_(1 - d)`` before the step.  The decay comes before the step and the gradient is taken at the undecayed
+``W_t``, as in ``torch.optim.AdamW``, so every rule is :math:`W_{t+1} = qW_t - \eta u_t`.
 """
 
 from __future__ import annotations
