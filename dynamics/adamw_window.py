@@ -59,14 +59,11 @@ def adamw_update_moments(d: float, beta1: float, beta2: float | None = None) -> 
 
     The scatter shrinks the update (the gradient's own share of :math:`\hat v` outweighs the Jensen gain of
     :math:`1/\hat v`): at :math:`\beta = (0.9, 0.95)` the equilibrium norm is 1.1% below the limit's and the angle
-    0.5% below.  Neglected: :math:`O(\epsilon^2)`, of order :math:`\mathbb E\delta^4 = 3(2D)^2`.  Measured range
-    (float64 simulation of ``torch.optim.AdamW``, ``tests/test_dynamics_laws_adamw.py``; 1024 entries,
-    :math:`\eta\lambda = 0.005`): the squared norm's residual is +0.15% at :math:`\beta_2 = 0.95` and 0.9 (the
-    limit's: -2.1% and -1.2%), within 0.05% at 0.99 and 0.999; with :math:`\beta_1 = 0` (no momentum to average
-    the scatter) +0.5% at 0.95, which is :math:`2\epsilon^2`.  The neglected order grows with the momentum
-    window: measured over :math:`\beta_1 \le 0.99`, :math:`\beta_2 \in [0.5, 0.9999]`, the remainder of
-    :math:`\nu` stays below :math:`3(2D)^2(1 + 1/(6(1-\beta_1)))`, about 38x :math:`3(2D)^2` at
-    :math:`\beta_1 = 0.99`: the expansion is for a momentum window well inside the second moment's.
+    0.5% below.  Neglected: :math:`O(\epsilon^2)`, of order :math:`\mathbb E\delta^4 = 3(2D)^2` (with
+    :math:`\beta_1 = 0` +0.5% of the squared norm at 0.95, i.e. :math:`2\epsilon^2`).  It grows with the momentum
+    window: over :math:`\beta_1 \le 0.99`, :math:`\beta_2 \in [0.5, 0.9999]` the remainder of :math:`\nu` stays
+    below :math:`3(2D)^2(1 + 1/(6(1-\beta_1)))`: the expansion is for a momentum window well inside the second
+    moment's.
     """
     q = 1.0 - check_range("d", d, 0.0, 1.0, hi_open=True)
     b1 = check_range("beta1", beta1, 0.0, 1.0, hi_open=True)
@@ -85,9 +82,8 @@ def adamw_update_moments(d: float, beta1: float, beta2: float | None = None) -> 
 def fixed_point_adamw(lr: float, d: float, beta1: float, nu, beta2: float | None = None):
     r"""Squared-norm fixed point for AdamW (decoupled decay :math:`d`), random-walk regime.
 
-    With :math:`\nu = \mathbb E\lVert g/(\sqrt{\hat v}+\epsilon)\rVert^2` (:math:`\approx C`, the number of
-    entries, once :math:`\hat v` tracks :math:`g^2`) and ``beta2=None`` (:math:`\hat v = \mathbb E g^2`, the infinite
-    window):
+    With :math:`\nu = \mathbb E\lVert g/(\sqrt{\hat v}+\epsilon)\rVert^2` (:math:`\approx C` entries) and
+    ``beta2=None`` (the infinite window):
 
     .. math:: x^* = \eta^2\nu\,\frac{(1-\beta_1)(1+\beta_1 q)}{(1+\beta_1)(1-\beta_1 q)(1-q^2)}
 
@@ -119,8 +115,7 @@ def adamw_relaxation_modes(d: float, beta2: float) -> tuple[float, float]:
     :math:`s \propto 1/x`: with :math:`\xi = \delta x/x` and :math:`\zeta = \delta\hat v/\hat v`, the map
     linearized at :math:`x^*` (momentum quasi-static; the step's gradient enters :math:`\hat v` before it is divided)
     is :math:`\zeta' = \beta_2\zeta - (1-\beta_2)\xi`, :math:`\xi' = q^2\xi - (1-q^2)(\xi + \zeta')`: a norm
-    displaced at a settled :math:`\hat v` returns on the
-    fast mode (the lagging :math:`\hat v` adds a restoring force; faster than :math:`-1/(2\ln q)`), while a fresh
+    displaced at a settled :math:`\hat v` returns on the fast mode (faster than :math:`-1/(2\ln q)`), while a fresh
     optimizer far from :math:`x^*`, whose :math:`\hat v` starts at the first gradients' scale, approaches on the slow
     one, :math:`\approx 1/(2\eta\lambda) + 2/(1-\beta_2)`: 2,050 steps at :math:`\eta\lambda = 0.005`,
     :math:`\beta_2 = 0.999`, where :func:`dynamics.laws.relaxation_steps` gives the decay's own 100 (the trajectory of
@@ -148,10 +143,8 @@ def adamw_transient(x0: float, lr: float, wd: float, numel: int, betas: tuple[fl
     exact for gradients uncorrelated across steps (:math:`\langle W_t, g_t\rangle = 0`).  Each pair shares only its
     common gradients: :math:`\mathbb E[u_ju_t] = (1-\beta_1)^2\sum_{a\le j}\beta_1^{j-a}\beta_1^{t-a}
     \,\mathbb E[g_a^2/\sqrt{\hat v_j\hat v_t}]/(c_jc_t)`, each gradient divided by the second moment *of the step
-    that uses it* (dividing each by the moment of its own step instead overstates the divisor while the norm grows,
-    for that moment is older and the gradients shrink as the norm grows: that placement, without the scatter below,
-    trails a simulation by 13% of :math:`x^*` at step 30 and enters a 5% band 260 steps late from
-    :math:`0.3\lVert W^*\rVert` at :math:`\beta = (0.9, 0.999)`).  With :math:`\hat v_t = V_t(1+\delta_t)`,
+    that uses it* (the moment of the gradient's own step is older, too large while the norm grows).  With
+    :math:`\hat v_t = V_t(1+\delta_t)`,
     :math:`V_t` the bias-corrected EMA of :math:`s`, the expectation is expanded to second order in the scatter
     :math:`\delta` as in :func:`adamw_update_moments`, now with :math:`s` moving: :math:`\mathbb E\delta_t^2 = 2D_t`,
     :math:`D_t = Q_t/V_t^2`, :math:`Q_t = \beta_2^2Q_{t-1} + (1-\beta_2)^2s_t^2` (raw EMAs),

@@ -1,33 +1,20 @@
-r"""``EquilibriumCallback``: the gauge census and the equilibrium monitor inside a Hugging Face ``Trainer``.
+r"""``EquilibriumCallback``: the gauge census and the equilibrium monitor inside a Hugging Face ``Trainer``
+(usage in the README).
 
-::
+At ``on_train_begin`` it runs :func:`gauge.census.census` on a float64 copy of the Trainer's model (the model and the
+global RNG untouched) with a probe batch (``batch=``, or the first ``probe_size`` training examples collated by the
+Trainer's collator: no sampler is drawn), or takes ``gauges=``, and attaches
+:class:`dynamics.monitor.EquilibriumMonitor` to the Trainer's optimizer (wrappers such as accelerate's unwrapped).
+Records go to the JSON-lines file, the CSV file (``csv_path``; columns :data:`CSV_FIELDS`), TensorBoard
+(``tensorboard=``: a folder or a writer; :func:`dynamics.monitor.record_scalars`) and, at each logging step,
+through ``Trainer.log`` (``trainer_log``: ``"all"`` the roll-up, ``"groups"`` every group's too, None nothing; a
+callback is not handed the Trainer, so it is found on the call stack).
 
-    from dynamics import EquilibriumCallback
-    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[EquilibriumCallback(jsonl="eq.jsonl")])
-    trainer.train()   # eq.jsonl (census, one record per step, summary), eq.csv, the table printed at the end
-
-At ``on_train_begin`` it runs :func:`gauge.census.census` on the Trainer's model (a float64 copy: the model and the
-global RNG are untouched) with a probe batch (``batch=``, or the first ``probe_size`` examples of the training set
-collated by the Trainer's collator: no sampler is drawn) or takes ``gauges=``, and attaches
-:class:`dynamics.monitor.EquilibriumMonitor` to the Trainer's optimizer (accelerate's ``AcceleratedOptimizer`` and
-similar wrappers unwrapped).  Every recorded step goes to the JSON-lines file, to a CSV file (``csv_path``; one row
-per step and group, columns :data:`CSV_FIELDS`) and, with ``tensorboard=`` (a folder, ``pip install
-'rmsgauge[monitor]'``, or a writer), to the scalars of :func:`dynamics.monitor.record_scalars`.
-
-**The Trainer's own log.**  At each logging step the latest record's figures go through ``Trainer.log``, beside
-``loss`` in ``state.log_history`` and to every ``report_to`` logger: ``trainer_log="all"`` the roll-up over the
-groups (``equilibrium/all/...``), ``"groups"`` every group's too, None nothing.  (A callback is not handed the
-Trainer: it is the one on the call stack whose callback handler holds this callback.)
-
-**Resume.**  The monitor's state rides in the Trainer's checkpoints (an ``ExportableState``) without its history,
-which the JSON-lines file holds: ``Trainer.train(resume_from_checkpoint=...)`` rebuilds the monitor from both,
-appends a ``{"event": "resume", "step": N}`` line and continues at the run's global step (where a step appears
-twice, the later record holds).  A run that starts at step 0 onto a file that holds records is refused with one
-line: a log is never truncated.
-
-At ``on_train_end`` the summary is appended and the monitor's table printed (``print_table``).  Only the main
-process watches; a schedule the norm cannot follow logs one warning.  ``transformers`` is imported here;
-``import dynamics`` imports this module only when ``dynamics.EquilibriumCallback`` is asked for.
+The monitor's state rides in the Trainer's checkpoints (an ``ExportableState``) without its history, which the
+JSON-lines file holds: a resumed run rebuilds the monitor from both and appends after a ``resume`` line; a run at
+step 0 onto a file that holds records is refused (a log is never truncated).  Only the main process watches.
+``transformers`` is imported here; ``import dynamics`` imports this module only when ``EquilibriumCallback`` is
+asked for.
 """
 
 from __future__ import annotations

@@ -92,20 +92,14 @@ def gap_phrase(ratio: float | None, ref: str) -> str:
     return f"{words} {ref}" if words.startswith("x") else f"{words} vs {ref}"
 
 
+def _f(v: Any, fmt: str = ".4g", inf: str = "inf") -> str:
+    if v is None:
+        return "-"
+    return inf if isinstance(v, float) and not math.isfinite(v) else format(v, fmt)
+
+
 def _steps(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and not math.isfinite(v):
-        return "never"
-    return f"{v:,.0f}"
-
-
-def _f(v: Any, fmt: str = ".4g") -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and not math.isfinite(v):
-        return "inf"
-    return format(v, fmt)
+    return _f(v, ",.0f", "never")
 
 
 def lag_message(group: str, lag: float, step: int | None, band: float, *, relax: float | None = None,
