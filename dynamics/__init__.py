@@ -21,26 +21,9 @@ from dynamics.rotational import rotational_adamw, rotational_lion, rotational_sg
 from dynamics.simulate import OptimConfig, Stepper, Trace, run
 
 __all__ = [
-    "CLAIMS",
-    "DynamicsPlan",
-    "EquilibriumCallback",
-    "EquilibriumLagWarning",
-    "EquilibriumLogWarning",
-    "EquilibriumMonitor",
-    "HeavyBall",
-    "Lion",
-    "NoiseToy",
-    "OptimConfig",
-    "PhaseToy",
-    "QKNormProblem",
-    "RegressionToy",
-    "Stepper",
-    "Trace",
-    "laws",
-    "rotational_adamw",
-    "rotational_lion",
-    "rotational_sgd",
-    "run",
+    "CLAIMS", "DynamicsPlan", "EquilibriumCallback", "EquilibriumLagWarning", "EquilibriumLogWarning",
+    "EquilibriumMonitor", "HeavyBall", "Lion", "NoiseToy", "OptimConfig", "PhaseToy", "QKNormProblem",
+    "RegressionToy", "Stepper", "Trace", "laws", "rotational_adamw", "rotational_lion", "rotational_sgd", "run",
 ]
 
 

@@ -1,42 +1,20 @@
-r"""``EquilibriumCallback``: the gauge census and the equilibrium monitor inside a Hugging Face ``Trainer``.
+r"""``EquilibriumCallback``: the gauge census and the equilibrium monitor inside a Hugging Face ``Trainer``
+(usage in the README).
 
-::
+At ``on_train_begin`` it runs :func:`gauge.census.census` on a float64 copy of the Trainer's model (the model and the
+global RNG untouched) with a probe batch (``batch=``, or the first ``probe_size`` training examples collated by the
+Trainer's collator: no sampler is drawn), or takes ``gauges=``, and attaches
+:class:`dynamics.monitor.EquilibriumMonitor` to the Trainer's optimizer (wrappers such as accelerate's unwrapped).
+Records go to the JSON-lines file, the CSV file (``csv_path``; columns :data:`CSV_FIELDS`), TensorBoard
+(``tensorboard=``: a folder or a writer; :func:`dynamics.monitor.record_scalars`) and, at each logging step,
+through ``Trainer.log`` (``trainer_log``: ``"all"`` the roll-up, ``"groups"`` every group's too, None nothing; a
+callback is not handed the Trainer, so it is found on the call stack).
 
-    from dynamics import EquilibriumCallback
-    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[EquilibriumCallback(jsonl="eq.jsonl")])
-    trainer.train()   # eq.jsonl (census, one record per step, summary), eq.csv, the table printed at the end
-
-At ``on_train_begin`` it runs :func:`gauge.census.census` on the model the Trainer holds (a float64 copy: the model
-and the global RNG are untouched) with a probe batch (``batch=``, or the first ``probe_size`` examples of the
-Trainer's training set collated by its own collator: no sampler is drawn, so the data order is unchanged), and
-attaches :class:`dynamics.monitor.EquilibriumMonitor` to the Trainer's optimizer, whatever param groups it built
-(wrappers such as accelerate's ``AcceleratedOptimizer`` are unwrapped to the torch optimizer).  Every recorded step
-goes to the JSON-lines file (strict JSON), to a CSV file (one row per step and gauge group, columns
-:data:`CSV_FIELDS`) and, when ``tensorboard=`` names a folder (``pip install 'rmsgauge[monitor]'``) or passes a
-writer, to TensorBoard scalars (:func:`dynamics.monitor.record_scalars`: ``equilibrium/<group>/{norm, eff_lr,
-norm_over_eq, eff_lr_over_eq, norm_over_pred}`` and ``equilibrium/all/...``, no spaces or brackets in a name).
-
-**The Trainer's own log.**  At every logging step of the Trainer (``logging_steps``) the figures of the latest record
-go through ``Trainer.log``, so they sit beside ``loss`` in ``state.log_history`` and reach every logger the Trainer
-reports to (W&B, MLflow, TensorBoard via ``report_to``): ``trainer_log="all"`` the roll-up over the groups
-(``equilibrium/all/{eff_lr_median, eff_lr_over_eq_median, norm_over_eq_median, norm_over_eq_worst,
-at_equilibrium}``), ``"groups"`` every group's too, None nothing.  (A callback is handed the model and optimizer, not
-the Trainer: the Trainer is the one on the call stack whose callback handler holds this callback.)
-
-**Resume.**  The monitor's state rides in the Trainer's checkpoints (``trainer_state.json``: this callback is an
-``ExportableState``) without its history, which the JSON-lines file holds.  ``Trainer.train(resume_from_checkpoint=
-...)`` rebuilds the monitor from the checkpoint's state and the file's records up to the checkpoint's step, appends a
-``{"event": "resume", "step": N}`` line, and the records continue at the run's global step, appended to both files
-(where a step appears twice, the later record holds: the first part ran past its last checkpoint).  A run that
-starts at step 0 onto a file that holds records is refused with one line: a log is never truncated.
-
-At ``on_train_end`` the summary is appended to the JSON lines and the monitor's table is printed
-(:meth:`dynamics.monitor.EquilibriumMonitor.table`: a roll-up over the model, then one row per group, every column
-explained under it).  Only the main process (``state.is_world_process_zero``) watches.  When the learning-rate
-schedule moves the equilibrium faster than the norm can follow, one warning is logged (``transformers`` logging).
-
-``transformers`` is imported here at module level; ``import dynamics`` does not import this module until
-``dynamics.EquilibriumCallback`` is asked for.
+The monitor's state rides in the Trainer's checkpoints (an ``ExportableState``) without its history, which the
+JSON-lines file holds: a resumed run rebuilds the monitor from both and appends after a ``resume`` line; a run at
+step 0 onto a file that holds records is refused (a log is never truncated).  Only the main process watches.
+``transformers`` is imported here; ``import dynamics`` imports this module only when ``EquilibriumCallback`` is
+asked for.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-r"""The dynamics claims as one group (:data:`CLAIMS`): the checks of :mod:`dynamics.checks_norm` and
-:mod:`dynamics.checks_angle`, in order, over one :class:`dynamics.context.Context` that memoizes the training
-runs, so the six records describe the same trajectories.  Two modes:
-
-* default reproduction (``plan.single`` is False): SGD with the source's decay on the real QK-norm
-  ``W_q`` (float32, learning rate calibrated so the first step turns ``W_q`` by the source's 0.0025 rad)
-  and on the float64 regression toy, plus the grids that the laws need (a wd sweep for the 4e-4 figure,
-  the phase toy for exact fixed points and relaxation, the noise toy for each optimizer's equilibrium
-  angle against Kosson et al. / Wan et al.);
-* one setting (``plan.single``): every run uses that optimizer, decay, lr, wd, momentum, betas, steps and
-  dtype, and every record reflects it.
-
-Every tolerance comes from :func:`rmsgauge.tolerance` (round-off) or from a stated statistical bound
-computed from the run itself (standard errors over independent replicas).
+"""The dynamics claims as one group (:data:`CLAIMS`): the checks of :mod:`dynamics.checks_norm` and
+:mod:`dynamics.checks_angle`, in order, over one :class:`dynamics.context.Context` that memoizes the training runs,
+so the six records describe the same trajectories (the two modes, default reproduction and one setting:
+:class:`dynamics.context.DynamicsPlan`).  Every tolerance is round-off (:func:`rmsgauge.tolerance`) or a stated
+statistical bound computed from the run itself (standard errors over independent replicas).
 """
 
 from __future__ import annotations

@@ -106,18 +106,13 @@ def check_equilibrium_angle(ctx: Context) -> Claim:
            "(Kosson et al., AdamW) and sqrt(2 lr wd/(1+mu)) (Wan et al., SGDM+L2) are their small-d limits: they "
            "undershoot by ~d/12 (mu=0) and more with momentum at large d; Adam at small n departs further")
     tols = [v["tol"] for v in rows.values() if v["n"] >= SMALL_NOISE_N] + [v["tol"] for v in train.values()]
+    worst = max(abs(r["rel_err"]) / r["tol"] for r in rows.values() if r["n"] >= SMALL_NOISE_N)
     return Claim(
         id="dynamics.equilibrium_angle",
-        statement="The weight settles onto a sphere and rotates on it, a rotational equilibrium.",
-        stated=None,
-        measured=measured,
-        summary=f"worst err/tol {max(abs(r['rel_err']) / r['tol'] for r in rows.values() if r['n'] >= SMALL_NOISE_N):.2g}",  # noqa: E501 (one expression)
-        tolerance=max(tols),
-        holds=ok,
-        dtype=ctx.dtype_for("float64") + ("" if plan.single else ", float32"),
-        exact_law=law,
-        source_status="unstated",
-        details=details,
+        statement="The weight settles onto a sphere and rotates on it, a rotational equilibrium.", stated=None,
+        measured=measured, summary=f"worst err/tol {worst:.2g}",
+        tolerance=max(tols), holds=ok, dtype=ctx.dtype_for("float64") + ("" if plan.single else ", float32"),
+        exact_law=law, source_status="unstated", details=details,
     )
 
 
@@ -250,16 +245,13 @@ def check_angular_rate_scaling(ctx: Context) -> Claim:
                   "1/||W||: halving the norm quadruples the per-step rotation (0.0025, 0.010, 0.040 at 1, 1/2, 1/4).",
         stated=list(SOURCE_ANGLES),
         measured={"angles": main["angles"], "lr_for_0.0025": main["lr"], "fitted_exponent": main["fitted_exponent"]},
-        summary=f"exponent {main['fitted_exponent']:.3g}",
-        tolerance=main["tol"],
-        holds=ok,
+        summary=f"exponent {main['fitted_exponent']:.3g}", tolerance=main["tol"], holds=ok,
         dtype=", ".join(sorted({r_dt.split("/")[1].split()[0] for r_dt in rows}, reverse=True)),
         exact_law="tan(phi) = lr ||g(W)||/((1-d)||W||) exactly (g tangent) and ||g(cW)|| = ||g(W)||/c, so "
                   "tan(phi(c)) = tan(phi(1))/c^2: the rate grows like 1/||W||^2 (exponent -2; x4 per halving), "
                   "matching the source's numbers (arctan(4 tan 0.0025) = 0.0099998, arctan(16 tan 0.0025) = 0.03998) "
                   "but not its '1/||W||' wording; with Adam the first step's size is scale-free and the exponent is -1",
-        source_status="wrong",
-        details=details,
+        source_status="wrong", details=details,
     )
 
 
@@ -291,16 +283,11 @@ def check_radial_gradient_during_training(ctx: Context) -> Claim:
     measured.update({f"{dt}_max_abs": v["max_abs"] for dt, v in by_dtype.items()})
     return Claim(
         id="dynamics.radial_gradient_during_training",
-        statement="The middle term -2 lr <g, W> is exactly zero (the radial part measures about 1e-15).",
-        stated=0.0,
-        measured=measured,
-        summary=", ".join(f"{dt} {v['max_rel']:.2g}" for dt, v in by_dtype.items()),
-        tolerance=max(v["tol"] for v in by_dtype.values()),
-        holds=ok,
-        dtype=", ".join(sorted(by_dtype, reverse=True)),
+        statement="The middle term -2 lr <g, W> is exactly zero (the radial part measures about 1e-15).", stated=0.0,
+        measured=measured, summary=", ".join(f"{dt} {v['max_rel']:.2g}" for dt, v in by_dtype.items()),
+        tolerance=max(v["tol"] for v in by_dtype.values()), holds=ok, dtype=", ".join(sorted(by_dtype, reverse=True)),
         exact_law="<g, W> = 0 for every step of every run (Euler, degree-0 loss); relative |<g,W>|/(||g|| ||W||) at "
                   "round-off of the dtype, with the tolerance eps*sqrt(size)*16",
-        source_status="exact",
-        details={**by_dtype, "data": runs, "mode": ctx.plan.describe()},
+        source_status="exact", details={**by_dtype, "data": runs, "mode": ctx.plan.describe()},
     )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import dynamics.adamw_window as aw
 import dynamics.laws as laws
 from dynamics.context import (
     SE_SIGMAS,
@@ -64,15 +65,11 @@ def check_norm_identity(ctx: Context) -> Claim:
     return Claim(
         id="dynamics.norm_identity",
         statement="||W_next||^2 = (1 - 2 wd) ||W||^2 - 2 lr <g, W> + lr^2 ||g||^2 = (1 - 2 wd) ||W||^2 + lr^2 ||g||^2",
-        stated="(1-2wd)||W||^2 + lr^2||g||^2",
-        measured=measured,
+        stated="(1-2wd)||W||^2 + lr^2||g||^2", measured=measured,
         summary=(f"exact {max(v for k, v in measured.items() if k.startswith('exact_')):.2g}, "
                  f"(1-2wd) {src_max:.2g}"),
-        tolerance=max(r["tol"] for r in rows.values()),
-        holds=ok,
-        dtype=", ".join(sorted({tr.dtype for tr in traces}, reverse=True)),
-        exact_law=law,
-        source_status="approximate",
+        tolerance=max(r["tol"] for r in rows.values()), holds=ok,
+        dtype=", ".join(sorted({tr.dtype for tr in traces}, reverse=True)), exact_law=law, source_status="approximate",
         details={"data": rows, "weights": _weights_note(ctx, traces), "mode": ctx.plan.describe()},
     )
 
@@ -145,14 +142,10 @@ def check_trajectory_tracking(ctx: Context) -> Claim:
     return Claim(
         id="dynamics.trajectory_tracking",
         statement="The measured squared-norm trajectory tracks this zero-radial prediction to a relative 4e-4.",
-        stated=SOURCE_TRACKING,
-        measured=measured,
+        stated=SOURCE_TRACKING, measured=measured,
         summary=f"exact {measured['exact_form_max_rel']:.2g}, (1-2wd) {measured['source_one_step_rel']:.2g}",
-        tolerance=max(r["tol"] for r in rows.values()),
-        holds=ok,
-        dtype=", ".join(sorted({tr.dtype for tr in traces}, reverse=True)),
-        exact_law=law,
-        source_status="approximate",
+        tolerance=max(r["tol"] for r in rows.values()), holds=ok,
+        dtype=", ".join(sorted({tr.dtype for tr in traces}, reverse=True)), exact_law=law, source_status="approximate",
         details=details,
     )
 
@@ -200,7 +193,7 @@ def noise_norm_row(tr: Trace, info: dict[str, Any]) -> dict[str, Any]:
     x_bar = float(x_rep.mean())
     if c.optimizer == "adamw":
         nu = float(tr.nu[w].mean()) / tr.x.shape[1]  # nu is for the whole weight: per replica
-        pred = float(laws.fixed_point_adamw(c.lr, c.d, c.betas[0], nu))
+        pred = float(aw.fixed_point_adamw(c.lr, c.d, c.betas[0], nu))
         first = c.lr**2 * info["n"] / (2 * c.d)
         first_name = "Kosson lr*C/(2 wd)"
     else:
@@ -269,7 +262,7 @@ def _phase_fixed_points(ctx: Context) -> dict[str, dict[str, Any]]:
         grid = list(D.phase_grid)
     rows = {}
     for decay, lr, wd in grid:
-        ctx.log(f"phase toy fixed point: sgd/{decay} lr={lr:g} wd={wd:g}")
+        ctx.progress(f"phase toy fixed point: sgd/{decay} lr={lr:g} wd={wd:g}")
         rows[f"sgd/{decay} lr={lr:g} wd={wd:g}"] = phase_fixed_point(decay, lr, wd, dtype=ctx.dtype_for("float64"),
                                                                      steps=plan.steps)
     return rows
@@ -351,16 +344,12 @@ def check_equilibrium_norm(ctx: Context) -> Claim:
         id="dynamics.equilibrium_norm",
         statement="Decay and the tangential step balance at a fixed point 2 wd ||W*||^2 = lr^2 ||g||^2 "
                   "(a rotational equilibrium).",
-        stated="2 wd ||W*||^2 = lr^2 ||g||^2",
-        measured=measured,
+        stated="2 wd ||W*||^2 = lr^2 ||g||^2", measured=measured,
         summary=(f"rel err {measured['noise_max_rel_err']:.2g}"
                  + (f", train {measured['training_max_rel_err']:.2g}" if "training_max_rel_err" in measured else "")),
         tolerance=max([r["tol_fixed_point"] for r in phase_rows.values()] + [r["tol"] for r in noise_rows.values()]),
-        holds=ok,
-        dtype=ctx.dtype_for("float64") + ("" if plan.single else ", float32"),
-        exact_law=EQUILIBRIUM_NORM_LAW,
-        source_status="approximate",
-        details=details,
+        holds=ok, dtype=ctx.dtype_for("float64") + ("" if plan.single else ", float32"), exact_law=EQUILIBRIUM_NORM_LAW,
+        source_status="approximate", details=details,
     )
 
 

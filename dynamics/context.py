@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+import dynamics.adamw_window as aw
 import dynamics.laws as laws
 from dynamics.problems import NoiseToy, QKNormProblem, RegressionToy
 from dynamics.simulate import OptimConfig, Progress, Trace, run
@@ -122,9 +123,6 @@ class Context:
             self._cache[key] = build()
         return self._cache[key]
 
-    def log(self, msg: str) -> None:
-        self.progress(msg)
-
     def corpus(self) -> ByteCorpus:
         if self._corpus is None:
             self._corpus = ByteCorpus.load()
@@ -133,7 +131,7 @@ class Context:
     def _run(self, problem, cfg: OptimConfig, steps: int, every: int = 0) -> Trace:
         t0 = time.perf_counter()
         tr = run(problem, cfg, steps, progress=self.progress, every=every)
-        self.log(f"  ... {steps} steps in {time.perf_counter() - t0:.1f} s")
+        self.progress(f"  ... {steps} steps in {time.perf_counter() - t0:.1f} s")
         self.traces.append(tr)
         return tr
 
@@ -148,9 +146,6 @@ class Context:
         if p.optimizer == "adamw":
             return 1e-3 if problem_name != "noise" else 1e-2
         return None if problem_name == "qknorm" else self.defaults.toy_lr
-
-    def steps_for(self, default: int) -> int:
-        return self.plan.steps or default
 
     def main_cfg(self, lr: float) -> OptimConfig:
         if self.plan.single:
@@ -175,14 +170,14 @@ class Context:
 
     def model_trace(self, dtype: str | None = None, steps: int | None = None) -> Trace:
         dtype = dtype or self.dtype_for("float32")
-        steps = steps or self.steps_for(self.defaults.model_steps)
+        steps = steps or self.plan.steps or self.defaults.model_steps
 
         def build() -> Trace:
             lr = self.lr_for("qknorm")
             if lr is None:  # the main model's calibration, so every precision trains with the same lr
                 lr = self.model_calibration()["lr"]
             cfg = self.main_cfg(lr)
-            self.log(f"training the QK-norm W_q ({dtype}, {cfg.label()}, {steps} steps)")
+            self.progress(f"training the QK-norm W_q ({dtype}, {cfg.label()}, {steps} steps)")
             prob = QKNormProblem(seed=self.plan.seed, dtype=dtype, corpus=self.corpus())
             return self._run(prob, cfg, steps, every=max(1, steps // 4))
 
@@ -190,13 +185,13 @@ class Context:
 
     def toy_trace(self, dtype: str | None = None, wd: float | None = None, steps: int | None = None) -> Trace:
         dtype = dtype or self.dtype_for("float64")
-        steps = steps or self.steps_for(self.defaults.toy_steps)
+        steps = steps or self.plan.steps or self.defaults.toy_steps
 
         def build() -> Trace:
             cfg = self.main_cfg(self.lr_for("regression"))
             if wd is not None:
                 cfg = cfg.replace(wd=wd)
-            self.log(f"training the regression toy ({dtype}, {cfg.label()}, {steps} steps)")
+            self.progress(f"training the regression toy ({dtype}, {cfg.label()}, {steps} steps)")
             return self._run(RegressionToy(seed=self.plan.seed, dtype=dtype), cfg, steps)
 
         return self.memo(("toy", dtype, wd, steps), build)
@@ -212,7 +207,7 @@ class Context:
         total = steps or self.plan.steps or (burn + self.defaults.measure_steps)
 
         def build() -> tuple[Trace, dict[str, Any]]:
-            self.log(f"noise toy n={n} x{R} ({dtype}, {cfg.label()}, {total} steps, start {start_factor:g} x*)")
+            self.progress(f"noise toy n={n} x{R} ({dtype}, {cfg.label()}, {total} steps, start {start_factor:g} x*)")
             prob = NoiseToy(n=n, replicas=R, seed=self.plan.seed, dtype=dtype, norm_sq=start_factor * x_pred)
             tr = self._run(prob, cfg, total)
             return tr, {"burn": min(burn, total // 2), "burn_needed": burn, "x_pred_start": x_pred, "n": n,
@@ -224,7 +219,7 @@ class Context:
 def predicted_noise_equilibrium(cfg: OptimConfig, n: int) -> float:
     """Predicted squared norm for the noise toy (E G^2 = n - 1; Adam: nu = n)."""
     if cfg.optimizer == "adamw":
-        return float(laws.fixed_point_adamw(cfg.lr, cfg.d, cfg.betas[0], n))
+        return float(aw.fixed_point_adamw(cfg.lr, cfg.d, cfg.betas[0], n))
     if cfg.decay == "l2":
         return float(laws.fixed_point_l2(cfg.lr, cfg.wd, n - 1.0, cfg.mu))
     return float(laws.fixed_point_sgd(cfg.lr, cfg.d, n - 1.0, cfg.mu))

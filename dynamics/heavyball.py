@@ -1,46 +1,31 @@
 r"""The SGD family on a scale gauge, exactly: the second-moment map of SGD, heavy-ball momentum and Nesterov.
 
 One step of ``torch.optim.SGD`` (momentum :math:`\mu`, dampening :math:`\tau`, coupled L2 :math:`\lambda`, optional
-Nesterov), with an optional decoupled decay :math:`d` applied before it (SGD-W, :mod:`dynamics.simulate`'s
-``source``/``torch`` rows), :math:`q = 1-d`, :math:`\kappa = 1-\tau`:
+Nesterov), after an optional decoupled decay :math:`d` (SGD-W), :math:`q = 1-d`, :math:`\kappa = 1-\tau`:
 
 .. math::  h_t = g_t + \lambda W_t,\quad b_t = \mu b_{t-1} + \kappa h_t,\quad
            u_t = b_t \;\text{(heavy ball)}\;\text{or}\; h_t + \mu b_t \;\text{(Nesterov)},\quad
            W_{t+1} = qW_t - \eta u_t .
 
-**The random-walk model** (Kosson et al., arXiv:2305.17212, §3; Wan et al., arXiv:2006.08419): on a gauge
-:math:`\langle g_t, W_t\rangle = 0` (Euler) and :math:`\lVert g_t\rVert^2 = G^2/\lVert W_t\rVert^2`; the gradients
-are uncorrelated across steps, so :math:`\mathbb E\langle g_t, v\rangle = 0` for every :math:`v` built from the past.
-Then the second moments :math:`s_t = (X, Y, Z) = (\lVert W_t\rVert^2, \langle W_t, b_{t-1}\rangle,
-\lVert b_{t-1}\rVert^2)` obey a closed map, linear in :math:`s` and in the forcing :math:`P = G^2/X`
-(expand :math:`W_{t+1}` and :math:`b_t`; every cross term with :math:`g_t` vanishes):
+In the random-walk model (Kosson et al., arXiv:2305.17212, §3; Wan et al., arXiv:2006.08419: on a gauge
+:math:`\langle g_t, W_t\rangle = 0`, :math:`\lVert g_t\rVert^2 = G^2/\lVert W_t\rVert^2`, gradients uncorrelated
+across steps) the second moments :math:`s_t = (X, Y, Z) = (\lVert W_t\rVert^2, \langle W_t, b_{t-1}\rangle,
+\lVert b_{t-1}\rVert^2)` obey a closed map, linear in :math:`s` and in the forcing :math:`P_t = G^2/X_t`:
+:math:`s_{t+1} = M s_t + P_t f` (:meth:`HeavyBall.moment_step`; every cross term with :math:`g_t` vanishes).
 
-.. math::  s_{t+1} = M s_t + P_t f,\qquad P_t = G^2/X_t,
-
-with :math:`\langle W,b\rangle = \mu Y + \kappa\lambda X`, :math:`\lVert b\rVert^2 = \mu^2 Z + 2\mu\kappa\lambda Y
-+ \kappa^2(P + \lambda^2 X)`, :math:`X' = q^2X - 2\eta q\langle W,u\rangle + \eta^2\lVert u\rVert^2`,
-:math:`Y' = q\langle W,b\rangle - \eta\langle u,b\rangle`, :math:`Z' = \lVert b\rVert^2` (:func:`moment_step`).
-
-* **Fixed point** (closed form): :math:`s^* = P^* v` with :math:`v = (I-M)^{-1}f`, and :math:`X^* = G^2 v_0/X^*`,
-  so :math:`X^{*2} = G^2 v_0`.  For :math:`\mu = 0` this is :math:`\eta^2G^2/(1-q^2)`; heavy ball with decoupled
-  decay gives :func:`dynamics.laws.fixed_point_sgd`, with coupled L2 :func:`dynamics.laws.fixed_point_l2`.
-* **Equilibrium angle**: :math:`\cos\varphi^* = \mathbb E\langle W_t, W_{t+1}\rangle/\mathbb E\lVert W_t\rVert^2
-  = q - \eta\langle W,u\rangle^*/X^*`.
-* **Relaxation** (exact within the model): the Jacobian at the fixed point is
-  :math:`J = M - (G^2/X^{*2})\, f e_0^\top = M - f e_0^\top/v_0` (independent of :math:`G`), and the transient
-  decays as :math:`\rho^t` with :math:`\rho` the spectral radius of :math:`J`.  For heavy ball the
-  characteristic polynomial factors (sympy proof ``dynamics.relaxation_momentum``, ``proofs/dynamics_identities.py``):
-  decoupled :math:`(z-\mu^2q^2)\,(z^2 + Bz + \mu q)`, :math:`B = (1+\mu^2q^2-2\mu^2-2\mu q-2q^2)/(1+\mu q)`;
-  coupled L2 (:math:`\epsilon = \eta\lambda`) :math:`(z-\mu^2)\,(z^2 - (1+\mu-4\epsilon+2\epsilon^2/(1+\mu))z + \mu)`.
-  The slow root is :math:`1 - 4\epsilon/(1-\mu) + O(\epsilon^2)` for L2, so the relaxation time is
-  :math:`(1-\mu)/(4\eta\lambda)`, *not* the plain-SGD :math:`1/(4\eta\lambda)`; once the discriminant turns negative
-  (:math:`\epsilon \gtrsim (1-\sqrt\mu)^2/4`, :math:`7\cdot10^{-4}` at :math:`\mu = 0.9`) the roots are complex with
-  modulus :math:`\sqrt\mu` and the norm rings towards equilibrium in :math:`-2/\ln\mu` steps per e-fold (19 at 0.9).
-* **Steps to equilibrium** (:func:`HeavyBall.steps_to_equilibrium`): the map iterated from the start state (a
-  fresh optimizer has :math:`b_{-1} = 0`: :math:`Y = Z = 0`) until :math:`X_t` stays inside the band; far from
-  :math:`X^*` the map is not linear (the restoring force :math:`G^2/X` fades above it), which the iteration keeps.
-
-Vectorized over configurations where it says so; float64 throughout.
+* **Fixed point**: :math:`s^* = P^* v`, :math:`v = (I-M)^{-1}f`, so :math:`X^{*2} = G^2 v_0` (:math:`\mu = 0`:
+  :math:`\eta^2G^2/(1-q^2)`; heavy ball: :func:`dynamics.laws.fixed_point_sgd`, :func:`dynamics.laws.fixed_point_l2`).
+* **Equilibrium angle**: :math:`\cos\varphi^* = q - \eta\langle W,u\rangle^*/X^*`.
+* **Relaxation**: the Jacobian at the fixed point, :math:`J = M - f e_0^\top/v_0` (independent of :math:`G`), decays
+  the transient as :math:`\rho^t`, :math:`\rho` its spectral radius.  For heavy ball the characteristic polynomial
+  factors (sympy proof ``dynamics.relaxation_momentum``): decoupled :math:`(z-\mu^2q^2)(z^2 + Bz + \mu q)`,
+  :math:`B = (1+\mu^2q^2-2\mu^2-2\mu q-2q^2)/(1+\mu q)`; coupled L2 (:math:`\epsilon = \eta\lambda`)
+  :math:`(z-\mu^2)(z^2 - (1+\mu-4\epsilon+2\epsilon^2/(1+\mu))z + \mu)`.  The slow L2 root is
+  :math:`1 - 4\epsilon/(1-\mu) + O(\epsilon^2)`: relaxation :math:`(1-\mu)/(4\eta\lambda)`, *not* plain SGD's
+  :math:`1/(4\eta\lambda)`; past :math:`\epsilon \gtrsim (1-\sqrt\mu)^2/4` the roots are complex with modulus
+  :math:`\sqrt\mu` and the norm rings in :math:`-2/\ln\mu` steps per e-fold (19 at 0.9).
+* **Steps to equilibrium** (:meth:`HeavyBall.steps_to_equilibrium`): the map iterated from the start state (a fresh
+  optimizer has :math:`Y = Z = 0`), which keeps its nonlinearity far from :math:`X^*`.
 """
 
 from __future__ import annotations
@@ -105,11 +90,6 @@ class HeavyBall:
     def fixed_point(self, G2) -> np.ndarray:
         r"""Squared-norm fixed point :math:`X^* = \sqrt{G^2 v_0}` (``G2`` may be an array)."""
         return np.sqrt(np.asarray(G2, dtype=np.float64) * self._v()[0])
-
-    def fixed_state(self, G2: float) -> np.ndarray:
-        """``(X*, Y*, Z*)`` at the fixed point."""
-        x = float(self.fixed_point(G2))
-        return self._v() * (G2 / x)
 
     def equilibrium_cos(self) -> float:
         r""":math:`\cos\varphi^* = q - \eta\langle W,u\rangle^*/X^*` (independent of :math:`G`)."""

@@ -1,79 +1,30 @@
 r"""The exact laws of weight-norm dynamics for a scale gauge, next to the source's first-order forms.
 
-Notation (one update step, every optimizer):
-
-.. math::  W_{t+1} = q\,W_t - \eta\,u_t,\qquad q = 1 - d,
-
-where :math:`\eta` is the learning rate, :math:`u_t` the optimizer's update direction
-(:math:`u_t = g_t` for SGD, the momentum buffer for SGD+momentum, the bias-corrected
-:math:`\hat m/(\sqrt{\hat v}+\epsilon)` for AdamW) and :math:`d` the decoupled decay per step:
-
-===========  =====================================  ==========================================
-convention   rule                                   :math:`d`
-===========  =====================================  ==========================================
-``source``   :math:`W \leftarrow W - \eta g - \lambda W` (the source text)      :math:`\lambda`
-``torch``    decay :math:`\eta\lambda` per step (``torch.optim.AdamW``, SGD-W)   :math:`\eta\lambda`
-``l2``       :math:`\lambda W` added to the gradient (``torch.optim.SGD``'s     :math:`0` (decay enters :math:`u`)
-             ``weight_decay``; Wan et al.'s setting)
-===========  =====================================  ==========================================
-
-A scale gauge (a weight whose loss is invariant under :math:`W \to cW`, :math:`c>0`) has
-:math:`\langle g, W\rangle = 0` (Euler) and :math:`g(cW) = g(W)/c`, so
+One step, every optimizer: :math:`W_{t+1} = q\,W_t - \eta\,u_t`, :math:`q = 1 - d`, with :math:`u_t` the update
+direction (:math:`g_t` for SGD, the momentum buffer, AdamW's :math:`\hat m/(\sqrt{\hat v}+\epsilon)`) and :math:`d`
+the decoupled decay per step of the convention: ``source`` :math:`W \leftarrow W - \eta g - \lambda W`
+(:math:`d = \lambda`), ``torch`` (``torch.optim.AdamW``, SGD-W: :math:`d = \eta\lambda`), ``l2`` (:math:`\lambda W`
+added to the gradient, ``torch.optim.SGD``'s ``weight_decay``, Wan et al.'s setting: :math:`d = 0`, the decay
+enters :math:`u`).  A scale gauge has :math:`\langle g, W\rangle = 0` (Euler) and :math:`g(cW) = g(W)/c`, so
 :math:`\lVert g(W)\rVert = G(\hat W)/\lVert W\rVert` with :math:`G` the gradient norm at unit norm.
 
-Laws derived here (symbolic checks in ``proofs/dynamics_identities.py``; measured in ``dynamics/checks.py``):
+* Norm identity (exact): :math:`\lVert W_{t+1}\rVert^2 = q^2\lVert W_t\rVert^2 - 2\eta q\langle u_t, W_t\rangle
+  + \eta^2\lVert u_t\rVert^2`; the source's :math:`(1-2d)` form drops :math:`d^2\lVert W_t\rVert^2`, a systematic
+  bias :math:`e_{t+1} = (1-2d)e_t + d^2 x_t` (:func:`first_order_bias`).
+* Fixed points and relaxation: SGD :math:`x^{*2} = \eta^2G^2/(1-q^2)`, slope :math:`2q^2-1`; with momentum the
+  relaxation is the spectral radius of the second-moment map (:mod:`dynamics.heavyball`), not :math:`2q^2-1`;
+  AdamW, Lion and Muon are scale-free, :math:`x^* = \eta^2C\nu(1+2qA)/(1-q^2)`, relaxation :math:`-1/(2\ln q)`
+  (:mod:`dynamics.scalefree`; AdamW's finite :math:`\beta_2` and fresh-optimizer transient:
+  :mod:`dynamics.adamw_window`).
+* Angles: SGD :math:`\cos\varphi^* = q` exactly; momentum :math:`\mu` (random-walk regime of Kosson et al.)
+  :math:`\cos\varphi^* = (q+\mu)/(1+\mu q)`; coupled L2 :math:`1-\eta\lambda/(1+\mu)`.  The published forms, Kosson,
+  Messmer & Jaggi, *Rotational Equilibrium* (ICML 2024, arXiv:2305.17212) for AdamW and Wan et al., *Spherical
+  Motion Dynamics* (NeurIPS 2021, arXiv:2006.08419) for SGD+momentum with L2, are their small-:math:`d` limits.
+* No law: Adam with L2 (:data:`ADAM_L2_WHY`); Adafactor with relative steps has no equilibrium
+  (:data:`ADAFACTOR_WHY`, :func:`adafactor_angle_bound`).
 
-* Norm identity (exact):  :math:`\lVert W_{t+1}\rVert^2 = q^2\lVert W_t\rVert^2 - 2\eta q\langle u_t, W_t\rangle
-  + \eta^2\lVert u_t\rVert^2`; for SGD the middle term is 0.  The source's :math:`(1-2d)` form drops
-  :math:`d^2\lVert W_t\rVert^2`.
-* First-order bias: with :math:`e_t = x_t - \hat x_t` (exact minus the iterated :math:`(1-2d)` prediction,
-  :math:`x = \lVert W\rVert^2`), :math:`e_{t+1} = (1-2d)e_t + d^2 x_t` exactly; for constant :math:`x`,
-  :math:`e_t/x = \tfrac d2\,(1-(1-2d)^t)`: :math:`\approx d^2 t` early, saturating at :math:`d/2`.
-* SGD fixed point: :math:`x^{*2} = \eta^2 G^2/(1-q^2) = \eta^2G^2/(2d-d^2)`; the map
-  :math:`x \mapsto q^2 x + \eta^2G^2/x` has slope :math:`2q^2-1` there (stable for :math:`0<d<1`),
-  relaxation time :math:`-1/\ln|2q^2-1| \approx 1/(4d)` steps.  **With momentum that is wrong by about
-  :math:`1/(1-\mu)`**: the relaxation is the spectral radius of the second-moment map
-  (:mod:`dynamics.heavyball`), about :math:`(1-\mu)/(4\eta\lambda)` steps per e-fold with coupled L2, or
-  :math:`-2/\ln\mu` once its roots turn complex (19 steps at :math:`\mu = 0.9`).
-* Per-step angle (SGD, exact): :math:`\tan\varphi_t = \eta\lVert g_t\rVert/(q\lVert W_t\rVert)`; at a stationary
-  norm :math:`\cos\varphi^* = q` exactly, independent of :math:`\eta` and :math:`G`.
-* Momentum :math:`\mu` (SGD+momentum, or AdamW with :math:`\mu=\beta_1`), gradients uncorrelated across
-  steps (the random-walk regime of Kosson et al.): the stationary second moments give exactly
-  :math:`\mathbb E\langle W_t,W_{t+1}\rangle/\mathbb E\lVert W_t\rVert^2 = (q+\mu)/(1+\mu q)`, i.e.
-  :math:`1-\cos\varphi^* = d(1-\mu)/(1+\mu(1-d))`.  Coupled L2: :math:`1-\cos\varphi^* = \eta\lambda/(1+\mu)`.
-* Published first-order forms: Kosson, Messmer & Jaggi, *Rotational Equilibrium* (ICML 2024,
-  arXiv:2305.17212) give for AdamW :math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}` and
-  :math:`\lVert W^*\rVert = \sqrt{\eta C/(2\lambda)}`; Wan et al., *Spherical Motion Dynamics*
-  (NeurIPS 2021, arXiv:2006.08419) give for SGD+momentum with L2 :math:`\sqrt{2\eta\lambda/(1+\mu)}`.
-  Both are the small-:math:`d` limits of the laws above (:math:`\arccos(1-\epsilon) \approx \sqrt{2\epsilon}`).
-
-The optimizers researchers use now (one law each, derived in the module named, checked by float64 simulation of
-the random-walk gauge in ``tests/test_dynamics_laws*.py`` with :mod:`dynamics.noise_sim`; the monitor applies them):
-
-* SGD, coupled L2 or decoupled: :math:`x^{*2} = \eta^2G^2/(1-q^2)`, :math:`\cos\varphi^* = q`, relaxation
-  :math:`-1/\ln|2q^2-1|` (exact; this module).
-* SGD with momentum, Nesterov, dampening: :math:`x^{*2} = G^2 v_0` with :math:`v = (I-M)^{-1}f` of the
-  second-moment map, relaxation :math:`-1/\ln\rho(J)` (:mod:`dynamics.heavyball`; closed forms for heavy ball:
-  :func:`fixed_point_sgd`, :func:`fixed_point_l2`, :func:`dynamics.heavyball.heavy_ball_factor_closed`).
-* AdamW: :math:`x^* = \eta^2C\nu(1+2qA)/(1-q^2)`; for :math:`\beta_2 \to 1` :math:`\nu = (1-\beta_1)/(1+\beta_1)`,
-  :math:`A = \beta_1/(1-q\beta_1)`, and the finite window's scatter of :math:`\hat v` corrects both at first order
-  in :math:`1-\beta_2` (:func:`adamw_update_moments`, :func:`fixed_point_adamw`; -1.1% in the norm at
-  :math:`\beta_2 = 0.95`); relaxation :math:`-1/(2\ln q)`, but coupled to the lag of :math:`\hat v` a fresh
-  optimizer approaches on a slow mode :math:`\approx 1/(2\eta\lambda) + 2/(1-\beta_2)` (:func:`adamw_relaxation_modes`;
-  the transient: :func:`adamw_transient`, each gradient divided by the second moment of the step that uses it).
-* Lion: the same balance with :math:`\nu = C` and :math:`A` the arcsine series of the sign correlations
-  (:func:`dynamics.scalefree.lion_correlation_sum`); relaxation :math:`-1/(2\ln q)`.
-* Muon: the same balance with :math:`\nu = \lVert\mathrm{NS}(M)\rVert_F^2 \to \min(m,k)` and :math:`A = 0`
-  without momentum (measured with it); relaxation :math:`-1/(2\ln q)`.
-* Adam with L2: no closed law (:data:`ADAM_L2_WHY`).  Adafactor with relative steps: no equilibrium
-  (:data:`ADAFACTOR_WHY`; the angle bound :func:`adafactor_angle_bound`).
-
-(:mod:`dynamics.scalefree` derives the balance of the scale-free updates, Lion / Muon, and AdamW's with the
-moments of :func:`adamw_update_moments`.)  Steps to
-equilibrium from a fresh optimizer iterate each law's own mean-field map: momentum buffers, bias corrections and
-Adam's :math:`\hat v` lag all fill during the approach.
-
-All functions take and return floats or numpy arrays (broadcasting); nothing here touches torch.
+Symbolic checks in ``proofs/dynamics_identities.py``; measured in ``dynamics/checks.py`` and by float64 simulation
+in ``tests/test_dynamics_laws*.py``.  Floats or numpy arrays in and out (broadcasting); no torch.
 """
 
 from __future__ import annotations
@@ -83,10 +34,9 @@ import math
 import numpy as np
 from scipy.signal import lfilter
 
+from dynamics.adamw_window import adamw_equilibrium_cos, adamw_update_moments, fixed_point_adamw
 from dynamics.heavyball import HeavyBall
-from dynamics.scalefree import grow_until_settled
 from dynamics.scalefree import relaxation_steps as scale_free_relaxation_steps
-from dynamics.scalefree import steps_to_equilibrium as scale_free_steps
 from rmsgauge import check_choice, check_range
 
 OPTIMIZERS = ("sgd", "sgdm", "adamw")
@@ -228,82 +178,6 @@ def fixed_point_l2(lr: float, wd: float, G2, momentum: float = 0.0):
     """
     mu = momentum
     return np.sqrt(lr * (1.0 + mu) * np.asarray(G2) / (2.0 * wd * (1.0 - mu) * ((1.0 + mu) - lr * wd / 2.0)))
-
-
-def adamw_update_moments(d: float, beta1: float, beta2: float | None = None) -> tuple[float, float]:
-    r"""Per-entry stationary moments of AdamW's update :math:`u = \hat m/\sqrt{\hat v}` on gradients uncorrelated
-    across steps: ``(nu, A)``, :math:`\nu = \mathbb E\,u_t^2` (gradients in units of their own RMS) and the
-    correlation sum :math:`A = \sum_{k\ge1} q^{k-1}\,\mathbb E[u_tu_{t+k}]/\nu` of the balance
-    (:mod:`dynamics.scalefree`: :math:`x^* = \eta^2C\nu(1+2qA)/(1-q^2)`).
-
-    ``beta2=None``: the :math:`\beta_2 \to 1` limit (:math:`\hat v = s`, the gradient's mean square, exactly):
-    :math:`\nu_0 = (1-\beta_1)/(1+\beta_1)`, :math:`A_1 = \beta_1/(1-q\beta_1)`.
-
-    A finite window scatters :math:`\hat v = s(1+\delta_t)` around :math:`s`: :math:`\mathbb E\delta^2 = 2D`,
-    :math:`D = (1-\beta_2)/(1+\beta_2)` (a Gaussian :math:`g^2` has variance :math:`2s^2`),
-    :math:`\mathbb E\delta_t\delta_{t+k} = 2D\beta_2^k`, and each gradient sits in the second moment that divides
-    it: :math:`\mathbb E[(g_a^2/s-1)\delta_t] = 2(1-\beta_2)\beta_2^{t-a}`.  Expanding
-    :math:`1/\sqrt{\hat v_t\hat v_{t+k}}` to second order in :math:`\delta` (first order in :math:`1-\beta_2`;
-    the cross terms of distinct gradients vanish by symmetry), with :math:`\epsilon = 1-\beta_2`,
-    :math:`A_2 = \beta_1\beta_2/(1-q\beta_1\beta_2)`:
-
-    .. math:: \nu = (1-\beta_1)^2\Big[\frac{1+2D}{1-\beta_1^2} - \frac{2\epsilon}{1-\beta_1^2\beta_2}\Big],\qquad
-              \nu A = (1-\beta_1)^2\Big[\frac{(1+\tfrac32D)A_1 + \tfrac12DA_2}{1-\beta_1^2}
-              - \frac{\epsilon(A_1+A_2)}{1-\beta_1^2\beta_2}\Big].
-
-    The scatter shrinks the update (the gradient's own share of :math:`\hat v` outweighs the Jensen gain of
-    :math:`1/\hat v`): at :math:`\beta = (0.9, 0.95)` the equilibrium norm is 1.1% below the limit's and the angle
-    0.5% below.  Neglected: :math:`O(\epsilon^2)`, of order :math:`\mathbb E\delta^4 = 3(2D)^2`.  Measured range
-    (float64 simulation of ``torch.optim.AdamW``, ``tests/test_dynamics_laws_adamw.py``; 1024 entries,
-    :math:`\eta\lambda = 0.005`): the squared norm's residual is +0.15% at :math:`\beta_2 = 0.95` and 0.9 (the
-    limit's: -2.1% and -1.2%), within 0.05% at 0.99 and 0.999; with :math:`\beta_1 = 0` (no momentum to average
-    the scatter) +0.5% at 0.95, which is :math:`2\epsilon^2`.  The neglected order grows with the momentum
-    window: measured over :math:`\beta_1 \le 0.99`, :math:`\beta_2 \in [0.5, 0.9999]`, the remainder of
-    :math:`\nu` stays below :math:`3(2D)^2(1 + 1/(6(1-\beta_1)))`, about 38x :math:`3(2D)^2` at
-    :math:`\beta_1 = 0.99`: the expansion is for a momentum window well inside the second moment's.
-    """
-    q = 1.0 - check_range("d", d, 0.0, 1.0, hi_open=True)
-    b1 = check_range("beta1", beta1, 0.0, 1.0, hi_open=True)
-    a1 = b1 / (1.0 - q * b1)
-    nu0 = (1.0 - b1) / (1.0 + b1)
-    if beta2 is None:
-        return nu0, a1
-    b2 = check_range("beta2", beta2, 0.0, 1.0, hi_open=True)
-    eps, D = 1.0 - b2, (1.0 - b2) / (1.0 + b2)
-    a2 = b1 * b2 / (1.0 - q * b1 * b2)
-    w1, w2 = (1.0 - b1) ** 2 / (1.0 - b1 * b1), (1.0 - b1) ** 2 / (1.0 - b1 * b1 * b2)
-    nu = w1 * (1.0 + 2.0 * D) - 2.0 * eps * w2
-    return nu, (w1 * ((1.0 + 1.5 * D) * a1 + 0.5 * D * a2) - eps * w2 * (a1 + a2)) / nu
-
-
-def fixed_point_adamw(lr: float, d: float, beta1: float, nu, beta2: float | None = None):
-    r"""Squared-norm fixed point for AdamW (decoupled decay :math:`d`), random-walk regime.
-
-    With :math:`\nu = \mathbb E\lVert g/(\sqrt{\hat v}+\epsilon)\rVert^2` (:math:`\approx C`, the number of
-    entries, once :math:`\hat v` tracks :math:`g^2`) and ``beta2=None`` (:math:`\hat v = \mathbb E g^2`, the infinite
-    window):
-
-    .. math:: x^* = \eta^2\nu\,\frac{(1-\beta_1)(1+\beta_1 q)}{(1+\beta_1)(1-\beta_1 q)(1-q^2)}
-
-    With ``beta2`` the finite window's scatter of :math:`\hat v` enters (:func:`adamw_update_moments`):
-    :math:`x^* = \eta^2\nu\,\nu_u(1+2qA)/(1-q^2)` with the per-entry :math:`(\nu_u, A)` of that function.
-    Independent of the gradient scale: Adam's update does not shrink as :math:`\lVert W\rVert` grows.
-    Small :math:`d = \eta\lambda`: :math:`x^* \to \eta\nu/(2\lambda)`, Kosson et al.'s :math:`\sqrt{\eta C/(2\lambda)}`.
-    """
-    q = 1.0 - d
-    if beta2 is not None:
-        nu_u, A = adamw_update_moments(d, beta1, beta2)
-        return lr * lr * np.asarray(nu) * nu_u * (1.0 + 2.0 * q * A) / (1.0 - q * q)
-    b = beta1
-    return lr * lr * np.asarray(nu) * (1.0 - b) * (1.0 + b * q) / ((1.0 + b) * (1.0 - b * q) * (1.0 - q * q))
-
-
-def adamw_equilibrium_cos(d: float, beta1: float, beta2: float | None = None) -> float:
-    r""":math:`\cos\varphi^* = q + A(1-q^2)/(1+2qA)` with AdamW's :math:`A` (:func:`adamw_update_moments`);
-    ``beta2=None``: :math:`(q+\beta_1)/(1+\beta_1q)`."""
-    q = 1.0 - d
-    A = adamw_update_moments(d, beta1, beta2)[1]
-    return q + A * (1.0 - q * q) / (1.0 + 2.0 * q * A)
 
 
 def relaxation_factor(d: float, optimizer: str = "sgd", momentum: float = 0.0) -> float:
@@ -469,13 +343,11 @@ def relaxation_steps(optimizer: str, decay: str, lr: float, wd: float, momentum:
     r"""Steps per e-fold of the squared-norm transient (exact within the random-walk model).
 
     AdamW: :math:`-1/(2\ln q)\approx 1/(2\eta\lambda)` (:func:`dynamics.scalefree.relaxation_steps`), the decay's
-    own; coupled to the lag of :math:`\hat v` the norm has a fast and a slow mode (:func:`adamw_relaxation_modes`),
-    and a fresh AdamW approaches on the slow one, :math:`\approx 1/(2\eta\lambda) + 2/(1-\beta_2)`.  SGD and
-    SGD+momentum: :math:`-1/\ln\rho`, :math:`\rho` the spectral radius of the second-moment map's Jacobian
-    (:class:`dynamics.heavyball.HeavyBall`): plain SGD :math:`-1/\ln|2q^2-1| \approx 1/(4d)`; with momentum and
-    coupled L2 about :math:`(1-\mu)/(4\eta\lambda)`, or :math:`-2/\ln\mu` once the roots are complex (the
-    decay term rides in the momentum buffer: it acts :math:`1/(1-\mu)` times).  ``momentum`` is read for ``sgdm``
-    only (0 for ``sgd``, ``betas`` for ``adamw`` do not enter).
+    own (a fresh AdamW approaches on the slower mode coupled to the lag of :math:`\hat v`,
+    :func:`dynamics.adamw_window.adamw_relaxation_modes`).  SGD and SGD+momentum: :math:`-1/\ln\rho`, :math:`\rho`
+    the spectral radius of the second-moment map's Jacobian (:class:`dynamics.heavyball.HeavyBall`): plain SGD
+    :math:`-1/\ln|2q^2-1| \approx 1/(4d)`; with momentum and coupled L2 about :math:`(1-\mu)/(4\eta\lambda)`, or
+    :math:`-2/\ln\mu` once the roots are complex.  ``momentum`` is read for ``sgdm`` only.
     """
     mu = momentum_of(optimizer, momentum, (0.9, 0.999))  # betas do not enter a relaxation time
     d = decoupled_decay(lr, wd, decay)
@@ -494,121 +366,13 @@ def relaxation_steps(optimizer: str, decay: str, lr: float, wd: float, momentum:
     return rule.relaxation_steps()
 
 
-def adamw_transient(x0: float, lr: float, wd: float, numel: int, betas: tuple[float, float],
-                    steps: int) -> tuple[np.ndarray, np.ndarray]:
-    r"""Mean-field :math:`x_0 .. x_T` of a fresh AdamW on a gauge of ``numel`` entries (random-walk model), and the
-    size of the terms it neglects, ``(x, neglected)`` (both ``(T+1,)``; ``neglected`` absolute, in units of x).
-
-    Per entry the gradient :math:`g_a` has mean square :math:`s_a \propto 1/x_{a-1}` (the gauge's
-    :math:`g \propto 1/\lVert W\rVert`), :math:`u_t = m_t/(c_t\sqrt{\hat v_t})`, :math:`c_t = 1-\beta_1^t`,
-    :math:`m_t = \sum_{a\le t}(1-\beta_1)\beta_1^{t-a}g_a`, and
-
-    .. math:: x_{t+1} = q^2x_t + \eta^2C\,\mathbb E u_t^2 + 2\eta^2qC\sum_{j<t}q^{t-1-j}\,\mathbb E[u_ju_t],
-
-    exact for gradients uncorrelated across steps (:math:`\langle W_t, g_t\rangle = 0`).  Each pair shares only its
-    common gradients: :math:`\mathbb E[u_ju_t] = (1-\beta_1)^2\sum_{a\le j}\beta_1^{j-a}\beta_1^{t-a}
-    \,\mathbb E[g_a^2/\sqrt{\hat v_j\hat v_t}]/(c_jc_t)`, each gradient divided by the second moment *of the step
-    that uses it* (dividing each by the moment of its own step instead overstates the divisor while the norm grows,
-    for that moment is older and the gradients shrink as the norm grows: that placement, without the scatter below,
-    trails a simulation by 13% of :math:`x^*` at step 30 and enters a 5% band 260 steps late from
-    :math:`0.3\lVert W^*\rVert` at :math:`\beta = (0.9, 0.999)`).  With :math:`\hat v_t = V_t(1+\delta_t)`,
-    :math:`V_t` the bias-corrected EMA of :math:`s`, the expectation is expanded to second order in the scatter
-    :math:`\delta` as in :func:`adamw_update_moments`, now with :math:`s` moving: :math:`\mathbb E\delta_t^2 = 2D_t`,
-    :math:`D_t = Q_t/V_t^2`, :math:`Q_t = \beta_2^2Q_{t-1} + (1-\beta_2)^2s_t^2` (raw EMAs),
-    :math:`\mathbb E\delta_j\delta_t = 2\beta_2^{t-j}Q_j/(V_jV_t)`,
-    :math:`\mathbb E[(g_a^2/s_a - 1)\delta_t] = 2(1-\beta_2)\beta_2^{t-a}s_a/V_t`.  Every sum over :math:`a` and
-    :math:`j` is geometric, so the map carries eight running sums: O(1) per step.  Its fixed point is
-    :func:`adamw_update_moments`' (``beta2 = betas[1]``).
-
-    ``neglected``: the expansion's next order, :math:`\mathbb E\delta^4 = 3(2D_t)^2` of each step's increment,
-    decayed by :math:`q^2` per step like the increment itself: the law's own allowance (large for the first steps,
-    where :math:`\hat v` holds few gradients, and :math:`O((1-\beta_2)^2)` of :math:`x` at equilibrium).
-    :math:`\epsilon \ll \sqrt{\hat v}` assumed.
-    """
-    check_range("x0", x0, 0.0, None, lo_open=True)
-    check_range("steps", steps, 0, None)
-    check_range("numel", numel, 1, None)
-    d = decoupled_decay(lr, wd, "torch")
-    momentum_of("adamw", 0.0, betas)
-    b1, b2 = float(betas[0]), float(betas[1])
-    q, e2, k1 = 1.0 - d, 1.0 - b2, (1.0 - b1) ** 2
-    eta2C = lr * lr * numel
-    X, err = float(x0), 0.0
-    x, neglected = np.empty(steps + 1), np.empty(steps + 1)
-    x[0], neglected[0] = X, 0.0
-    V = Q = M = N = 0.0  # EMAs of s and s^2 (raw), the b1^2-weighted sums of s and (b2-weighted) s^2
-    H1 = H2 = H3 = H4 = 0.0  # the q-weighted sums over earlier steps j of the pair terms (H3, H4 with b2^(t-j))
-    p1 = p2 = 1.0  # beta1^t, beta2^t
-    for t in range(1, steps + 1):  # nonlinear (s_t = 1/x_t feeds every sum): sequential, a few dozen flops a step
-        s = 1.0 / X
-        p1, p2 = p1 * b1, p2 * b2
-        V, Q = b2 * V + e2 * s, b2 * b2 * Q + e2 * e2 * s * s
-        M, N = b1 * b1 * M + s, b1 * b1 * b2 * N + s * s
-        R = math.sqrt((1.0 - p2) / V) / (1.0 - p1)  # 1/(c_t sqrt(v-hat_t))
-        D, e = Q / (V * V), e2 / V
-        uu = k1 * R * R * (M * (1.0 + 2.0 * D) - 2.0 * e * N)
-        pair = k1 * R / q * (H1 + 0.75 * D * H2 + 0.5 * H3 / V - e * H4)
-        inc = eta2C * (uu + 2.0 * q * pair)
-        X = q * q * X + inc
-        err = q * q * err + eta2C * (abs(uu) + 2.0 * q * abs(pair)) * 12.0 * D * D
-        x[t], neglected[t] = X, err
-        H1 = q * b1 * (H1 + R * (M * (1.0 + 0.75 * D) - e * N))
-        H2 = q * b1 * (H2 + R * M)
-        H3 = q * b1 * b2 * (H3 + R * M * Q / V)
-        H4 = q * b1 * b2 * (H4 + R * N)
-    return x, neglected
-
-
-def adamw_relaxation_modes(d: float, beta2: float) -> tuple[float, float]:
-    r"""``(fast, slow)``: steps per e-fold of the two modes of AdamW's norm coupled to the lag of :math:`\hat v`.
-
-    The update is scale-free only once :math:`\hat v` has caught up with the gradient's scale
-    :math:`s \propto 1/x`: with :math:`\xi = \delta x/x` and :math:`\zeta = \delta\hat v/\hat v`, the map
-    linearized at :math:`x^*` (momentum quasi-static; the step's gradient enters :math:`\hat v` before it is divided)
-    is :math:`\zeta' = \beta_2\zeta - (1-\beta_2)\xi`, :math:`\xi' = q^2\xi - (1-q^2)(\xi + \zeta')`: a norm
-    displaced at a settled :math:`\hat v` returns on the
-    fast mode (the lagging :math:`\hat v` adds a restoring force; faster than :math:`-1/(2\ln q)`), while a fresh
-    optimizer far from :math:`x^*`, whose :math:`\hat v` starts at the first gradients' scale, approaches on the slow
-    one, :math:`\approx 1/(2\eta\lambda) + 2/(1-\beta_2)`: 2,050 steps at :math:`\eta\lambda = 0.005`,
-    :math:`\beta_2 = 0.999`, where :func:`relaxation_steps` gives the decay's own 100 (the trajectory of
-    :func:`adamw_transient` from 4 or 0.09 times :math:`x^*` decays at that rate to 0.5%)."""
-    q = 1.0 - check_range("d", d, 0.0, 1.0, hi_open=True)
-    b2 = check_range("beta2", beta2, 0.0, 1.0, hi_open=True)
-    c = 1.0 - q * q
-    j11, j12, j21 = q * q - c * b2, -c * b2, -(1.0 - b2)  # (xi, zeta) -> (xi', zeta'), j22 = beta2
-    half_trace, root = 0.5 * (j11 + b2), math.sqrt(0.25 * (j11 - b2) ** 2 + j12 * j21)
-    lam = sorted((abs(half_trace - root), abs(half_trace + root)))
-    return relaxation_time(lam[0]), relaxation_time(lam[1])
-
-
-def adamw_trajectory(x0: float, lr: float, wd: float, numel: int, betas: tuple[float, float],
-                     steps: int) -> np.ndarray:
-    """Mean-field :math:`x_0 .. x_T` of a fresh AdamW on a gauge (:func:`adamw_transient` without the allowance)."""
-    return adamw_transient(x0, lr, wd, numel, betas, steps)[0]
-
-
-def adamw_steps_to_equilibrium(x0: float, lr: float, wd: float, numel: int, betas: tuple[float, float],
-                               band: float) -> tuple[float, float]:
-    """``(enter, settle)`` steps of a fresh AdamW from :func:`adamw_trajectory`, relative to the equilibrium of
-    :func:`adamw_equilibrium_norm` at ``betas`` (:func:`dynamics.scalefree.grow_until_settled`, settled once four
-    e-folds of the slow mode of :func:`adamw_relaxation_modes` stay inside half the band)."""
-    d = decoupled_decay(lr, wd, "torch")
-    momentum_of("adamw", 0.0, betas)
-    if d == 0.0:
-        return math.inf, math.inf
-    x_star = adamw_equilibrium_norm(lr, wd, numel, betas[0], "torch", float(betas[1])) ** 2
-    tau = max(scale_free_relaxation_steps(d), adamw_relaxation_modes(d, betas[1])[1])
-    first = math.ceil(scale_free_steps(x0, x_star, d, band) + 4.0 * tau)
-    return grow_until_settled(lambda n: adamw_trajectory(x0, lr, wd, numel, betas, n), x_star, tau, band, first)
-
-
 def steps_to_equilibrium(x0: float, x_star: float, factor: float, band: float) -> float:
     r"""Steps until the squared norm is within ``band`` (relative) of :math:`x^*` for a *linear* map with slope
     ``factor``: :math:`\ln(\text{band}\,x^*/|x_0-x^*|)/\ln|f'(x^*)|` (0 when already inside; inf for
     :math:`|f'|\ge 1`).  Exact for the scale-free updates' :math:`q^2`; for the SGD family, whose map is not linear
     far from :math:`x^*`, and for fresh AdamW / Lion (momentum and :math:`\hat v` still filling) the monitor
     iterates the laws' own maps instead (:meth:`dynamics.heavyball.HeavyBall.steps_to_equilibrium`,
-    :func:`adamw_steps_to_equilibrium`, :func:`dynamics.scalefree.lion_steps_to_equilibrium`)."""
+    :func:`dynamics.adamw_window.adamw_steps_to_equilibrium`, :func:`dynamics.scalefree.lion_steps_to_equilibrium`)."""
     gap = abs(x0 - x_star)
     if gap <= band * x_star:
         return 0.0

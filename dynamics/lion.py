@@ -1,15 +1,15 @@
 r"""Lion (Chen et al., *Symbolic Discovery of Optimization Algorithms*, arXiv:2302.06675), as a torch optimizer.
 
-torch has no Lion; this is the published rule (the same as google/automl's and lucidrains' ``lion-pytorch``, and
-epfml/REQ's base), so the monitor's law (:mod:`dynamics.scalefree`) and the rotational variant
-(:func:`dynamics.rotational.rotational_lion`) have an implementation to be checked against:
+torch has no Lion; this is the published rule (as google/automl's, lucidrains' ``lion-pytorch`` and epfml/REQ's),
+for the monitor's law (:mod:`dynamics.scalefree`) and :func:`dynamics.rotational.rotational_lion` to be checked
+against:
 
 .. math::  c_t = \beta_1 m_{t-1} + (1-\beta_1) g_t,\qquad
            W_{t+1} = (1-\eta\lambda)W_t - \eta\,\operatorname{sign}(c_t),\qquad
            m_t = \beta_2 m_{t-1} + (1-\beta_2) g_t .
 
 The monitor recognizes any optimizer class named ``Lion`` whose param groups carry ``lr``, ``betas`` and
-``weight_decay`` with this rule (lucidrains' included).
+``weight_decay``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 r"""Float64 simulations of the random-walk gauge model under any torch optimizer: the check of every monitor law.
 
-The model is :class:`dynamics.problems.NoiseToy`'s, with the gradient written in closed form instead of autograd
-(the same vector, no graph): each gauge group :math:`W_r` (a row of one ``(R, n)`` parameter, or a whole
-``(m, k)`` matrix of its own for optimizers that couple a matrix's entries: Muon, Adafactor) gets, every step,
+:class:`dynamics.problems.NoiseToy`'s model with the gradient in closed form (the same vector, no graph): each gauge
+group :math:`W_r` (a row of one ``(R, n)`` parameter, or its own ``(m, k)`` matrix for optimizers that couple a
+matrix's entries: Muon, Adafactor) gets, every step,
 
 .. math::  g_r = \frac{\xi_r - \langle\xi_r,\hat W_r\rangle\hat W_r}{\lVert W_r\rVert},\qquad \xi_r\sim\mathcal N(0,I),
 
-the gradient of :math:`L_t = \langle\xi_r, W_r/\lVert W_r\rVert\rangle`: tangent (Euler), of size
-:math:`G/\lVert W\rVert` with :math:`\mathbb E\,G^2 = n-1`, and uncorrelated across steps: the regime of Kosson et
-al. (arXiv:2305.17212) and Wan et al. (arXiv:2006.08419) in which :mod:`dynamics.laws`,
-:mod:`dynamics.heavyball` and :mod:`dynamics.scalefree` are derived.  The optimizer's own ``step`` moves the
-weights (any decoupled decay it lacks, SGD-W, is applied before it), so the laws are checked against torch's
-implementations, not against a re-derivation.
+tangent, of size :math:`G/\lVert W\rVert` with :math:`\mathbb E\,G^2 = n-1`, uncorrelated across steps.  The
+optimizer's own ``step`` moves the weights, so the laws are checked against torch's implementations.
 """
 
 from __future__ import annotations
@@ -34,11 +30,6 @@ class NoiseRun:
     uw: np.ndarray  # <u_t, W_t> with u_t = (q W_t - W_{t+1}) / lr_eff (q = 1 - decay, see noise_run)
     uu: np.ndarray  # ||u_t||^2
     n: int  # entries per group
-
-    @property
-    def cos(self) -> np.ndarray:
-        """:math:`\\langle W_t, W_{t+1}\\rangle/(\\lVert W_t\\rVert\\lVert W_{t+1}\\rVert)` per step and group."""
-        return self.ww / np.sqrt(self.x[:-1] * self.x[1:])
 
     def mean_x(self) -> np.ndarray:
         """Replica-mean squared norm ``(T+1,)``."""

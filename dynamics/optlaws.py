@@ -1,10 +1,8 @@
 r"""Which law of :mod:`dynamics.laws` governs a gauge group, read off a live torch optimizer's param group.
 
-:func:`resolve` maps ``(optimizer, param_group, parameter)`` to a :class:`Law`: the rule's hyperparameters *now*
-(read every step, so schedules are followed), how its update direction is read back from two consecutive weights
-(:math:`u_t = (qW_t - W_{t+1})/\eta_{eff}`), and :func:`predict` / :func:`steps_to_equilibrium` give the
-equilibrium norm and angle, the relaxation time and the steps to equilibrium from the group's measured statistics
-(:class:`GroupStats`: :math:`G^2`, :math:`\nu = \lVert u\rVert^2`, :math:`\langle u, W\rangle`, the first state).
+:func:`resolve` gives the :class:`Law` of a parameter at its param group's hyperparameters *now* (the update is read
+back as :math:`u_t = (qW_t - W_{t+1})/\eta_{eff}`); :func:`predict` and :func:`steps_to_equilibrium` apply it to the
+group's measured statistics (:class:`GroupStats`).
 
 ==========================================  ===================  ==================================================
 optimizer                                    law                  predicted from
@@ -12,7 +10,7 @@ optimizer                                    law                  predicted from
 ``torch.optim.SGD`` (momentum, Nesterov,     ``sgd|sgdm|nesterov  :mod:`dynamics.heavyball` (closed forms where
 dampening, coupled ``weight_decay``)         /l2``                they exist: :func:`dynamics.laws.fixed_point_l2`)
 ``torch.optim.AdamW``, ``Adam(decoupled)``   ``adamw/torch``      :func:`dynamics.laws.adamw_equilibrium_norm`,
-                                                                  :func:`dynamics.laws.adamw_steps_to_equilibrium`
+                                                                  :func:`dynamics.adamw_window.adamw_steps_to_equilibrium`
 ``torch.optim.Adam(weight_decay > 0)``       ``adam/l2``          none (:data:`dynamics.laws.ADAM_L2_WHY`)
 a class named ``Lion`` (:mod:`dynamics.lion`) ``lion``             :mod:`dynamics.scalefree` (arcsine series)
 ``torch.optim.Muon``                         ``muon``             :mod:`dynamics.scalefree` with measured
@@ -34,6 +32,7 @@ from typing import Any
 
 import torch
 
+import dynamics.adamw_window as aw
 import dynamics.laws as laws
 import dynamics.scalefree as sf
 from dynamics.heavyball import HeavyBall
@@ -208,7 +207,7 @@ def steps_to_equilibrium(law: Law, st: GroupStats, band: float) -> tuple[float, 
     """``(enter, settle)`` predicted from the first recorded state with the law held fixed, or None.
 
     The SGD family iterates :class:`dynamics.heavyball.HeavyBall` from the recorded momentum state; a fresh AdamW /
-    Lion iterates its transient map (:func:`dynamics.laws.adamw_transient`,
+    Lion iterates its transient map (:func:`dynamics.adamw_window.adamw_transient`,
     :func:`dynamics.scalefree.lion_trajectory`); a resumed one, and Muon, the linear :math:`q^{2t}` approach."""
     pred = predict(law, st)
     norm = pred.get("norm_eq")
@@ -218,7 +217,7 @@ def steps_to_equilibrium(law: Law, st: GroupStats, band: float) -> tuple[float, 
     if law.kind == "heavyball":
         return law.rule.steps_to_equilibrium(st.x0, st.G2, band, st.y0, st.z0) if law.rule is not None else None
     if st.fresh and law.kind == "adamw":
-        return laws.adamw_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
+        return aw.adamw_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
     if st.fresh and law.kind == "lion":
         return sf.lion_steps_to_equilibrium(st.x0, law.lr, law.wd, st.numel, law.betas, band)
     if law.kind == "muon" and law.momentum > 0.0:

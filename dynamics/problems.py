@@ -1,23 +1,11 @@
 r"""The scale-gauge weights the dynamics are measured on: three toys and the real QK-norm model.
 
-Each problem owns one leaf tensor ``weight`` and a ``loss(step)`` that is invariant under scaling
-each *gauge group* of the weight by its own :math:`c > 0`.  ``groups(t)`` views a weight-shaped
-tensor as ``(R, m)``: ``R`` independent gauges of ``m`` entries each (the norm laws hold per group).
-
-* :class:`PhaseToy`: :math:`W\in\mathbb R^2`, :math:`L = \operatorname{atan2}(w_1, w_0)`.  The gradient is
-  :math:`(-w_1, w_0)/\lVert W\rVert^2`, so :math:`G = \lVert g\rVert\lVert W\rVert = 1` *exactly* and the SGD norm
-  map is deterministic: the fixed point and relaxation can be checked to round-off.
-* :class:`NoiseToy`: ``R`` replicas of :math:`W\in\mathbb R^n` with the fresh linear loss
-  :math:`L_t = \langle\xi_t, W/\lVert W\rVert\rangle`, :math:`\xi_t\sim\mathcal N(0, I)`: gradients are exactly
-  uncorrelated across steps (the random-walk regime that Kosson et al. and Wan et al. assume), and
-  :math:`\mathbb E\,G^2 = n - 1`.
-* :class:`RegressionToy`: a float64 minibatch regression through an RMSNorm,
-  :math:`L = \operatorname{mean}\lVert\operatorname{RMSNorm}(xW) - y\rVert^2` with fixed random data
-  (correlated gradients: real learning, signal plus minibatch noise).
-* :class:`QKNormProblem`: the query projection of the last block of
-  ``lm.dense.DenseTransformer(DenseConfig(qk_norm=True, qk_norm_eps=0.0))`` on next-byte loss over
-  ``ByteCorpus.load()`` batches.  Only that ``W_q`` is trained (every other weight frozen at init); the
-  per-head RMSNorm makes each head's block of rows its own gauge (``H`` groups).
+Each problem owns one leaf tensor ``weight`` and a ``loss(step)`` invariant under scaling each *gauge group* of the
+weight by its own :math:`c > 0`; ``groups(t)`` views a weight-shaped tensor as ``(R, m)``: ``R`` independent gauges
+of ``m`` entries (the norm laws hold per group).  :class:`PhaseToy` makes the SGD norm map deterministic
+(:math:`G = 1` exactly), :class:`NoiseToy` the random-walk regime that Kosson et al. and Wan et al. assume
+(gradients uncorrelated across steps), :class:`RegressionToy` real learning (signal plus minibatch noise), and
+:class:`QKNormProblem` the real model's ``W_q``.
 """
 
 from __future__ import annotations
@@ -27,16 +15,14 @@ from dataclasses import dataclass
 import torch
 
 from lm import DenseConfig, DenseTransformer, rms_norm
+from rmsgauge import check_choice
 from rmsgauge.claims import dtype_name
+from rmsgauge.cli import DTYPES
 from rmsgauge.corpus import ByteCorpus
-
-TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    if name not in TORCH_DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(TORCH_DTYPES)}; got {name!r}")
-    return TORCH_DTYPES[name]
+    return getattr(torch, check_choice("dtype", name, DTYPES))
 
 
 class GaugeProblem:
@@ -87,7 +73,8 @@ class PhaseToy(GaugeProblem):
 
 
 class NoiseToy(GaugeProblem):
-    r"""``R`` replicas of :math:`L_t = \langle \xi_t, W/\lVert W\rVert\rangle` with fresh Gaussian :math:`\xi_t`."""
+    r"""``R`` replicas of :math:`L_t = \langle \xi_t, W/\lVert W\rVert\rangle` with fresh Gaussian :math:`\xi_t`:
+    :math:`\mathbb E\,G^2 = n - 1`."""
 
     name = "noise"
 

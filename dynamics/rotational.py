@@ -1,43 +1,33 @@
 r"""Rotational variants of SGD with momentum, AdamW and Lion: every gauge group at its equilibrium from step 1.
 
-Kosson, Messmer & Jaggi (*Rotational Equilibrium*, arXiv:2305.17212, §5; code: epfml/REQ) propose "rotational
-variants" that replace the slow approach to equilibrium (:math:`\approx 1/(2\eta\lambda)` steps, :mod:`dynamics.laws`)
-by its end state: each scale-invariant unit keeps a fixed norm and turns by the equilibrium angle :math:`\varphi^*`
-every step.  Our construction (own implementation):
+Kosson, Messmer & Jaggi (*Rotational Equilibrium*, arXiv:2305.17212, §5; code: epfml/REQ) replace the slow approach
+to equilibrium (:math:`\approx 1/(2\eta\lambda)` steps) by its end state.  Our construction (own implementation):
 
-1. the base optimizer (``torch.optim.SGD`` with momentum, ``torch.optim.AdamW`` or :class:`dynamics.lion.Lion`)
-   computes its step as usual; whole gauge tensors sit in param groups with ``weight_decay = 0`` (their decay is
-   replaced by the norm constraint; the value is kept as ``rot_wd`` because it sets :math:`\varphi^*`);
-2. per rotational unit (a gauge group, or with ``per_neuron=True`` each row of it: REQ's ``per_neuron`` option, one
-   output neuron or filter per unit) the step :math:`\Delta = W_I - W_I'` is made tangent,
-   :math:`\Delta_\perp = \Delta - \frac{\langle\Delta, W_I\rangle}{\lVert W_I\rVert^2}W_I` (any decay is radial and
-   drops out, which also covers gauge blocks of partly-gauge tensors that keep their decay);
+1. the base optimizer (``torch.optim.SGD``, ``torch.optim.AdamW`` or :class:`dynamics.lion.Lion`) steps as usual;
+   whole gauge tensors sit in param groups with ``weight_decay = 0`` (the value is kept as ``rot_wd``: it sets
+   :math:`\varphi^*`);
+2. per rotational unit (a gauge group, or with ``per_neuron=True`` each row of it, REQ's option) the step
+   :math:`\Delta = W_I - W_I'` is made tangent, :math:`\Delta_\perp = \Delta - \frac{\langle\Delta,
+   W_I\rangle}{\lVert W_I\rVert^2}W_I` (any decay is radial and drops out);
 3. :math:`W_I \leftarrow \rho_I\,\widehat{W_I - \tan\varphi^*\,\lVert W_I\rVert\,\hat\Delta_\perp}`: consecutive
-   iterates are exactly :math:`\varphi^*` apart and the norm is the held :math:`\rho_I` (its norm at construction);
-4. every other parameter gets the base optimizer's step untouched, in its own param group, bit for bit.
+   iterates are exactly :math:`\varphi^*` apart at the held norm :math:`\rho_I` (its norm at construction); a unit
+   with no tangent step does not move;
+4. every other parameter gets the base optimizer's step untouched, bit for bit.
 
-:math:`\varphi^*` is the base optimizer's equilibrium angle at the param group's current lr (read every step, so
-schedules carry over): AdamW :math:`\cos\varphi^* = q + A(1-q^2)/(1+2qA)`, :math:`q = 1-\eta\lambda`, with the
-correlation sum :math:`A` of :func:`dynamics.laws.adamw_update_moments` at the group's betas (:math:`\beta_2 \to 1`:
-:math:`(q+\beta_1)/(1+\beta_1 q)`; small-d limit: Kosson et al.'s :math:`\sqrt{2\eta\lambda(1-\beta_1)/(1+\beta_1)}`;
-:math:`\beta_2 = 0.95` turns 0.5% less); SGD with momentum and coupled L2 :math:`\cos\varphi^* = 1-\eta\lambda/(1+\mu)`
-(Wan et al., arXiv:2006.08419; with Nesterov or dampening the general map of :mod:`dynamics.heavyball`); Lion
-:math:`\cos\varphi^* = q + A(1-q^2)/(1+2qA)` with :math:`A` its sign-correlation series (:mod:`dynamics.scalefree`;
-REQ's :math:`\sqrt{\pi/2}\sqrt{2\eta\lambda}\sigma` is its linearized small-d form).  A unit whose tangent step is
-exactly zero (no gradient) does not move.
+:math:`\varphi^*` is the base optimizer's exact equilibrium angle at the param group's current lr (read every step,
+so schedules carry over): AdamW's at its betas (:func:`dynamics.laws.equilibrium_angle`), SGD's with coupled L2
+(Wan et al., arXiv:2006.08419; Nesterov or dampening: :mod:`dynamics.heavyball`), Lion's sign-correlation series
+(:mod:`dynamics.scalefree`; REQ's :math:`\sqrt{\pi/2}\sqrt{2\eta\lambda}\sigma` is its linearized small-d form).
 
 **Parameter groups.**  ``groups=[{"params": ["blocks.0.*", "head.weight"], "lr": 1e-3, "weight_decay": 0.05}, ...]``
 names parameters (exact names or ``fnmatch`` patterns) with their own hyperparameters; the rest take the defaults.
-``no_decay`` names parameters (embeddings, norm gains, biases) that the base optimizer steps without decay.  Every
-name and pattern must match; a gauge cannot be in ``no_decay`` (its decay sets its angle).  Errors are one line
-naming the parameter and its allowed range: NaN / inf / non-positive lr, negative weight decay, lr * weight_decay
-at or above 1, a momentum, dampening, beta or eps outside its range, unknown names, a parameter in two groups.  Every
-param group's hyperparameters are checked again at each step (a scheduler or a hand edit of ``param_groups`` may
-have moved them): a NaN momentum or eps is refused, not carried into the weights.
+``no_decay`` names parameters the base optimizer steps without decay (never a gauge: its decay sets its angle).
+Every name and pattern must match.  A bad value is one line naming the parameter and its range, at construction and
+again before each step (a scheduler or a hand edit of ``param_groups`` may have moved it).
 
 **Checkpoints.**  :meth:`RotationalOptimizer.state_dict` holds the base optimizer's state and the held norms
-(``"rotational_held"``: one tensor of unit norms per gauge group), so a run resumed from it continues bit for bit;
-:meth:`~RotationalOptimizer.load_state_dict` refuses a dict without them, or with other gauge groups or unit counts.
+(``"rotational_held"``), so a resumed run continues bit for bit; :meth:`~RotationalOptimizer.load_state_dict`
+refuses a dict without them, or with other gauge groups or unit counts.
 """
 
 from __future__ import annotations

@@ -1,47 +1,31 @@
 r"""Scale-free updates under decoupled decay: AdamW, Lion and Muon on a scale gauge, with one exact balance.
 
-These optimizers take a step :math:`W_{t+1} = qW_t - \eta u_t` (:math:`q = 1 - \eta\lambda`, torch's decoupled
-decay) whose direction :math:`u_t` does not grow as :math:`\lVert W\rVert` shrinks: Adam divides the gradient by
-its own RMS, Lion takes its sign, Muon orthogonalizes it.  In the random-walk model (gradients uncorrelated across
-steps; Kosson et al., *Rotational Equilibrium*, arXiv:2305.17212, §3) let the update be stationary with
-:math:`\mathbb E\lVert u\rVert^2 = \nu` and autocorrelation :math:`r_k = \mathbb E\langle u_t, u_{t+k}\rangle/\nu`.
-Unrolling :math:`W_t = -\eta\sum_{j\ge0} q^j u_{t-1-j}` (the start decays as :math:`q^t`):
+Their step :math:`W_{t+1} = qW_t - \eta u_t` (:math:`q = 1 - \eta\lambda`) has a direction that does not grow as
+:math:`\lVert W\rVert` shrinks (Adam divides by the gradient's RMS, Lion takes its sign, Muon orthogonalizes it).  In
+the random-walk model (Kosson et al., *Rotational Equilibrium*, arXiv:2305.17212, §3), with a stationary update of
+:math:`\mathbb E\lVert u\rVert^2 = \nu` and autocorrelation :math:`r_k`, unrolling
+:math:`W_t = -\eta\sum_{j\ge0} q^j u_{t-1-j}` gives
 
-.. math::  x^* = \mathbb E\lVert W\rVert^2 = \frac{\eta^2\nu\,(1 + 2qA)}{1-q^2},\qquad
-           A = \sum_{k\ge1} q^{k-1} r_k,\qquad
-           \cos\varphi^* = \frac{\mathbb E\langle W_t, W_{t+1}\rangle}{x^*} = q + \frac{A(1-q^2)}{1+2qA},
+.. math::  x^* = \frac{\eta^2\nu\,(1 + 2qA)}{1-q^2},\qquad A = \sum_{k\ge1} q^{k-1} r_k,\qquad
+           \cos\varphi^* = q + \frac{A(1-q^2)}{1+2qA},
 
-using :math:`\mathbb E\langle u_t, W_t\rangle = -\eta\nu A` (exact for a stationary sequence; the sums are
-geometric).  The norm map :math:`x_{t+1} = q^2x_t + \text{const}` has no restoring force of its own (the update
-ignores the norm), so the transient decays as :math:`q^{2t}`: :math:`-1/(2\ln q) \approx 1/(2\eta\lambda)` steps
-per e-fold, for every optimizer here, whatever its momentum.
+with :math:`\mathbb E\langle u_t, W_t\rangle = -\eta\nu A`.  The update ignores the norm, so the map has no
+restoring force of its own: the transient decays as :math:`q^{2t}`, :math:`-1/(2\ln q)` steps per e-fold.
 
-* **AdamW**: :math:`u = \hat m/(\sqrt{\hat v}+\epsilon)`, an EMA of :math:`\tilde g = g/\sqrt{\hat v}` whose
-  entries have unit mean square once :math:`\hat v` tracks :math:`g^2` (:math:`\mathbb E\lVert\tilde g\rVert^2 = C`,
-  the entry count): :math:`\nu = C(1-\beta_1)/(1+\beta_1)`, :math:`r_k = \beta_1^k`, :math:`A = \beta_1/(1-q\beta_1)`.
-  This is :func:`dynamics.laws.fixed_point_adamw` and :math:`\cos\varphi^* = (q+\beta_1)/(1+\beta_1q)` in the
-  :math:`\beta_2 \to 1` limit; the finite window's terms and the transient are in
-  :func:`dynamics.laws.adamw_update_moments` and :func:`dynamics.laws.adamw_transient`.
-* **Lion** (Chen et al., arXiv:2302.06675): :math:`u_t = \operatorname{sign}(c_t)`,
-  :math:`c_t = \beta_1 m_{t-1} + (1-\beta_1)g_t`, :math:`m_t = \beta_2 m_{t-1} + (1-\beta_2) g_t`: every entry is
-  :math:`\pm1`, so :math:`\nu = C` exactly.  Each entry of :math:`c` is Gaussian for Gaussian gradient noise, with
-  lag-:math:`k` correlation :math:`\rho_k = \rho_1\beta_2^{k-1}`,
-  :math:`\rho_1 = \beta_1(1-\beta_2)\big((1-\beta_1) + \beta_1\beta_2/(1+\beta_2)\big)/\sigma^2`,
-  :math:`\sigma^2 = (1-\beta_1)^2 + \beta_1^2(1-\beta_2)/(1+\beta_2)`; the sign of two correlated Gaussians
-  correlates as :math:`r_k = \tfrac2\pi\arcsin\rho_k` (Sheppard's formula).  :math:`A` is the series
-  :func:`lion_correlation_sum` (no closed form: the arcsine of a geometric sequence).  REQ (epfml/REQ,
-  ``lion_etar_func``) uses :math:`\varphi^* \approx \sqrt{\pi/2}\,\sqrt{2\eta\lambda}\,\sigma`, which is this law with
-  the sign linearized (:math:`\operatorname{sign}c \approx \sqrt{2/\pi}\,c/\sigma`, dropping the residual of
-  variance :math:`1-2/\pi` and the arcsine's curvature): about 1% apart at the default betas
-  (:func:`lion_req_angle`).
-* **Muon** (Jordan et al. 2024; ``torch.optim.Muon``): :math:`u = \operatorname{NS}(M)`, the Newton–Schulz
-  orthogonalization of the (Nesterov) momentum, applied with :math:`\eta_{adj} = \eta\sqrt{\max(1, m/k)}` while the
-  decay uses :math:`\eta`.  Exact orthogonalization :math:`UV^\top` of an :math:`m\times k` matrix has
-  :math:`\lVert u\rVert_F^2 = \min(m,k)` (:func:`muon_nominal_nu`; a block of :math:`r` rows: :math:`r\min(m,k)/m`);
-  torch's five bf16 quintic steps leave singular values near, not at, 1 (torch's docstring: roughly
-  U(0.5, 1.5)), so :math:`\nu` is measured.  Without momentum the gradients are independent and
-  :math:`O(-g) = -O(g)`, so :math:`A = 0`: :math:`x^* = \eta_{adj}^2\nu/(1-q^2)`, :math:`\cos\varphi^* = q`.  With
-  momentum the autocorrelation of polar factors of correlated matrices has no closed form: :math:`A` is measured
+* **AdamW**: :math:`\nu = C(1-\beta_1)/(1+\beta_1)` (:math:`C` entries), :math:`r_k = \beta_1^k`,
+  :math:`A = \beta_1/(1-q\beta_1)` as :math:`\beta_2 \to 1`; finite :math:`\beta_2` and the transient:
+  :mod:`dynamics.adamw_window`.
+* **Lion** (Chen et al., arXiv:2302.06675): every entry of :math:`\operatorname{sign}(c_t)` is :math:`\pm1`, so
+  :math:`\nu = C`.  Each entry of :math:`c` is Gaussian with lag-:math:`k` correlation
+  :math:`\rho_k = \rho_1\beta_2^{k-1}`, :math:`\rho_1 = \beta_1(1-\beta_2)\big((1-\beta_1) +
+  \beta_1\beta_2/(1+\beta_2)\big)/\sigma^2`, :math:`\sigma^2 = (1-\beta_1)^2 + \beta_1^2(1-\beta_2)/(1+\beta_2)`, and
+  signs correlate as :math:`r_k = \tfrac2\pi\arcsin\rho_k` (Sheppard): :math:`A` is the series
+  :func:`lion_correlation_sum`.  REQ's (epfml/REQ ``lion_etar_func``) :math:`\sqrt{\pi/2}\,\sqrt{2\eta\lambda}\,\sigma`
+  is this law with the sign linearized, about 1% apart at the default betas (:func:`lion_req_angle`).
+* **Muon** (Jordan et al. 2024; ``torch.optim.Muon``): :math:`u = \operatorname{NS}(M)` applied with
+  :math:`\eta_{adj} = \eta\sqrt{\max(1, m/k)}` while the decay uses :math:`\eta`.  Exact orthogonalization has
+  :math:`\lVert u\rVert_F^2 = \min(m,k)` (:func:`muon_nominal_nu`), torch's bf16 quintic steps only roughly, so
+  :math:`\nu` is measured.  Without momentum :math:`O(-g) = -O(g)` gives :math:`A = 0`; with it :math:`A` is measured
   from :math:`\langle u_t, W_t\rangle = -\eta\nu A` (:func:`measured_correlation_sum`).
 """
 

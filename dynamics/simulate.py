@@ -1,22 +1,10 @@
 r"""Training loops that record, at every step, what the norm laws need.
 
-The optimizer rules, and which torch optimizer implements each (``Stepper``):
-
-=========  ==========  =============================================================================
-optimizer  decay       implementation
-=========  ==========  =============================================================================
-sgd        source      ``W.mul_(1 - wd)`` then ``torch.optim.SGD(lr)``: :math:`W - \eta g - \lambda W`
-sgd        torch, l2   ``torch.optim.SGD(lr, weight_decay=wd)``: :math:`(1-\eta\lambda)W - \eta g`
-sgdm       source      ``W.mul_(1 - wd)`` then ``torch.optim.SGD(lr, momentum)``
-sgdm       torch       ``W.mul_(1 - lr*wd)`` then ``torch.optim.SGD(lr, momentum)`` (SGD-W; torch's SGD has
-                       no decoupled option, its ``weight_decay`` is the coupled ``l2`` row)
-sgdm       l2          ``torch.optim.SGD(lr, momentum, weight_decay=wd)`` (coupled; Wan et al.'s setting)
-adamw      source      ``torch.optim.AdamW(lr, weight_decay=wd/lr)``: torch multiplies by :math:`1-\eta(\lambda/\eta)`
-adamw      torch       ``torch.optim.AdamW(lr, weight_decay=wd)``
-=========  ==========  =============================================================================
-
-The decay is applied before the optimizer's step and the gradient is taken at the undecayed
-``W_t``, as in ``torch.optim.AdamW``, so every row is :math:`W_{t+1} = qW_t - \eta u_t`.
+:class:`Stepper` runs each rule with torch's own optimizer: ``torch.optim.SGD`` (its ``weight_decay`` is the coupled
+``l2`` convention, identical to ``torch`` for plain SGD), ``torch.optim.AdamW`` (``source``: ``weight_decay=wd/lr``),
+and for a decoupled decay torch lacks (SGD/SGD-momentum ``source``, SGD-momentum ``torch``, i.e. SGD-W) a
+``W.mul_(1 - d)`` before the step.  The decay comes before the step and the gradient is taken at the undecayed
+``W_t``, as in ``torch.optim.AdamW``, so every rule is :math:`W_{t+1} = qW_t - \eta u_t`.
 """
 
 from __future__ import annotations
@@ -80,9 +68,6 @@ class OptimConfig:
         extra = {"sgd": "", "sgdm": f", mu={self.momentum:g}", "adamw": f", betas=({b1:g},{b2:g})"}
         return f"{self.optimizer}/{self.decay} lr={self.lr:g} wd={self.wd:g}{extra[self.optimizer]}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def replace(self, **kw: Any) -> OptimConfig:
         return OptimConfig(**{**asdict(self), **kw})
 
@@ -124,18 +109,16 @@ class Stepper:
         st = self.opt.state[p]
         if cfg.optimizer == "sgdm":
             return st["momentum_buffer"].detach().double()
-        b1, b2 = cfg.betas
+        return st["exp_avg"].detach().double() / (1.0 - cfg.betas[0] ** float(st["step"])) / self._adam_denom()
+
+    def _adam_denom(self) -> torch.Tensor:
+        st = self.opt.state[self.p]
         t = float(st["step"])
-        m = st["exp_avg"].detach().double() / (1.0 - b1**t)
-        denom = st["exp_avg_sq"].detach().double().sqrt() / math.sqrt(1.0 - b2**t) + cfg.eps
-        return m / denom
+        return st["exp_avg_sq"].detach().double().sqrt() / math.sqrt(1.0 - self.cfg.betas[1] ** t) + self.cfg.eps
 
     def adam_nu(self) -> float:
         """:math:`\\lVert g/(\\sqrt{\\hat v}+\\epsilon)\\rVert^2` at the current step (AdamW only)."""
-        st = self.opt.state[self.p]
-        b2 = self.cfg.betas[1]
-        denom = st["exp_avg_sq"].detach().double().sqrt() / math.sqrt(1.0 - b2 ** float(st["step"])) + self.cfg.eps
-        return float((self.p.grad.detach().double() / denom).pow(2).sum())
+        return float((self.p.grad.detach().double() / self._adam_denom()).pow(2).sum())
 
 
 @dataclass
@@ -190,9 +173,6 @@ class Trace:
             "zero_radial": np.abs(self.x_next - zero_radial) / self.x_next,
             "first_order": np.abs(self.x_next - first) / self.x_next,
         }
-
-    def summary(self) -> dict[str, Any]:
-        return {"problem": self.problem, "optimizer": self.cfg.label(), "dtype": self.dtype, "steps": self.steps}
 
 
 Progress = Callable[[str], None]

@@ -13,18 +13,12 @@ from dynamics.monitor import EquilibriumMonitor, describe_gauges, is_empty
 
 
 class TrainHook:
-    """Trainer adapter in the loop's hook protocol (``lm.hooks.StepHook``: ``on_start(model, optimizer, info)``,
-    ``after_step(step, lr)``, ``on_end(summary)``, and ``state_dict`` / ``load_state_dict`` for checkpoints).
-
-    Built on an existing monitor (``TrainHook(monitor=m)``), or lazily with
-    :meth:`TrainHook.lazy` where the gauges come from the model at start (e.g. a census on the probe batch,
-    passed in by the command-line entry, so the loop itself imports nothing above it).  The monitor records from
-    optimizer hooks; ``after_step`` returns the step's record or None (and appends it to ``info.log`` when the
-    loop gives one), ``on_end`` adds ``summary["equilibrium"]`` (and ``summary["gauge_census"]``, where the
-    gauges came from, for a lazy hook).
-
-    A lazy hook attaches nothing where there is nothing to watch: a model with no gauges (the census found none;
-    recorded, not an error) or a process that does not log (``info.is_main`` false: DDP ranks other than 0).
+    """Trainer adapter in the loop's hook protocol (``lm.hooks.StepHook``), on an existing monitor
+    (``TrainHook(monitor=m)``) or built at start by :meth:`TrainHook.lazy` from the model's gauges (e.g. a census on
+    the probe batch, passed in by the command-line entry: the loop imports nothing above it).  ``after_step`` returns
+    the step's record or None (and appends it to ``info.log`` when the loop gives one); ``on_end`` adds
+    ``summary["equilibrium"]`` (and ``summary["gauge_census"]`` for a lazy hook).  A lazy hook attaches nothing to a
+    model with no gauges (recorded, not an error) or in a process that does not log (``info.is_main`` false).
     """
 
     name = "equilibrium_monitor"

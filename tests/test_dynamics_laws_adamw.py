@@ -1,10 +1,12 @@
-"""AdamW's law (dynamics.laws: adamw_update_moments, adamw_transient) against float64 simulation of torch.optim.AdamW.
+"""AdamW's law (dynamics.adamw_window: adamw_update_moments, adamw_transient) against float64 simulation of
+torch.optim.AdamW.
 
 Model (dynamics.noise_sim): R replicas of a 32x32 gauge (1024 entries) whose gradient is fresh Gaussian noise, tangent,
 of size G/||W||, stepped by torch.optim.AdamW itself at lr 0.025, weight decay 0.2 (lr*wd = 0.005: one relaxation
 time of the norm is 100 steps).  Tolerances: SE_SIGMAS standard errors of the replica means, the run's own Jensen
 gap Var(x)/x^2 (the law feeds the mean norm's gradient scale to every replica), and the law's own allowance for the
-order it neglects (the fourth moment 3 (2D)^2 of the second moment's scatter, dynamics.laws.adamw_update_moments).
+order it neglects (the fourth moment 3 (2D)^2 of the second moment's scatter,
+dynamics.adamw_window.adamw_update_moments).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dynamics import adamw_window as aw
 from dynamics import laws
 from dynamics import scalefree as sf
 from dynamics.context import SE_SIGMAS
@@ -52,15 +55,15 @@ def _remainder_bound(beta2: float, beta1: float) -> float:
 def test_adamw_moments_reduce_to_the_infinite_window_law(d, b1, b2):
     # beta2 -> 1: the moments of the limit, (1-b1)/(1+b1) and b1/(1-q b1), and the closed forms built on them
     tol = tolerance("float64", size=8)
-    nu0, A0 = laws.adamw_update_moments(d, b1)
+    nu0, A0 = aw.adamw_update_moments(d, b1)
     assert abs(nu0 - (1 - b1) / (1 + b1)) <= tol.bound(nu0) and abs(A0 - b1 / (1 - (1 - d) * b1)) <= tol.bound(A0)
     q = 1 - d
-    assert abs(laws.adamw_equilibrium_cos(d, b1) - (q + b1) / (1 + b1 * q)) <= tol.bound(1.0)
+    assert abs(aw.adamw_equilibrium_cos(d, b1) - (q + b1) / (1 + b1 * q)) <= tol.bound(1.0)
     # the first-order correction vanishes linearly in 1 - beta2 (its second-order remainder below 3 (2D)^2)
-    nu, A = laws.adamw_update_moments(d, b1, b2)
-    nu1, A1 = laws.adamw_update_moments(d, b1, 1 - (1 - b2) / 2)
+    nu, A = aw.adamw_update_moments(d, b1, b2)
+    nu1, A1 = aw.adamw_update_moments(d, b1, 1 - (1 - b2) / 2)
     assert abs((nu / nu0 - 1) - 2 * (nu1 / nu0 - 1)) <= _remainder_bound(b2, b1) + tol.rtol
-    x, x0 = laws.fixed_point_adamw(0.1, d, b1, 100.0, b2), laws.fixed_point_adamw(0.1, d, b1, 100.0)
+    x, x0 = aw.fixed_point_adamw(0.1, d, b1, 100.0, b2), aw.fixed_point_adamw(0.1, d, b1, 100.0)
     assert abs(x / x0 - nu * (1 + 2 * q * A) / (nu0 * (1 + 2 * q * A0))) <= tol.bound(x / x0)
 
 
@@ -69,10 +72,10 @@ def test_adamw_transient_settles_on_the_equilibrium_law_on_its_slow_mode():
     # approach from far away decays on the slow mode of the norm coupled to v-hat's lag, not at the decay's own rate
     for betas in ((0.9, 0.999), (0.9, 0.99), (0.0, 0.95)):
         x_star = laws.adamw_equilibrium_norm(LR, WD, N, betas[0], beta2=betas[1]) ** 2
-        fast, slow = laws.adamw_relaxation_modes(D, betas[1])
+        fast, slow = aw.adamw_relaxation_modes(D, betas[1])
         assert fast <= laws.relaxation_steps("adamw", "torch", LR, WD) <= slow
         steps = math.ceil(40 * slow)  # e^-40: below float64 round-off of x*
-        x, neglected = laws.adamw_transient(4 * x_star, LR, WD, N, betas, steps)
+        x, neglected = aw.adamw_transient(4 * x_star, LR, WD, N, betas, steps)
         rtol = tolerance("float64", size=16, depth=steps).rtol
         assert abs(x[-1] / x_star - 1) <= rtol, betas
         assert abs(neglected[-1] / x[-1] / _scatter_order(betas[1]) - 1) <= rtol  # the stationary law's allowance
@@ -100,7 +103,7 @@ def test_adamw_equilibrium_depends_on_beta2():
     ratio = run.ww[burn:].sum(0) / run.x[burn:-1].sum(0)
     measured = float((1 - ratio).mean())
     se = float((1 - ratio).std(ddof=1) / math.sqrt(R))
-    law = 1 - laws.adamw_equilibrium_cos(D, *betas)
+    law = 1 - aw.adamw_equilibrium_cos(D, *betas)
     assert abs(measured / law - 1) <= SE_SIGMAS * se / measured + jensen + 2 * model, (measured / law - 1, se)
 
 
@@ -113,7 +116,7 @@ def test_fresh_adamw_from_below_follows_the_transient_law():
     x_star = laws.adamw_equilibrium_norm(LR, WD, N, betas[0], beta2=betas[1]) ** 2
     x0 = 0.09 * x_star
     run = noise_run(_adamw(betas), n=N, replicas=R, steps=T, x0=x0, seed=12, q=1 - D, lr_eff=LR)
-    law, neglected = laws.adamw_transient(x0, LR, WD, N, betas, T)
+    law, neglected = aw.adamw_transient(x0, LR, WD, N, betas, T)
     xm = run.mean_x()
     se = run.x.std(1, ddof=1) / math.sqrt(R)
     jensen = run.x.var(1) / xm**2
@@ -121,7 +124,7 @@ def test_fresh_adamw_from_below_follows_the_transient_law():
     err = np.abs(xm / law - 1)
     assert np.all(err <= allow), (int(np.argmax(err - allow)), float(np.max(err - allow)))
     tau = laws.relaxation_steps("adamw", "torch", LR, WD)
-    enter, _ = laws.adamw_steps_to_equilibrium(x0, LR, WD, N, betas, band)
+    enter, _ = aw.adamw_steps_to_equilibrium(x0, LR, WD, N, betas, band)
     measured = int(np.argmax(np.abs(xm / x_star - 1) <= band))
     assert 0 < measured < T and abs(measured - enter) <= tau, (measured, enter, tau)
 
@@ -134,9 +137,9 @@ def test_adamw_from_above_settles_where_the_law_says(betas):
     # decay's own q^(2t) misses it by many relaxation times (v-hat remembers the small early gradients)
     R, measure = 8, 600
     x_star = laws.adamw_equilibrium_norm(LR, WD, N, betas[0], beta2=betas[1]) ** 2
-    enter, settle = laws.adamw_steps_to_equilibrium(4 * x_star, LR, WD, N, betas, 0.05)
+    enter, settle = aw.adamw_steps_to_equilibrium(4 * x_star, LR, WD, N, betas, 0.05)
     tau = laws.relaxation_steps("adamw", "torch", LR, WD)
-    slow = laws.adamw_relaxation_modes(D, betas[1])[1]
+    slow = aw.adamw_relaxation_modes(D, betas[1])[1]
     start = math.ceil(settle + 4 * slow) if slow < 10 * tau else None
     T = start + measure if start is not None else math.ceil(settle + tau)
     run = noise_run(_adamw(betas), n=N, replicas=R, steps=T, x0=4 * x_star, seed=13, q=1 - D, lr_eff=LR)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from dynamics import adamw_window as aw
 from dynamics import laws, optlaws
 from dynamics import scalefree as sf
 from dynamics.context import SE_SIGMAS
@@ -80,10 +81,10 @@ def test_monitor_adamw_predictions_interval_and_no_prediction(tmp_path):
     assert [h["step"] for h in mon.history] == [1, 2, 4, 6] and seen == 4
     r = mon.history[-1]["groups"]["w"]
     q = 1.0 - lr * wd
-    assert r["angle_eq"] == pytest.approx(math.acos(laws.adamw_equilibrium_cos(1 - q, b1, 0.99)),
+    assert r["angle_eq"] == pytest.approx(math.acos(aw.adamw_equilibrium_cos(1 - q, b1, 0.99)),
                                           rel=tolerance("float64").rtol)
     # equilibrium norm^2 -> lr C / (2 wd) (Kosson et al.) as d -> 0; the exact one is the fixed point of dynamics.laws
-    assert r["norm_eq"] ** 2 == pytest.approx(float(laws.fixed_point_adamw(lr, lr * wd, b1, m.w.numel(), 0.99)),
+    assert r["norm_eq"] ** 2 == pytest.approx(float(aw.fixed_point_adamw(lr, lr * wd, b1, m.w.numel(), 0.99)),
                                               rel=tolerance("float64").rtol)
     summary = {}
     assert hook.on_end(summary)["groups"]["w"]["law"] == "adamw/torch" and not mon._handles

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-import dynamics.laws as laws
+import dynamics.adamw_window as aw
 import dynamics.scalefree as sf
 from dynamics.heavyball import HeavyBall
 from dynamics.lion import Lion
@@ -32,7 +32,7 @@ def _phi(variant: str, lr: float, wd: float) -> float:
     """The base optimizer's equilibrium angle, by hand (AdamW's: its law with the scatter of v-hat at beta2 0.95,
     checked against simulation in tests/test_dynamics_laws_adamw.py)."""
     if variant == "adamw":
-        return math.acos(laws.adamw_equilibrium_cos(lr * wd, 0.9, 0.95))
+        return math.acos(aw.adamw_equilibrium_cos(lr * wd, 0.9, 0.95))
     if variant == "sgdm":
         return math.acos(1 - lr * wd / 1.9)  # SGD+momentum with coupled L2: cos phi* = 1 - lr wd/(1 + mu)
     d = lr * wd

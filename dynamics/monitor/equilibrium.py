@@ -1,46 +1,23 @@
-r"""Equilibrium monitor: the effective (angular) learning rate and the norm of every gauge group, against the laws.
+r"""Equilibrium monitor: the effective (angular) learning rate and the norm of every gauge group, against the laws
+(usage in the README: ``EquilibriumMonitor(model, opt, gauges, log_path=...)``, then ``table()`` and ``plot()``).
 
-Attach once; the user's loop is unchanged (it hooks ``optimizer.step`` through torch's step pre/post hooks)::
+It hooks ``optimizer.step`` (torch's step pre/post hooks), so the user's loop is unchanged.  Per recorded step and
+group it keeps :math:`\lVert W_I\rVert`, the rotation :math:`\varphi_t = \angle(W_{I,t}, W_{I,t+1})` (the effective
+learning rate, which settles at :math:`\varphi^*` where decay and update balance at :math:`\lVert W\rVert^*`; Kosson,
+Messmer & Jaggi, arXiv:2305.17212; Wan et al., arXiv:2006.08419), the update read back from the two weights
+(:math:`\nu = \lVert u\rVert^2`, :math:`u = (qW_t - W_{t+1})/\eta_{eff}`) and the predictions of the law
+:func:`dynamics.optlaws.resolve` finds for that step's hyperparameters (read at every record: schedules,
+``add_param_group`` and removed groups are followed).
 
-    from dynamics.monitor import EquilibriumMonitor
-    mon = EquilibriumMonitor(model, opt, gauges=["blocks.0.attn.q_proj.weight"], log_path="eq.jsonl")
-    for x, y in batches:
-        loss = model(x, y)[1]; loss.backward(); opt.step(); opt.zero_grad()
-    print(mon.table()); mon.plot("eq.png")
+**Schedules.**  ``norm_eq`` is each step's own equilibrium; ``norm_track`` the norm the laws predict along the run,
+their map stepped with each record's hyperparameters from the first recorded state (the SGD family's second-moment
+map, :meth:`dynamics.heavyball.HeavyBall.moment_step`; the scale-free :math:`x' = x^* + q^2(x - x^*)`).  ``lag``
+(:func:`dynamics.optlaws.schedule_lag`) above ``band`` means the norm cannot follow the schedule: the summary and
+table say so and ``on_lag`` (e.g. ``lambda m: warnings.warn(m, EquilibriumLagWarning)``) is called once.
 
-A scale gauge :math:`W_I` (a weight the loss sees only up to its scale) moves on a sphere: what training does to it
-per step is a rotation by :math:`\varphi_t = \angle(W_{I,t}, W_{I,t+1})`, its **effective (angular) learning rate**.
-Weight decay and the update balance at an equilibrium norm :math:`\lVert W\rVert^*` where the rate settles at
-:math:`\varphi^*` (Kosson, Messmer & Jaggi, *Rotational Equilibrium*, arXiv:2305.17212; Wan et al., *Spherical
-Motion Dynamics*, arXiv:2006.08419; exact forms in :mod:`dynamics.laws`).  Per recorded step and group the monitor
-keeps :math:`\lVert W_I\rVert`, :math:`\varphi_t`, the update read back from the two weights (:math:`\nu =
-\lVert u\rVert^2`, :math:`u = (qW_t - W_{t+1})/\eta_{eff}`) and the predictions of the law
-:func:`dynamics.optlaws.resolve` finds for the hyperparameters of that step: SGD, SGD with momentum, Nesterov and
-dampening (:mod:`dynamics.heavyball`), AdamW, Lion and Muon (:mod:`dynamics.scalefree`), Adafactor with relative
-steps (no equilibrium: the angle bound), Adam with L2 and unknown optimizers (no law: measured values only, and the
-reason), the :mod:`dynamics.rotational` wrappers (their held angle and norm).  The param groups are read from the
-optimizer at every record, so a schedule, ``add_param_group`` or a group removed are followed.
-
-**Schedules.**  The equilibrium moves with the learning rate: :math:`\lVert W\rVert^*(\eta_t)` is each step's own
-(``norm_eq``), and the norm relaxes towards it one e-fold of :math:`\lVert W\rVert^2 - \lVert W\rVert^{*2}` per
-``relax_steps`` (:func:`dynamics.laws.relaxation_steps`).  ``norm_track`` is the norm the laws predict for the run as
-it went: their map stepped with each record's hyperparameters from the first recorded state, the SGD family's
-second-moment map (:meth:`dynamics.heavyball.HeavyBall.moment_step`, nonlinear far from :math:`x^*`), the
-scale-free laws' :math:`x' = x^* + q^2(x - x^*)` (AdamW, Lion, Muon; a fresh optimizer's first steps, while its
-momentum fills, are not in it).  ``lag`` (:func:`dynamics.optlaws.schedule_lag`) is the schedule's speed, the
-relaxation time times the relative change of :math:`x^*` per step; above ``band`` the norm cannot follow the
-schedule, the summary and the table say so and ``on_lag`` (e.g. ``lambda m: warnings.warn(m,
-EquilibriumLagWarning)``) is called once.
-
-The group's status over the tail records (``at equilibrium``, ``approaching``, ``lagging the schedule``, or why
-there is no prediction), the table's columns and the roll-up: :mod:`dynamics.monitor.table`; a law that cannot be
-evaluated never stops the training (the group records its measured values and the reason:
-:mod:`dynamics.monitor.law`).  Logs (``log_path``: strict JSON lines, appended to or refused, never truncated;
-``tensorboard``: a folder or a writer): :mod:`dynamics.monitor.log`.  The groups (``gauges``):
+Statuses and the table: :mod:`dynamics.monitor.table`; a law that cannot be evaluated never stops the training
+(:mod:`dynamics.monitor.law`); logs (``log_path``, ``tensorboard``): :mod:`dynamics.monitor.log`; ``gauges``:
 :func:`dynamics.monitor.groups.gauge_groups`.
-
-Only torch, numpy, rmsgauge and ``dynamics`` modules are imported here, so any trainer (the project's ``lm``
-included) can use it.
 """
 
 from __future__ import annotations

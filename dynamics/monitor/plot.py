@@ -1,12 +1,9 @@
 """The equilibrium monitor's figure, readable with any number of gauge groups.
 
-Up to :data:`FEW` groups: one coloured line per group (norm, angle), its equilibrium at each step's learning rate
-dashed and the norm the laws predict along the run's own schedule dotted, in the same colour, the legend outside the
-axes (the names without the prefix they all share, never cut).  More groups (a real model has one per head and
-projection): every group is a thin grey line of its *ratio to its own prediction* (norm / predicted norm, angle /
-predicted angle; the raw values where no law applies), with the median across groups in black and the 10–90% band
-shaded, and the group farthest from 1 at the end named in colour, so dozens of groups read as one distribution
-instead of a tangle.
+Up to :data:`FEW` groups: one coloured line per group (norm, angle), its equilibrium at each step's lr dashed and the
+norm predicted along the run's schedule dotted.  More groups: each group's *ratio to its own prediction* as a thin
+grey line (raw values where no law applies), the median across groups in black, the 10-90% band shaded and the group
+farthest from 1 named in colour, so dozens of groups read as one distribution.
 """
 
 from __future__ import annotations

@@ -10,30 +10,10 @@ group), ``lagging the schedule`` (at the last record the schedule moves :math:`\
 norm relaxes), or why there is no prediction: ``no law (negative lr)``, ``no equilibrium (lr*wd >= 1)``, ``no
 equilibrium (no weight decay)``, ``no motion (lr 0)``, ``not stepped (not in the optimizer)``, ...
 
-**The table** (:func:`render_table` of :meth:`dynamics.monitor.EquilibriumMonitor.summary`; :data:`COLUMNS`
-explains each column, printed under it): a header with the step, the band and the learning-rate range; a roll-up
-over the model (status counts, the median group, the group farthest from its equilibrium); then one row per group,
-its name without the prefix all names share.
-
-=================  =================================================================================================
-``group``          the gauge group: a whole parameter, or its ``[rows a:b]`` / ``[cols a:b]`` block
-``law``            the law that predicts it (:mod:`dynamics.optlaws`: optimizer family / decay coupling)
-``eff lr``         the effective (angular) learning rate: measured rotation per step (rad), tail mean
-``eff lr*``        its predicted equilibrium at each step's hyperparameters, same tail mean
-``ratio``          ``eff lr / eff lr*``
-``|W| first``      the group's norm before the first recorded step
-``|W|``            its norm at the last record
-``|W|*(lr)``       the equilibrium norm at the last record's hyperparameters (moves with the schedule)
-``gap``            ``|W|`` against ``|W|*(lr)``: ``+12%``, ``-8%``, ``x6.0 above``, ``x3.1 below``
-``|W| pred``       the norm the laws predict at the last record along the run's own schedule (``norm_track``)
-``e-fold``         relaxation time at the last hyperparameters: steps per e-fold of the ``|W|^2`` gap
-``to eq pred``     predicted step at which ``|W|^2`` enters the band around ``|W|*^2``: with constant
-                   hyperparameters the law's own map from the first state
-                   (:func:`dynamics.optlaws.steps_to_equilibrium`); under a schedule the step ``|W| pred`` enters
-                   it, or beyond the run at the last hyperparameters
-``to eq meas``     the first recorded step at which the measured ``|W|^2`` was inside that band
-``status``         see above
-=================  =================================================================================================
+**The table** (:func:`render_table` of :meth:`dynamics.monitor.EquilibriumMonitor.summary`): a header with the
+step, the band and the learning-rate range; a roll-up over the model (status counts, the median group, the group
+farthest from its equilibrium); one row per group, its name without the prefix all names share; then each column's
+meaning (:data:`COLUMNS`).
 """
 
 from __future__ import annotations
@@ -112,20 +92,14 @@ def gap_phrase(ratio: float | None, ref: str) -> str:
     return f"{words} {ref}" if words.startswith("x") else f"{words} vs {ref}"
 
 
+def _f(v: Any, fmt: str = ".4g", inf: str = "inf") -> str:
+    if v is None:
+        return "-"
+    return inf if isinstance(v, float) and not math.isfinite(v) else format(v, fmt)
+
+
 def _steps(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and not math.isfinite(v):
-        return "never"
-    return f"{v:,.0f}"
-
-
-def _f(v: Any, fmt: str = ".4g") -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and not math.isfinite(v):
-        return "inf"
-    return format(v, fmt)
+    return _f(v, ",.0f", "never")
 
 
 def lag_message(group: str, lag: float, step: int | None, band: float, *, relax: float | None = None,
