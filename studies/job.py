@@ -188,7 +188,7 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
                "params": summary["params"] if summary else None, "status": status, **path,
                **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep", corpus=run_corpus(spec))}
         rec["measure_s"] = time.perf_counter() - t_measure  # this process's seconds after training
-        if spec["group"] == "stability":
+        if spec["group"] in ("stability", "stability_tuned"):
             batch = held_out_batch(ByteCorpus.load(), int(spec["model_config"]["block_size"]))
             rec.update(_stability(model, spec["model"], cfg, int(spec["seed"]), batch, path, status))
     if spec["group"] == "text_shape" and spec["phase"] == "final" and spec["model"] == "grt" and model is not None:

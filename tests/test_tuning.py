@@ -193,7 +193,7 @@ def test_slots_wait_for_earlier_slots_and_pair_up():
 def test_the_driver_runs_a_tiny_tuning_search(tmp_path):
     names = ["tune-dense-01", "tune-dense-02", "tune-dense-03", "tune-dense-best-seed1"]
     cmd = [sys.executable, "-m", "studies.experiments", "run", "--grid", "tiny", "--runs-dir", str(tmp_path / "r"),
-           "--results", str(tmp_path / "res"), *[a for n in names for a in ("--only", n)]]
+           "--results", str(tmp_path / "res"), *[a for n in [*names, "dense-tuned-lr0.001"] for a in ("--only", n)]]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -202,6 +202,10 @@ def test_the_driver_runs_a_tiny_tuning_search(tmp_path):
     assert [recs[n]["slot"] for n in names] == [1, 2, 3, 0]
     best = min(names[:3], key=lambda n: recs[n]["val_bpb_full"])
     assert recs["tune-dense-best-seed1"]["lr_mult"] == recs[best]["lr_mult"]
+    # the tuned stability run takes the search's multipliers and is judged by the stability rule
+    tuned = recs["dense-tuned-lr0.001"]
+    assert tuned["lr_mult"] == recs[best]["lr_mult"] and isinstance(tuned["stable"], bool)
+    assert tuned["grad_ratio_init"] > 0 and tuned["stable_rule"].startswith("finite")
     ckpt = torch.load(tmp_path / "r" / "tune-dense-03" / "ckpt.pt", weights_only=False)
     mults = {g["lr_group"]: g["lr_mult"] for g in ckpt["optimizer"]["param_groups"]}
     assert mults == {"matrices": 3.0, "embedding": 1.0, "norm_gains": 1.0}
