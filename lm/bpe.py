@@ -4,21 +4,12 @@ r"""A real vocabulary: the GCIDE corpus (40 MB of English, from Debian's package
     python -m lm.bpe install --deb dict-gcide_0.48.5+nmu2_all.deb   # a .deb fetched by hand (any machine)
     python -m lm.bpe status           # where the corpus and the cached tokenizers are
 
-**Why GCIDE.** The corpus must install on a fresh machine from the package registries with one command, be
-pinned by sha256, and never be downloaded at run time.  Debian's ``dict-gcide`` (The Collaborative
-International Dictionary of English v0.48: Webster's 1913 and WordNet, 40 MB of English prose definitions) has
-not changed since 2022 in Debian 12, so its pin holds; ``linux-source-6.1`` (the kernel's ``Documentation/``)
-and ``python3.11-doc`` are rebuilt with every security update, so their sha256 would break within months, and
-``bible-kjv-text`` ships a compressed index, not text.  Three bytes of the dictionary are not UTF-8 (cp1252
-punctuation); the installed corpus is the text as UTF-8 (those three decoded as cp1252), so a byte-level and
-a BPE model read the same bytes.  The corpus lives under ``$RMSGAUGE_DATA`` (default ``~/.cache/rmsgauge``).
-
-**The tokenizer** (Hugging Face ``tokenizers``): byte-level BPE (GPT-2's pre-tokenizer and byte alphabet, no
-special tokens) trained on the *training split only* (the first 90% of the bytes, cut at a line start), cached
-beside the corpus by (corpus sha256, vocabulary size).  Each split is tokenized on its own, so no validation
-byte reaches a training token.  Every token stands for a known number of bytes (:attr:`TokenCorpus.token_bytes`:
-one alphabet character per byte), which makes bits per byte exact: the summed loss in bits of the scored
-tokens over the bytes those tokens stand for (:func:`lm.scoring.full_split_bpb`).
+Debian's ``dict-gcide`` (Webster's 1913 and WordNet) installs with one command, is pinned by sha256 (it has not
+changed since 2022 in Debian 12) and is never downloaded at run time; its three non-UTF-8 bytes are read as
+cp1252.  The corpus lives under ``$RMSGAUGE_DATA`` (default ``~/.cache/rmsgauge``).  The tokenizer (Hugging Face
+``tokenizers``: GPT-2's pre-tokenizer and byte alphabet, no special tokens) is trained on the training split only
+and each split is tokenized on its own, so no validation byte reaches a training token; every token stands for a
+known number of bytes, which makes bits per byte exact (:func:`lm.scoring.full_split_bpb`).
 """
 
 from __future__ import annotations
@@ -147,9 +138,6 @@ def resolve_data(data: str) -> str | None:
             raise FileNotFoundError(f"the {data} corpus is not installed at {path}; install it with {INSTALL_HINT}")
         return str(path)
     return data
-
-
-# ----------------------------------------------------------------------------------------------- tokenizer
 
 
 def split_point(data: bytes, val_fraction: float) -> int:

@@ -87,11 +87,6 @@ def grad_norm(model: nn.Module, clip: float) -> float:
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.double()) for p in params])))
 
 
-# ---------------------------------------------------------------------------------------------
-# The run: its state, the named steps (prepare, evaluate, checkpoint, log, finish), the loop
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Run:
     """Everything the loop and its steps share (rank-local)."""
@@ -118,12 +113,10 @@ class Run:
     train_time: float  # seconds spent in training steps (resumed runs included)
     evals: list[dict]
     last_ckpt_step: int | None  # the step of the checkpoint on disk, if any
-    lock: RunLock | None = None  # the run folder's lock (rank 0), held until the run ends
     t_wall0: float = field(default_factory=time.perf_counter)
     last_loss: float = math.nan
     t_int: float = field(default_factory=time.perf_counter)  # start of the current tokens/s interval
     tok_int: int = 0
-    run_t0: float = field(default_factory=time.perf_counter)
     run_tokens0: int = 0
 
     @property
@@ -168,25 +161,11 @@ def _unlock(lock: RunLock | None, out: Path, created: bool) -> None:
 
 
 def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-            hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool = False) -> Run:
-    """Check everything (under the run folder's lock), then (only then) set the folder up, build, restore and log
-    the start."""
-    out = Path(cfg.out_dir)
-    lock, created = _lock_folder(ctx, out, resume, force)
-    try:
-        run = _prepare(ctx, kind, model_cfg, cfg, resume=resume, force=force, hooks=hooks, progress=progress,
-                       log_name=log_name, label=label, trust_unverified=trust_unverified, lock=lock)
-    except BaseException:
-        _unlock(lock, out, created)
-        raise
-    return run
-
-
-def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-             hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool,
-             lock: RunLock | None) -> Run:
-    """Over 60 lines on purpose: the run's state is built in one place, in the order a resume depends on
-    (checks, folder, seed, model, optimizer, restore, log)."""
+            hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool,
+            lock: RunLock | None) -> Run:
+    """Check everything, then (only then) set the folder up, build, restore and log the start.  Over 60 lines on
+    purpose: the run's state is built in one place, in the order a resume depends on (checks, folder, seed, model,
+    optimizer, restore, log)."""
     out = Path(cfg.out_dir)
     if cfg.batch_size % ctx.world:
         raise ValueError(f"train.batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({ctx.world})")
@@ -237,7 +216,7 @@ def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, r
               int(ckpt["tokens_seen"]) if ckpt is not None else 0,
               torch.tensor(extra.get("interval_loss_sum", 0.0), dtype=torch.float64, device=ctx.device),
               int(extra.get("interval_n", 0)), float(extra.get("train_time", 0.0)), list(extra.get("evals", [])),
-              start if ckpt is not None else None, lock)
+              start if ckpt is not None else None)
     run.run_tokens0 = run.tokens_seen
     info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write,
                     lambda text: run.bar.message(f"{label}{text}"))
@@ -326,7 +305,7 @@ def log_train(run: Run, step: int, lr: float, loss: torch.Tensor) -> None:
     run.last_loss = float(run.ctx.all_mean(loss.detach().double()))
     now = time.perf_counter()
     tok_s = (run.tok_int + run.tokens_per_step) / max(now - run.t_int, 1e-9)
-    rate = (run.tokens_seen - run.run_tokens0) / max(now - run.run_t0, 1e-9)
+    rate = (run.tokens_seen - run.run_tokens0) / max(now - run.t_wall0, 1e-9)
     run.log.write({"event": "train", "step": step, "tokens": run.tokens_seen, "loss": run.last_loss,
                    "loss_avg": avg, "lr": lr, "tok_per_s": tok_s, "elapsed_s": now - run.t_wall0})
     run.bar.update(step, avg, tok_s, lr, (run.total - step) * run.tokens_per_step / max(rate, 1e-9))
@@ -382,21 +361,19 @@ def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = F
 
     ``resume``: continue from ``OUT/ckpt.pt``.  ``force``: a folder that holds a run is moved aside first
     (without it, such a folder is refused).  ``stop_after``: stop (with a checkpoint) once this global step
-    is done, as an interruption would.  ``hooks``: step hooks (:mod:`lm.hooks`); default none (the command-line
-    entry passes :func:`monitor_hooks`).  ``trust_unverified``: resume from a checkpoint that has no checksum file.
-    The run folder is locked (``OUT/run.lock``) from before the checks until the run ends.
+    is done, as an interruption would.  ``hooks``: step hooks (:mod:`lm.hooks`).  ``trust_unverified``: resume from
+    a checkpoint that has no checksum file.  The folder is locked (``OUT/run.lock``) until the run ends.
     """
     ctx = DistContext.from_env(cfg.device)
+    out, lock, created = Path(cfg.out_dir), None, False
     try:
-        hooks = [] if hooks is None else list(hooks)
-        run = prepare(ctx, model_kind, model_cfg, cfg, resume=resume, force=force, hooks=hooks, progress=progress,
-                      log_name=log_name, label=label, trust_unverified=trust_unverified)
-        try:
-            return _train(run, stop_after)
-        finally:
-            if run.lock is not None:
-                run.lock.release()
+        lock, created = _lock_folder(ctx, out, resume, force)
+        run = prepare(ctx, model_kind, model_cfg, cfg, resume=resume, force=force,
+                      hooks=[] if hooks is None else list(hooks), progress=progress, log_name=log_name, label=label,
+                      trust_unverified=trust_unverified, lock=lock)
+        return _train(run, stop_after)
     finally:
+        _unlock(lock, out, created)
         ctx.close()
 
 

@@ -66,9 +66,8 @@ def _fmt_time(s: float) -> str:
 
 
 class JsonLog:
-    """Append-only JSON lines (rank 0 only), strict JSON: a non-finite number is written as ``null`` and its
-    key listed under ``"nonfinite"``.  On resume, records after the checkpoint's step are dropped first
-    (they belong to the interrupted tail that is about to be recomputed)."""
+    """Append-only strict JSON lines (rank 0 only): a non-finite number is ``null``, its key listed under
+    ``"nonfinite"``.  On resume the records after the checkpoint's step (the tail about to be recomputed) go."""
 
     def __init__(self, path: Path | None, resume_step: int | None) -> None:
         self.path = path
@@ -117,19 +116,14 @@ def machine_description() -> str:
 
 
 class RunLock:
-    """``OUT/run.lock``, held by the training process from before its checks until it ends.
-
-    The lock is an ``flock`` on the file (released by the kernel when the process dies, however it dies), and
-    the file names its holder (pid, host, start time, command).  A second training of the same folder is
-    refused naming the holder (:class:`lm.errors.RunFolderBusy`); a file that nobody holds is a *stale* lock (a
-    killed run) and is named on stderr and taken over.  On release the file is removed.
-    """
+    """``OUT/run.lock``, held by the training process from before its checks until it ends: an ``flock`` (the
+    kernel releases it however the process dies) on a file that names its holder.  A second training of the folder
+    is refused naming the holder; a file nobody holds (a killed run's) is named on stderr and taken over."""
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self._fh = None
-        self.stale: str | None = None  # the stale lock's description, when one was taken over
 
     def acquire(self) -> RunLock:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -151,7 +145,6 @@ class RunLock:
             raise RunFolderBusy(f"{self.path}: could not take the lock (the file keeps changing)")
         old = _holder(fh, default="")
         if old:
-            self.stale = old
             sys.stderr.write(f"note: {self.path} was a stale lock ({old}; that process is gone): taking it over\n")
         fh.seek(0)
         fh.truncate()

@@ -10,12 +10,8 @@ from lm.dist import check_device
 from rmsgauge import check_choice, check_range
 from rmsgauge.corpus import VOCAB_SIZE
 
-# Structure-aware learning rates: a structured layer's parameters are not a dense matrix's, and one lr for all of
-# them is the wrong-multiplier baseline (Qiu et al. 2024, "Compute Better Spent", arXiv 2406.06248, give each
-# structure its own lr and init multipliers; HazyResearch/butterfly gives its twiddles their own lr).  Every
-# parameter falls in exactly one of these groups (:func:`lm.optim.lr_group`); ``TrainConfig.lr_mult`` scales each
-# group's lr (absent: x1).  The GRT has angles, scales, coupling, embedding phases/magnitudes, gates and norm gains; the
-# dense model matrices, its embedding table and norm gains (it has no gates).
+# Structure-aware learning rates (Qiu et al. 2024, "Compute Better Spent", arXiv 2406.06248): every parameter falls
+# in one of these groups (lm.optim.lr_group) and TrainConfig.lr_mult scales each group's lr (absent: x1).
 LR_GROUPS = ("angles", "scales", "coupling", "embedding_phases", "embedding_magnitudes", "gates", "norm_gains",
              "matrices", "embedding")
 MODEL_LR_GROUPS = {"grt": ("angles", "scales", "coupling", "embedding_phases", "embedding_magnitudes", "gates",
@@ -59,7 +55,6 @@ class TrainConfig:
     lr_mult: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Every field against its allowed range (one-line errors naming ``train.<field>``)."""
         for name, lo, hi, kw in _REALS:
             _float(f"train.{name}", getattr(self, name), lo, hi, **kw)
         for name, lo, hi in _INTS:
@@ -80,13 +75,11 @@ class TrainConfig:
                 raise ValueError(f"train.lr_mult: unknown lr group {k!r}; the groups are {', '.join(LR_GROUPS)}")
             _float(f"train.lr_mult.{k}", v, 0.0, 1e4, lo_open=True)
         # AdamW multiplies decayed weights by 1 - lr*wd every step: at or past 1 it flips or zeroes them
-        if self.lr * self.wd >= 1.0:
-            raise ValueError(f"train.lr * train.wd must be in [0, 1) (AdamW scales the weights by 1 - lr*wd each "
-                             f"step), got {self.lr:g} * {self.wd:g} = {self.lr * self.wd:g}")
         peak = self.lr * max([1.0, *self.lr_mult.values()])
         if peak * self.wd >= 1.0:
-            raise ValueError(f"train.lr * train.lr_mult * train.wd must be in [0, 1) for every group, got "
-                             f"{peak:g} * {self.wd:g} = {peak * self.wd:g}")
+            what = "train.lr * train.wd" if peak == self.lr else "train.lr * train.lr_mult * train.wd"
+            raise ValueError(f"{what} must be in [0, 1) for every group (AdamW scales the weights by 1 - lr*wd each "
+                             f"step), got {peak:g} * {self.wd:g} = {peak * self.wd:g}")
 
     def check_model(self, model_cfg: Any) -> None:
         """The model's vocabulary fits this run's tokens: the 256 bytes, or (BPE) more than the 256 byte symbols."""
