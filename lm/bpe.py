@@ -31,6 +31,7 @@ import torch
 
 from rmsgauge import atomic_write_bytes
 from rmsgauge.atomic import sha256_bytes
+from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
 from rmsgauge.corpus import ByteCorpus, load_bytes
 
 
@@ -277,8 +278,6 @@ def load_corpus(data: str, val_fraction: float, tokenizer: str = "bytes",
 
 
 def build_parser():
-    from rmsgauge.cli import add_subcommand, add_subcommands, make_parser
-
     ap = make_parser("python -m lm.bpe", __doc__)
     sub = add_subcommands(ap)
     p = add_subcommand(sub, "install", "fetch, verify and unpack the corpus (apt-get download: no root needed)")
@@ -288,8 +287,6 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rmsgauge.cli import run_main
-
     ap = build_parser()
 
     def work(args, _checked) -> int:

@@ -135,17 +135,12 @@ def evaluate(model_or_dir: str | os.PathLike | torch.nn.Module, tasks: list[str]
     memory); returns the harness's results dict.  ``bootstrap_iters=0`` skips the (slow, random) bootstrap errors;
     ``include_defaults=False`` indexes only ``include_path``."""
     lm_eval, HFLM, TaskManager = _require_harness()
-    if not tasks:
-        raise ValueError("--tasks must name at least one task")
     if isinstance(model_or_dir, torch.nn.Module):
         from lm.hf_classes import ByteTokenizer, wrap
 
         hf = wrap(model_or_dir.float().to(device).eval())
         tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
         model = HFLM(pretrained=hf, tokenizer=tok, backend="causal", batch_size=batch_size)
-    elif not Path(model_or_dir).is_dir():
-        raise FileNotFoundError(f"--model-dir {model_or_dir} is not a directory (write one with python -m lm.hf "
-                                f"export)")
     else:
         model = HFLM(pretrained=str(model_or_dir), backend="causal", device=device, batch_size=batch_size,
                      dtype="float32")

@@ -39,13 +39,10 @@ from rmsgauge.cli import (
 )
 
 SHIM_NAME = "rmsgauge_hf"  # the auto_map module written into every directory
-
-
-def _shim_text() -> str:
-    return ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
-            "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
-            "from lm.hf_classes import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, "
-            "GRTHFConfig  # noqa\n")
+SHIM_TEXT = ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
+             "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
+             "from lm.hf_classes import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, "
+             "GRTHFConfig  # noqa\n")
 
 
 def save_pretrained_dir(source: str | os.PathLike | nn.Module, out_dir: str | os.PathLike, *,
@@ -102,7 +99,7 @@ def _write_pretrained(model: nn.Module, out: Path) -> None:
     tc = json.loads(tc_path.read_text())
     tc["auto_map"] = {"AutoTokenizer": [f"{SHIM_NAME}.ByteTokenizer", None]}
     tc_path.write_text(json.dumps(tc, indent=2) + "\n")
-    (out / f"{SHIM_NAME}.py").write_text(_shim_text())
+    (out / f"{SHIM_NAME}.py").write_text(SHIM_TEXT)
 
 
 REQUIRED_FILES = ("config.json", "model.safetensors")  # what SHA256SUMS must list (it must cover every file)
@@ -117,7 +114,7 @@ def verify_export(model_dir: str | os.PathLike, *, trust_unverified: bool = Fals
         raise FileNotFoundError(f"--model-dir {model_dir} is not a folder (python -m lm.hf export writes one)")
     verified = verify_folder(model_dir, REQUIRED_FILES, trust_unverified=trust_unverified)
     shim = model_dir / f"{SHIM_NAME}.py"
-    if shim.exists() and (not shim.is_file() or shim.read_bytes() != _shim_text().encode()):
+    if shim.exists() and (not shim.is_file() or shim.read_bytes() != SHIM_TEXT.encode()):
         raise CheckpointError(f"{shim}: not the loader shim python -m lm.hf export writes (the code "
                               f"trust_remote_code=True would run); export the model again")
     return verified

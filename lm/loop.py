@@ -31,8 +31,6 @@ from lm.trainconfig import WRITTEN_FILES, TrainConfig
 from rmsgauge import atomic_write_json, seed_everything
 from rmsgauge.atomic import clean_orphan_tmp
 
-LN2 = math.log(2.0)
-
 
 class _StopFlag:
     """SIGINT/SIGTERM set a flag, acknowledged at once on stderr; the loop checks it between steps (never
@@ -271,7 +269,7 @@ def run_eval(run: Run, step: int, stop: _StopFlag | None = None) -> None:
     if stop is not None:
         stop.busy = "training"
     rec = {"event": "eval", "step": step, "tokens": step * run.tokens_per_step, "val_loss": vl,
-           "val_bpb": vl / LN2 * run.val_tokens_per_byte,
+           "val_bpb": vl / math.log(2.0) * run.val_tokens_per_byte,
            "train_time_s": run.train_time}  # seconds of training so far: curves against wall-clock
     gates = getattr(run.model, "gates", None)
     if callable(gates):  # the GRT's residual gates [n_blocks, 3] (attn, mixer, ffn): their trajectories
@@ -357,13 +355,10 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
 def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
           progress: bool = True, log_name: str = "log.jsonl", label: str = "", force: bool = False,
           hooks: list[StepHook] | None = None, trust_unverified: bool = False) -> dict[str, Any]:
-    """Train and return the run summary (also written to ``OUT/summary.json`` by rank 0).
-
-    ``resume``: continue from ``OUT/ckpt.pt``.  ``force``: a folder that holds a run is moved aside first
-    (without it, such a folder is refused).  ``stop_after``: stop (with a checkpoint) once this global step
-    is done, as an interruption would.  ``hooks``: step hooks (:mod:`lm.hooks`).  ``trust_unverified``: resume from
-    a checkpoint that has no checksum file.  The folder is locked (``OUT/run.lock``) until the run ends.
-    """
+    """Train and return the run summary (rank 0 also writes ``OUT/summary.json``).  ``force``: a folder that holds a
+    run is moved aside first; ``stop_after``: stop with a checkpoint once this step is done, as an interruption
+    would; ``trust_unverified``: resume from a checkpoint without a checksum file.  ``OUT/run.lock`` is held
+    throughout."""
     ctx = DistContext.from_env(cfg.device)
     out, lock, created = Path(cfg.out_dir), None, False
     try:

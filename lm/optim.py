@@ -66,15 +66,9 @@ COMPONENTS = (("norm", ("norm",)), ("gate", ("gate",)), ("embedding", ("emb", "e
 def param_breakdown(model: nn.Module) -> dict[str, int]:
     """Parameter counts by component: the first keyword (in :data:`COMPONENTS` order, norms and gates
     first so ``norm_attn`` is a norm) found in the dotted name wins; else ``other``.  Tied tensors count once."""
-    out = {name: 0 for name, _ in COMPONENTS}
-    out["other"] = 0
-    seen = set()
-    for n, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        low = n.lower()
-        comp = next((name for name, keys in COMPONENTS if any(k in low for k in keys)), "other")
+    out = dict.fromkeys([*(name for name, _ in COMPONENTS), "other"], 0)
+    for n, p in model.named_parameters():  # each tensor once, under its first name
+        comp = next((name for name, keys in COMPONENTS if any(k in n.lower() for k in keys)), "other")
         out[comp] += p.numel()
     out = {k: v for k, v in out.items() if v}
     out["total"] = sum(out.values())

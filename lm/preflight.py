@@ -1,6 +1,5 @@
 """Checks of a run against the machine before any work: a memory estimate, and the run folder (never overwritten:
-refused, or moved aside with ``--force``).  The configs check their own values (:class:`lm.trainconfig.TrainConfig`,
-the model config dataclasses)."""
+refused, or moved aside with ``--force``)."""
 
 from __future__ import annotations
 
@@ -60,7 +59,7 @@ def available_memory(device: torch.device) -> int | None:
     return out
 
 
-def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.device, world: int = 1) -> dict:
+def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.device, world: int = 1) -> None:
     est = estimate_memory(kind, model_cfg, cfg, world)
     avail = available_memory(device)
     if avail is not None and est["total"] > avail:
@@ -70,7 +69,6 @@ def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.devi
             f"{est['weights_and_optimizer'] / gb:.2f} GB with gradients and AdamW moments, activations "
             f"{est['activations'] / gb:.2f} GB) but {device} has {avail / gb:.2f} GB available; reduce "
             f"model.d_model, model.{DEPTH_KEY[kind]}, model.block_size or train.batch_size")
-    return {**est, "available": avail}
 
 
 def run_files(out: Path) -> list[str]:

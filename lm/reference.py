@@ -27,7 +27,7 @@ from lm.errors import CheckpointError
 from lm.runlog import machine_description, read_log
 from rmsgauge import atomic_write_bytes, atomic_write_json, check_output_dir
 from rmsgauge.atomic import sha256_bytes
-from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, run_main
+from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, one_line, run_main
 
 REFERENCE_FORMAT = 1  # bump when the weights payload layout changes
 MAX_FILE_BYTES = 10 * 1024 * 1024  # each shipped file: small enough to ship inside the package
@@ -63,7 +63,7 @@ def reference_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
     try:
         card = json.loads(card_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{card_path}: unreadable model card ({' '.join(str(e).split())})") from None
+        raise CheckpointError(f"{card_path}: unreadable model card ({one_line(e)})") from None
     if not isinstance(card, dict) or "sha256" not in card or "model_kind" not in card:
         raise CheckpointError(f"{card_path}: not a model card (needs sha256, model_kind, model_config)")
     return card
@@ -114,19 +114,13 @@ def reference_at(path: str | Path) -> tuple[str, Path] | None:
     """``(name, folder)`` when ``path`` is a shipped model's weights file: ``<name>.pt`` with no ``.sha256`` beside
     it but a model card ``<name>.json`` that names it (how :func:`ship_run` writes them); else None."""
     path = Path(path)
-    name, folder = path.stem, path.parent
-    if path.suffix != ".pt" or not _NAME_RE.match(name) or checksum_path(path).exists():
-        return None
-    card_path = folder / f"{name}.json"
-    if not card_path.is_file():
+    if path.suffix != ".pt" or not _NAME_RE.match(path.stem) or checksum_path(path).exists():
         return None
     try:
-        card = json.loads(card_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        card = reference_card(path.stem, path.parent)
+    except (FileNotFoundError, CheckpointError):
         return None
-    if not isinstance(card, dict) or card.get("weights_file") != path.name or "sha256" not in card:
-        return None
-    return name, folder
+    return (path.stem, path.parent) if card.get("weights_file") == path.name else None
 
 
 def load_model(checkpoint: str | Path | None = None, reference: str | None = None, *, trust_unverified: bool = False,

@@ -73,12 +73,9 @@ def _rope(x: torch.Tensor, positions: int | torch.Tensor, base: float) -> torch.
 def cached_forward(model: nn.Module, idx: torch.Tensor, cache: KVCache | None, *,
                    positions: int | torch.Tensor | None = None, allowed: torch.Tensor | None = None) -> torch.Tensor:
     """``[B, T, V]`` logits of the tokens ``idx [B, T]`` that follow the ones ``cache`` holds (which it then holds
-    too): the project model's own forward with its attention step handed to a cached one, so every other layer
-    (norms, gates, mixer, FFN, the residual order) is the model's code.
-
-    ``positions``: the tokens' rotary positions, by default the ones after the cached tokens; ``allowed``
-    ``[B, 1, T, past + T]``: which keys each query sees, by default causal.  With an empty cache and the defaults
-    this computes the model's own attention op for op, so the logits are the uncached forward's bit for bit."""
+    too): the model's own forward with its attention step handed to a cached one.  ``positions``: rotary positions
+    (default: after the cached tokens); ``allowed [B, 1, T, past + T]``: which keys each query sees (default:
+    causal).  With an empty cache and the defaults the logits are the uncached forward's, bit for bit."""
     past = cache.get_seq_length() if cache is not None else 0
     at = past if positions is None else positions
 
@@ -120,12 +117,9 @@ def _draw(logits: torch.Tensor, temperature: float, top_k: int, generator: torch
 def generate(model: nn.Module, prompt: torch.Tensor, n_tokens: int, *, temperature: float = 1.0,
              top_k: int = 0, generator: torch.Generator | None = None, kv_cache: bool = True,
              on_token: Callable[[int], None] | None = None) -> torch.Tensor:
-    """Extend ``prompt`` (``[B, t]`` byte ids) by ``n_tokens``; returns ``[B, t + n_tokens]``.
-
-    ``temperature == 0`` is greedy (argmax); ``top_k > 0`` keeps the k most likely bytes.  Ids >= 256
-    (a vocabulary wider than bytes) are never drawn.  ``kv_cache=False`` re-reads the whole window for every
-    byte (the same bytes, slower; see the module docstring).  ``on_token(n)`` is called after the n-th new byte.
-    """
+    """Extend ``prompt`` (``[B, t]`` byte ids) by ``n_tokens``; returns ``[B, t + n_tokens]``.  ``top_k > 0`` keeps
+    the k most likely bytes; ids >= 256 are never drawn; ``kv_cache=False`` re-reads the window for every byte (the
+    same bytes, slower); ``on_token(n)`` is called after the n-th new byte."""
     if prompt.shape[-1] < 1:
         raise ValueError("the prompt must hold at least one byte (the model continues a context)")
     was = model.training
@@ -238,9 +232,9 @@ def build_parser(prog: str = "python -m lm.sample") -> argparse.ArgumentParser:
     return add_arguments(make_parser(prog, DESCRIPTION))
 
 
-def check(args: argparse.Namespace) -> torch.nn.Module:
+def check(args: argparse.Namespace) -> tuple[nn.Module, torch.Tensor]:
     """Every flag, the output against the inputs, then the model loaded and the prompt checked against its
-    vocabulary: all before any byte is generated.  Returns the model."""
+    vocabulary: all before any byte is generated.  Returns the model and the prompt's ids."""
     check_range("--tokens", args.tokens, 1)
     check_range("--temperature", args.temperature, 0.0)
     check_range("--top-k", args.top_k, 0, 256)
@@ -252,15 +246,13 @@ def check(args: argparse.Namespace) -> torch.nn.Module:
     check_outputs_against_inputs({flag: model_inputs(args.checkpoint, args.reference)}, {"--json": args.json})
     model, _ = load_model(args.checkpoint, args.reference, trust_unverified=args.trust_unverified,
                           device=args.device)
-    prompt_ids(args.prompt, int(model.config.vocab_size))
-    return model
+    return model, prompt_ids(args.prompt, int(model.config.vocab_size)).to(args.device)
 
 
-def work(args: argparse.Namespace, model: torch.nn.Module) -> int:
-    ids = prompt_ids(args.prompt, int(model.config.vocab_size)).to(args.device)
+def work(args: argparse.Namespace, checked: tuple[nn.Module, torch.Tensor]) -> int:
+    model, ids = checked
     progress = ByteProgress(args.tokens, enabled=not args.quiet)
-    kind = type(model).__name__
-    progress.begin(f"{args.tokens} bytes from {args.reference or args.checkpoint} ({kind}, context "
+    progress.begin(f"{args.tokens} bytes from {args.reference or args.checkpoint} ({type(model).__name__}, context "
                    f"{model.config.block_size} bytes, KV cache)")
     out = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k,
                    generator=torch.Generator().manual_seed(args.seed), on_token=progress)

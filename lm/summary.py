@@ -11,12 +11,9 @@ from rmsgauge import Claim
 
 
 def expected_gauges(kind: str, model_config: dict[str, Any]) -> list[str] | None:
-    """The gauges the theory predicts at eps = 0 (where the census judges exactness), from the model config.
-
-    Dense: with QK-norm each layer's ``q_proj`` and ``k_proj`` weights, whose outputs feed the per-head RMSNorm
-    directly; without it none (every other weight reaches the loss through a residual sum, a nonlinearity or the
-    logits, which see its scale).  GRT: None (no closed prediction; the census decides).
-    """
+    """The gauges the theory predicts at eps = 0: with QK-norm each dense layer's ``q_proj`` and ``k_proj`` (their
+    outputs feed an RMSNorm; every other weight reaches the loss through a sum, a nonlinearity or the logits, which
+    see its scale), without it none; for the GRT None (no closed prediction: the census decides)."""
     if kind != "dense":
         return None
     if not model_config.get("qk_norm", False):
