@@ -41,7 +41,7 @@ except ImportError as e:  # the extra is optional: say which one to install
     raise ModuleNotFoundError(f"lm.hf_classes needs the Hugging Face extra: pip install -e \".[hf]\" ({e})") from e
 
 NEWLINE_ID = 10  # "\n": BOS/EOS/PAD of the byte tokenizer (see the module docstring)
-# generate() runs to max_new_tokens and never infers padding from "\n" bytes, like lm.sample
+# generate() runs to max_new_tokens and never takes a "\n" byte for padding or the end, like lm.sample
 GENERATION_DEFAULTS = {"do_sample": False, "bos_token_id": NEWLINE_ID, "pad_token_id": None, "eos_token_id": None}
 
 
@@ -55,8 +55,6 @@ class _ProjectHFConfig(PretrainedConfig):
     hidden_size: int = 0
     num_attention_heads: int = 0
     num_hidden_layers: int = 0
-    # "\n" is the byte tokenizer's BOS, EOS and pad (module docstring); the generation config leaves pad and EOS
-    # unset (GENERATION_DEFAULTS): generate() would stop at the first "\n" and mask every "\n" of a prompt as padding
     bos_token_id: int | None = NEWLINE_ID
     pad_token_id: int | None = NEWLINE_ID
     eos_token_id: int | None = NEWLINE_ID

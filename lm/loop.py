@@ -102,7 +102,6 @@ class Run:
     log: JsonLog
     bar: Progress
     hooks: list
-    label: str
     total: int
     start: int
     tokens_seen: int
@@ -159,7 +158,7 @@ def _unlock(lock: RunLock | None, out: Path, created: bool) -> None:
 
 
 def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-            hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool,
+            hooks: list, progress: bool, trust_unverified: bool,
             lock: RunLock | None) -> Run:
     """Check everything, then (only then) set the folder up, build, restore and log the start.  Over 60 lines on
     purpose: the run's state is built in one place, in the order a resume depends on (checks, folder, seed, model,
@@ -209,15 +208,15 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
         ddp_model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     per_byte = corpus.tokens_per_byte("val") if isinstance(corpus, TokenCorpus) else 1.0
     run = Run(ctx, kind, cfg, model, ddp_model, opt, sampler, corpus.sha256, per_byte, out,
-              JsonLog(out / log_name if ctx.is_main else None, start if ckpt is not None else None),
-              Progress(total, progress and ctx.is_main, label), hooks, label, total, start,
+              JsonLog(out / "log.jsonl" if ctx.is_main else None, start if ckpt is not None else None),
+              Progress(total, progress and ctx.is_main), hooks, total, start,
               int(ckpt["tokens_seen"]) if ckpt is not None else 0,
               torch.tensor(extra.get("interval_loss_sum", 0.0), dtype=torch.float64, device=ctx.device),
               int(extra.get("interval_n", 0)), float(extra.get("train_time", 0.0)), list(extra.get("evals", [])),
               start if ckpt is not None else None)
     run.run_tokens0 = run.tokens_seen
     info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write,
-                    lambda text: run.bar.message(f"{label}{text}"))
+                    run.bar.message)
     start_fields: dict[str, Any] = {}
     for h in hooks:
         start_fields.update(h.on_start(model, opt, info) or {})
@@ -333,7 +332,7 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
     run.bar.close()
     cfg, last = run.cfg, (run.evals[-1] if run.evals else {})
     summary = {
-        "model": run.kind, "label": run.label.strip(), "steps": done, "total_steps": run.total,
+        "model": run.kind, "label": "", "steps": done, "total_steps": run.total,  # the log format keeps "label"
         "complete": done >= run.total, "interrupted": interrupted,
         "tokens_seen": run.tokens_seen, "train_time_s": run.train_time,
         "wall_time_s": time.perf_counter() - run.t_wall0,
@@ -353,7 +352,7 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
 
 
 def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True, log_name: str = "log.jsonl", label: str = "", force: bool = False,
+          progress: bool = True, force: bool = False,
           hooks: list[StepHook] | None = None, trust_unverified: bool = False) -> dict[str, Any]:
     """Train and return the run summary (rank 0 also writes ``OUT/summary.json``).  ``force``: a folder that holds a
     run is moved aside first; ``stop_after``: stop with a checkpoint once this step is done, as an interruption
@@ -364,7 +363,7 @@ def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = F
     try:
         lock, created = _lock_folder(ctx, out, resume, force)
         run = prepare(ctx, model_kind, model_cfg, cfg, resume=resume, force=force,
-                      hooks=[] if hooks is None else list(hooks), progress=progress, log_name=log_name, label=label,
+                      hooks=[] if hooks is None else list(hooks), progress=progress,
                       trust_unverified=trust_unverified, lock=lock)
         return _train(run, stop_after)
     finally:
@@ -373,7 +372,7 @@ def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = F
 
 
 def _train(run: Run, stop_after: int | None) -> dict[str, Any]:
-    ctx, cfg, hooks, label = run.ctx, run.cfg, run.hooks, run.label
+    ctx, cfg, hooks = run.ctx, run.cfg, run.hooks
     model, opt, total = run.model, run.opt, run.total
     done, interrupted = run.start, False
     with _StopFlag() as stop:
@@ -415,7 +414,7 @@ def _train(run: Run, stop_after: int | None) -> dict[str, Any]:
             if stopping:
                 interrupted = stop.raised
                 run.log.write({"event": "stopped", "step": done, "signal": interrupted})
-                run.bar.message(f"{label}stopped at step {done}; checkpoint {run.ckpt_path} (continue with --resume)")
+                run.bar.message(f"stopped at step {done}; checkpoint {run.ckpt_path} (continue with --resume)")
                 break
     return finish(run, interrupted, done)
 

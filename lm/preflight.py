@@ -3,6 +3,7 @@ refused, or moved aside with ``--force``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -43,19 +44,14 @@ def available_memory(device: torch.device) -> int | None:
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
     out = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                out = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        out = next((int(ln.split()[1]) * 1024 for ln in Path("/proc/meminfo").read_text().splitlines()
+                    if ln.startswith("MemAvailable:")), None)
+    with contextlib.suppress(OSError, ValueError):
         limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
         used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
         if limit.isdigit():
             out = min(out if out is not None else 1 << 62, int(limit) - used)
-    except (OSError, ValueError):
-        pass
     return out
 
 

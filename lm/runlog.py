@@ -30,17 +30,17 @@ LOCK_NAME = "run.lock"
 class Progress:
     """One status line on stderr: rewritten in place on a terminal, one line per update otherwise."""
 
-    def __init__(self, total: int, enabled: bool, label: str = "") -> None:
-        self.total, self.enabled, self.label = total, enabled, label
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
         self.tty = enabled and sys.stderr.isatty()
 
-    def update(self, step: int, loss: float, tok_s: float, lr: float, eta_s: float, extra: str = "") -> None:
+    def update(self, step: int, loss: float, tok_s: float, lr: float, eta_s: float) -> None:
         if not self.enabled:
             return
         frac = step / self.total
         bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
-        line = (f"{self.label}[{bar}] {step}/{self.total} loss {loss:.4f} | {tok_s / 1e3:.1f}k tok/s | "
-                f"lr {lr:.2e} | eta {_fmt_time(eta_s)}{extra}")
+        line = (f"[{bar}] {step}/{self.total} loss {loss:.4f} | {tok_s / 1e3:.1f}k tok/s | "
+                f"lr {lr:.2e} | eta {_fmt_time(eta_s)}")
         if self.tty:
             sys.stderr.write("\r" + line.ljust(110))
         else:
@@ -105,13 +105,9 @@ def read_log(path: str | os.PathLike) -> list[dict]:
 def machine_description() -> str:
     """CPU model, logical CPUs, torch version and OS: where a run's timings come from."""
     cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name")), cpu)
     return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {platform.system()}"
 
 
@@ -134,12 +130,9 @@ class RunLock:
                 fh.close()
                 raise RunFolderBusy(f"{self.folder} is in use: {holder} holds its lock {self.path}; wait for that "
                                     f"run to end (or stop it), or choose another --out-dir")
-            try:
-                same = os.fstat(fh.fileno()).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(fh.fileno()).st_ino == os.stat(self.path).st_ino:
+                    break
             fh.close()
         else:  # pragma: no cover - twenty races in a row
             raise RunFolderBusy(f"{self.path}: could not take the lock (the file keeps changing)")
@@ -188,11 +181,9 @@ class RunLock:
     def release(self) -> None:
         if self._fh is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             if self.path.exists() and os.stat(self.path).st_ino == os.fstat(self._fh.fileno()).st_ino:
                 self.path.unlink()
-        except OSError:
-            pass
         self._fh.close()  # closing drops the flock
         self._fh = None
 
