@@ -213,9 +213,8 @@ def _cached_encoding(tok, data: bytes, at: int, key: str) -> tuple[np.ndarray, n
 
 def token_byte_lengths(tok) -> np.ndarray:
     """Bytes each token id stands for: one byte-level alphabet character is one byte."""
-    vocab = tok.get_vocab()
     out = np.zeros(tok.get_vocab_size(), dtype=np.int64)
-    for s, i in vocab.items():
+    for s, i in tok.get_vocab().items():
         out[i] = len(s)
     return out
 

@@ -136,9 +136,8 @@ def _sum_lines(sums: Path) -> list[tuple[str, str]]:
 
 
 def read_checksums(path: str | os.PathLike) -> list[str] | None:
-    """The sha256 digests the sidecar of ``path`` accepts, or None when there is no sidecar.  A sidecar that names
-    no digest (empty) or holds a line that is not ``<64 hex digits>  <name>`` is a :class:`CheckpointError`
-    naming it."""
+    """The sha256 digests the sidecar of ``path`` accepts, or None when there is none; an empty or malformed
+    sidecar is a :class:`CheckpointError` naming it."""
     side = checksum_path(path)
     if not side.exists():
         return None

@@ -17,7 +17,7 @@ LR_GROUPS = ("angles", "scales", "coupling", "embedding_phases", "embedding_magn
 MODEL_LR_GROUPS = {"grt": ("angles", "scales", "coupling", "embedding_phases", "embedding_magnitudes", "gates",
                            "norm_gains"),
                    "dense": ("matrices", "embedding", "norm_gains")}
-NO_DECAY_KEYWORDS = ("norm", "angle", "phase", "scale", "gate", "bias")  # see decay_split()
+NO_DECAY_KEYWORDS = ("norm", "angle", "phase", "scale", "gate", "bias")  # see lm.optim.decays
 EQUILIBRIUM_FACTOR = 2.0  # the random-walk model is a statistical law, not an identity: agreement within x2
 RUN_FILES = ("ckpt.pt", "log.jsonl", "summary.json")  # a folder holding any of these holds a run
 WRITTEN_FILES = ("ckpt.pt", "ckpt.pt.sha256", "log.jsonl", "summary.json")  # what a run writes (orphan temp files)
@@ -29,7 +29,7 @@ class TrainConfig:
     min_lr_frac: float = 0.1  # cosine decays to min_lr_frac * lr at the last step
     warmup_steps: int = 50
     schedule: str = "cosine"  # cosine | constant (after warmup)
-    wd: float = 0.1  # AdamW decoupled weight decay, on the tensors decay_split() selects
+    wd: float = 0.1  # AdamW decoupled weight decay, on the tensors lm.optim.decays selects
     beta1: float = 0.9
     beta2: float = 0.95  # language-model convention (GPT-3, Chinchilla)
     adam_eps: float = 1e-8
