@@ -18,11 +18,8 @@ def _generator(seed: int, stream: int, index: int) -> torch.Generator:
 
 
 class BatchSampler:
-    """Random windows of ``block_size + 1`` bytes, entirely inside one split (train or val).
-
-    ``train_batch(step)`` draws the global batch's window starts from ``(seed, step)`` and returns
-    this rank's contiguous shard: the same global batch whatever the world size.
-    """
+    """Random windows of ``block_size + 1`` bytes inside one split.  ``train_batch(step)`` draws the global batch's
+    starts from ``(seed, step)`` and returns this rank's contiguous shard: the same batch whatever the world size."""
 
     def __init__(self, corpus: ByteCorpus, block_size: int, global_batch: int, seed: int, rank: int = 0,
                  world: int = 1, device: torch.device | str = "cpu") -> None:

@@ -4,21 +4,12 @@ r"""A real vocabulary: the GCIDE corpus (40 MB of English, from Debian's package
     python -m lm.bpe install --deb dict-gcide_0.48.5+nmu2_all.deb   # a .deb fetched by hand (any machine)
     python -m lm.bpe status           # where the corpus and the cached tokenizers are
 
-**Why GCIDE.** The corpus must install on a fresh machine from the package registries with one command, be
-pinned by sha256, and never be downloaded at run time.  Debian's ``dict-gcide`` (The Collaborative
-International Dictionary of English v0.48: Webster's 1913 and WordNet, 40 MB of English prose definitions) has
-not changed since 2022 in Debian 12, so its pin holds; ``linux-source-6.1`` (the kernel's ``Documentation/``)
-and ``python3.11-doc`` are rebuilt with every security update, so their sha256 would break within months, and
-``bible-kjv-text`` ships a compressed index, not text.  Three bytes of the dictionary are not UTF-8 (cp1252
-punctuation); the installed corpus is the text as UTF-8 (those three decoded as cp1252), so a byte-level and
-a BPE model read the same bytes.  The corpus lives under ``$RMSGAUGE_DATA`` (default ``~/.cache/rmsgauge``).
-
-**The tokenizer** (Hugging Face ``tokenizers``): byte-level BPE (GPT-2's pre-tokenizer and byte alphabet, no
-special tokens) trained on the *training split only* (the first 90% of the bytes, cut at a line start), cached
-beside the corpus by (corpus sha256, vocabulary size).  Each split is tokenized on its own, so no validation
-byte reaches a training token.  Every token stands for a known number of bytes (:attr:`TokenCorpus.token_bytes`:
-one alphabet character per byte), which makes bits per byte exact: the summed loss in bits of the scored
-tokens over the bytes those tokens stand for (:func:`lm.scoring.full_split_bpb`).
+Debian's ``dict-gcide`` (Webster's 1913 and WordNet) installs with one command, is pinned by sha256 (it has not
+changed since 2022 in Debian 12) and is never downloaded at run time; its three non-UTF-8 bytes are read as
+cp1252.  The corpus lives under ``$RMSGAUGE_DATA`` (default ``~/.cache/rmsgauge``).  The tokenizer (Hugging Face
+``tokenizers``: GPT-2's pre-tokenizer and byte alphabet, no special tokens) is trained on the training split only
+and each split is tokenized on its own, so no validation byte reaches a training token; every token stands for a
+known number of bytes, which makes bits per byte exact (:func:`lm.scoring.full_split_bpb`).
 """
 
 from __future__ import annotations
@@ -40,6 +31,7 @@ import torch
 
 from rmsgauge import atomic_write_bytes
 from rmsgauge.atomic import sha256_bytes
+from rmsgauge.cli import add_subcommand, add_subcommands, make_parser, run_main
 from rmsgauge.corpus import ByteCorpus, load_bytes
 
 
@@ -149,9 +141,6 @@ def resolve_data(data: str) -> str | None:
     return data
 
 
-# ----------------------------------------------------------------------------------------------- tokenizer
-
-
 def split_point(data: bytes, val_fraction: float) -> int:
     """The byte where validation starts: the first line start at or after ``(1 - val_fraction)`` of the bytes
     (a split inside a line or a UTF-8 sequence would hand one word to both sides)."""
@@ -224,9 +213,8 @@ def _cached_encoding(tok, data: bytes, at: int, key: str) -> tuple[np.ndarray, n
 
 def token_byte_lengths(tok) -> np.ndarray:
     """Bytes each token id stands for: one byte-level alphabet character is one byte."""
-    vocab = tok.get_vocab()
     out = np.zeros(tok.get_vocab_size(), dtype=np.int64)
-    for s, i in vocab.items():
+    for s, i in tok.get_vocab().items():
         out[i] = len(s)
     return out
 
@@ -289,8 +277,6 @@ def load_corpus(data: str, val_fraction: float, tokenizer: str = "bytes",
 
 
 def build_parser():
-    from rmsgauge.cli import add_subcommand, add_subcommands, make_parser
-
     ap = make_parser("python -m lm.bpe", __doc__)
     sub = add_subcommands(ap)
     p = add_subcommand(sub, "install", "fetch, verify and unpack the corpus (apt-get download: no root needed)")
@@ -300,8 +286,6 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rmsgauge.cli import run_main
-
     ap = build_parser()
 
     def work(args, _checked) -> int:

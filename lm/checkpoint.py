@@ -1,20 +1,13 @@
-"""Checkpoints: everything a run needs to continue bit-for-bit, written all-or-nothing and checksummed.
+"""Checkpoints: everything a run needs to continue bit for bit, written atomically and checksummed.
 
-A checkpoint is one ``torch.save`` payload (a plain dict, loadable with ``weights_only=True``): ``model_kind`` and
-``model_config`` (the config dataclass as a dict: :mod:`lm.models`), ``model`` (state dict), ``dtype``,
-``optimizer`` (AdamW state), ``rng`` (Python's, numpy's, torch's CPU and every CUDA generator: the data does not
-draw from them -- batch ``step`` is a function of ``(seed, step)`` -- but anything a user adds resumes exactly too),
-``step`` / ``tokens_seen``, ``train_config`` and ``extra`` (the loop's running sums).
-
-Writes are atomic (:func:`rmsgauge.atomic_write_bytes`).  ``ckpt.pt.sha256`` beside the checkpoint holds its
-sha256 (``sha256sum`` format) and :func:`load_checkpoint` verifies it, so a flipped bit is an error naming the
-file.  The sidecar is written before the checkpoint is replaced and lists, until the replace is done, the previous
-hash too: a crash between the two renames leaves a pair that still verifies.  A checkpoint without a sidecar is
-refused (:class:`lm.errors.CheckpointError`: nothing tells an intact one from a corrupt one) unless the user
-vouches for it (``trust_unverified``, the CLIs' ``--trust-unverified``).  A payload whose sha256 matches but whose
-contents are not a checkpoint's (a missing or mistyped field, a config that does not build, an optimizer state
-that does not fit the model) is the same one-line error, naming the file and the field.  Exported folders carry
-``SHA256SUMS`` over every file (:func:`write_folder_sums`, :func:`verify_folder`).
+The payload is a plain dict that ``torch.load(weights_only=True)`` reads: ``model_kind``, ``model_config``,
+``model`` (state dict), ``dtype``, ``optimizer``, ``rng`` (Python's, numpy's, torch's and CUDA's: the batches do
+not draw from them, but anything a user adds resumes exactly too), ``step``, ``tokens_seen``, ``train_config`` and
+``extra`` (the loop's running sums).  ``ckpt.pt.sha256`` (``sha256sum`` format) is written before the checkpoint
+is replaced and lists the previous hash too until the replace is done, so a crash between the two renames leaves a
+pair that verifies.  A checkpoint without it is refused unless the user vouches for it (``--trust-unverified``);
+one whose contents are not a checkpoint's is the same one-line :class:`lm.errors.CheckpointError`.  Exported
+folders carry ``SHA256SUMS`` over every file (:func:`write_folder_sums`, :func:`verify_folder`).
 """
 
 from __future__ import annotations
@@ -38,6 +31,7 @@ from lm.models import MODEL_KINDS, build_model, config_from_dict, config_to_dict
 from lm.trainconfig import WRITTEN_FILES, TrainConfig
 from rmsgauge import atomic_write_bytes
 from rmsgauge.atomic import sha256_bytes, sha256_file
+from rmsgauge.cli import one_line
 
 CKPT_FORMAT = 1  # bump when the payload layout changes
 CHECKSUM_SUFFIX = ".sha256"  # ckpt.pt -> ckpt.pt.sha256
@@ -52,12 +46,8 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
-# --------------------------------------------------------------------------------------------
-# RNG states as plain data (weights_only=True can load them: tuples, ints, floats, tensors)
-# --------------------------------------------------------------------------------------------
-
-
 def rng_state() -> dict[str, Any]:
+    """Every RNG's state as plain data (tuples, ints, floats, tensors: what ``weights_only=True`` loads)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": random.getstate(),
@@ -82,11 +72,6 @@ def _as_tuple(x: Any) -> Any:
     return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
-# --------------------------------------------------------------------------------------------
-# Save / load
-# --------------------------------------------------------------------------------------------
-
-
 def save_checkpoint(path: str | os.PathLike, *, model_kind: str, model: nn.Module,
                     optimizer: torch.optim.Optimizer | None, train_config: dict[str, Any], step: int,
                     tokens_seen: int, extra: dict[str, Any] | None = None, checksum: bool = True) -> Path:
@@ -94,25 +79,30 @@ def save_checkpoint(path: str | os.PathLike, *, model_kind: str, model: nn.Modul
     one): for weights nobody verified (``lm.hf import --trust-unverified``), which must stay unverified."""
     bare = unwrap(model)
     first = next(bare.parameters(), None)
-    payload = {
-        "format": CKPT_FORMAT,
-        "model_kind": model_kind,
-        "model_config": config_to_dict(bare.config),
-        "dtype": str(first.dtype).replace("torch.", "") if first is not None else "float32",
-        "model": {k: v.detach().cpu() for k, v in bare.state_dict().items()},
-        "optimizer": _to_cpu(optimizer.state_dict()) if optimizer is not None else None,
-        "rng": rng_state(),
-        "step": int(step),
-        "tokens_seen": int(tokens_seen),
-        "train_config": dict(train_config),
-        "extra": dict(extra or {}),
-    }
+    payload = {"format": CKPT_FORMAT, "model_kind": model_kind, "model_config": config_to_dict(bare.config),
+               "dtype": str(first.dtype).replace("torch.", "") if first is not None else "float32",
+               "model": {k: v.detach().cpu() for k, v in bare.state_dict().items()},
+               "optimizer": _to_cpu(optimizer.state_dict()) if optimizer is not None else None,
+               "rng": rng_state(), "step": int(step), "tokens_seen": int(tokens_seen),
+               "train_config": dict(train_config), "extra": dict(extra or {})}
     buf = io.BytesIO()
     torch.save(payload, buf)
+    path, data = Path(path), buf.getvalue()
     if not checksum:
         checksum_path(path).unlink(missing_ok=True)
-        return atomic_write_bytes(path, buf.getvalue())
-    return write_checksummed(path, buf.getvalue())
+        return atomic_write_bytes(path, data)
+    new, old = sha256_bytes(data), []
+    if path.is_file():  # the file being replaced must verify until the replace is done (module docstring)
+        try:
+            have = read_checksums(path)
+        except CheckpointError:
+            have = None
+        old = [d for d in (have if have is not None else [sha256_file(path)]) if d != new][:1]
+    atomic_write_bytes(checksum_path(path), _sidecar([new, *old], path.name).encode())
+    atomic_write_bytes(path, data)
+    if old:
+        atomic_write_bytes(checksum_path(path), _sidecar([new], path.name).encode())
+    return path
 
 
 def checksum_path(path: str | os.PathLike) -> Path:
@@ -146,9 +136,8 @@ def _sum_lines(sums: Path) -> list[tuple[str, str]]:
 
 
 def read_checksums(path: str | os.PathLike) -> list[str] | None:
-    """The sha256 digests the sidecar of ``path`` accepts, or None when there is no sidecar.  A sidecar that names
-    no digest (empty) or holds a line that is not ``<64 hex digits>  <name>`` is a :class:`CheckpointError`
-    naming it."""
+    """The sha256 digests the sidecar of ``path`` accepts, or None when there is none; an empty or malformed
+    sidecar is a :class:`CheckpointError` naming it."""
     side = checksum_path(path)
     if not side.exists():
         return None
@@ -158,24 +147,6 @@ def read_checksums(path: str | os.PathLike) -> list[str] | None:
                               f"{Path(path).name}); the checkpoint cannot be verified: restore the file, or delete "
                               f"it and pass --trust-unverified if you know where the checkpoint comes from")
     return digests
-
-
-def write_checksummed(path: str | os.PathLike, data: bytes) -> Path:
-    """Atomically write ``data`` to ``path`` with its sha256 in ``path.sha256`` (see the module docstring)."""
-    path = Path(path)
-    new = sha256_bytes(data)
-    old: list[str] = []
-    if path.is_file():  # the file being replaced must verify until the replace is done
-        try:
-            have = read_checksums(path)
-        except CheckpointError:
-            have = None
-        old = [d for d in (have if have is not None else [sha256_file(path)]) if d != new][:1]
-    atomic_write_bytes(checksum_path(path), _sidecar([new, *old], path.name).encode())
-    atomic_write_bytes(path, data)
-    if old:
-        atomic_write_bytes(checksum_path(path), _sidecar([new], path.name).encode())
-    return path
 
 
 _TRUSTED: set[Path] = set()  # checkpoints the user vouched for (--trust-unverified) in this process
@@ -197,27 +168,6 @@ def checkpoint_inputs(path: str | os.PathLike) -> list[Path]:
     return out
 
 
-def read_verified(path: str | os.PathLike, what: str = "checkpoint", *, trust_unverified: bool = False) -> bytes:
-    """The bytes of ``path``, checked against its sha256 sidecar; no sidecar is an error unless ``trust_unverified``
-    (or :func:`trust_unverified` was called for the path)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no {what} at {path}" + (" (it is a folder)" if path.is_dir() else ""))
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
-    digests = read_checksums(path)
-    if digests is None and not (trust_unverified or path.resolve() in _TRUSTED):
-        raise CheckpointError(f"{path}: no checksum file {checksum_path(path).name} beside it, so whether the {what} "
-                              f"is intact cannot be checked; if you know where it comes from (e.g. written before "
-                              f"checksums existed), pass --trust-unverified to load it anyway")
-    if digests is not None and sha256_bytes(data) not in digests:
-        raise CheckpointError(f"{path}: sha256 {sha256_bytes(data)[:16]}... does not match {checksum_path(path).name} "
-                              f"({digests[0][:16]}...): the file is corrupt or was changed after it was written")
-    return data
-
-
 def torch_load_bytes(data: bytes, path: str | os.PathLike, map_location: str | torch.device = "cpu",
                      what: str = "checkpoint") -> Any:
     """``torch.load(weights_only=True)`` of in-memory bytes; any unreadable payload is one error naming ``path``."""
@@ -226,21 +176,36 @@ def torch_load_bytes(data: bytes, path: str | os.PathLike, map_location: str | t
     except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, KeyError, TypeError,
             AttributeError, IndexError, OSError) as e:
         raise CheckpointError(f"{path}: not a readable {what} ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:160]})") from None
+                              f"{one_line(e)[:160]})") from None
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
                     trust_unverified: bool = False) -> dict[str, Any]:
     """Read, checksum-verify and ``torch.load(weights_only=True)`` a checkpoint written by :func:`save_checkpoint`,
-    and check that every field is what a checkpoint holds (:func:`check_payload`)."""
+    and check that every field is what a checkpoint holds (:func:`check_payload`).  No sidecar is an error unless
+    ``trust_unverified`` (or :func:`trust_unverified` was called for the path)."""
     path = Path(path)
-    ckpt = torch_load_bytes(read_verified(path, trust_unverified=trust_unverified), path, map_location)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({e.strerror or e})") from None
+    digests = read_checksums(path)
+    if digests is None and not (trust_unverified or path.resolve() in _TRUSTED):
+        raise CheckpointError(f"{path}: no checksum file {checksum_path(path).name} beside it, so whether the "
+                              f"checkpoint is intact cannot be checked; if you know where it comes from (e.g. written "
+                              f"before checksums existed), pass --trust-unverified to load it anyway")
+    if digests is not None and sha256_bytes(data) not in digests:
+        raise CheckpointError(f"{path}: sha256 {sha256_bytes(data)[:16]}... does not match {checksum_path(path).name} "
+                              f"({digests[0][:16]}...): the file is corrupt or was changed after it was written")
+    ckpt = torch_load_bytes(data, path, map_location)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CKPT_FORMAT:
         raise CheckpointError(f"{path}: not an lm checkpoint of format {CKPT_FORMAT} "
                               f"(got format {ckpt.get('format') if isinstance(ckpt, dict) else type(ckpt).__name__})")
     check_payload(ckpt, path)
     ckpt["source"] = str(path)  # for the messages of model_from_checkpoint and a resume
-    ckpt["verified"] = read_checksums(path) is not None  # False: loaded on the user's word (--trust-unverified)
+    ckpt["verified"] = digests is not None  # False: loaded on the user's word (--trust-unverified)
     return ckpt
 
 
@@ -274,7 +239,7 @@ def check_payload(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
     try:
         config_from_dict(ckpt["model_kind"], dict(ckpt["model_config"]))
     except (ValueError, TypeError) as e:
-        raise bad(f"its model_config does not build a {ckpt['model_kind']} model ({' '.join(str(e).split())[:160]})"
+        raise bad(f"its model_config does not build a {ckpt['model_kind']} model ({one_line(e)[:160]})"
                   ) from None
     opt = ckpt.get("optimizer")
     if opt is not None and not (isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)):
@@ -314,7 +279,7 @@ def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optim
             set_rng_state(ckpt["rng"])
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise CheckpointError(f"{path}: its state does not fit the model it describes ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]}); the checkpoint is corrupt") from None
+                              f"{one_line(e)[:200]}); the checkpoint is corrupt") from None
 
 
 def model_from_checkpoint(ckpt: dict[str, Any], device: str | torch.device = "cpu") -> nn.Module:
@@ -335,10 +300,6 @@ def _to_cpu(obj: Any) -> Any:
         return type(obj)(_to_cpu(v) for v in obj)
     return obj
 
-
-# --------------------------------------------------------------------------------------------
-# Folders (save_pretrained exports): SHA256SUMS written with the files, verified before reading them
-# --------------------------------------------------------------------------------------------
 
 SUMS_NAME = "SHA256SUMS"  # sha256sum format, one line per file of the folder
 

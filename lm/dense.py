@@ -1,13 +1,7 @@
-"""The dense baseline: a small pre-norm causal transformer with optional QK-norm.
-
-This is the "real downstream loss" of the gauge suite (next-byte cross-entropy on
-the bundled corpus) and the baseline the GRT is compared against.  With
-``qk_norm=True`` the query and key projections each feed a per-head RMSNorm (as in
-OLMo 2, Gemma 3, Qwen 3): exactly the situation of the RMSNorm scale gauge, so
-``W_q`` and ``W_k`` are scale gauges of the loss.  Weights that write into the
-residual stream (V, O, the MLP) are *not* followed by a norm and are not gauges.
-
-Layout per block (pre-norm):  ``x += attn(norm1(x)); x += mlp(norm2(x))``.
+"""The dense baseline: a small pre-norm causal transformer (``x += attn(norm1(x)); x += mlp(norm2(x))``) with
+optional per-head QK-norm.  With ``qk_norm=True`` the query and key projections each feed an RMSNorm (as in OLMo 2,
+Gemma 3, Qwen 3), so ``W_q`` and ``W_k`` are exact scale gauges of the loss; the weights that write into the
+residual stream (V, O, the MLP) are not.
 """
 
 from __future__ import annotations
@@ -23,6 +17,7 @@ from grt_model.attention import current_override
 from grt_model.embedding import PhaseEmbedding
 from grt_model.rope import apply_rope, rope_angles
 from lm.rmsnorm import RMSNorm
+from rmsgauge import check_choice
 
 
 @dataclass
@@ -53,17 +48,14 @@ class DenseConfig:
             raise ValueError(f"DenseConfig.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if (self.d_model // self.n_heads) % 2:
             raise ValueError("DenseConfig: head dim d_model/n_heads must be even (rotary pairs)")
-        if self.embedding not in ("table", "phase"):
-            raise ValueError(f"DenseConfig.embedding must be table or phase, got {self.embedding!r}")
+        check_choice("DenseConfig.embedding", self.embedding, ("table", "phase"))
         if self.embedding == "phase" and not self.tie_embeddings:
             raise ValueError("DenseConfig.embedding=phase needs tie_embeddings=true (the head reads the phase table)")
         if not isinstance(self.norms, bool):
             raise ValueError(f"DenseConfig.norms must be true or false, got {self.norms!r}")
-        if self.residual_init not in ("scaled", "zero"):
-            raise ValueError(f"DenseConfig.residual_init must be scaled or zero, got {self.residual_init!r}")
+        check_choice("DenseConfig.residual_init", self.residual_init, ("scaled", "zero"))
         for name in ("qk_norm_eps", "norm_eps", "init_std"):
-            v = getattr(self, name, 0.0)
-            # `nan < 0` is False: test finiteness explicitly so a NaN never reaches a norm or an init
+            v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"DenseConfig.{name} must be a finite number in [0, inf), got {v!r}")
 

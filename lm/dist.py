@@ -29,13 +29,11 @@ class DistContext:
         rank = int(os.environ.get("RANK", "0"))
         local = int(os.environ.get("LOCAL_RANK", str(rank)))
         dev = resolve_device(device, local if world > 1 else None)
-        owns = False
-        if world > 1 and not dist.is_initialized():
-            backend = "nccl" if dev.type == "cuda" else "gloo"
+        owns = world > 1 and not dist.is_initialized()
+        if owns:
             if dev.type == "cuda":
                 torch.cuda.set_device(dev)
-            dist.init_process_group(backend=backend, rank=rank, world_size=world)
-            owns = True
+            dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)
         return cls(rank, world, local, dev, owns)
 
     def all_mean(self, x: torch.Tensor) -> torch.Tensor:

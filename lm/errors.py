@@ -1,12 +1,6 @@
-"""The two kinds of error a user of ``lm``'s CLIs meets, and the exit status each gives.
-
-- a *usage* error (``ValueError`` / ``FileNotFoundError``: a flag, config key, path or memory estimate
-  is wrong) is found before any work and exits 2;
-- a *failure* (:class:`RunFailure`: the loss went non-finite, a checkpoint is corrupt) stops a run that
-  was valid to start and exits 1.
-
-Both print one line (``rmsgauge.cli.run_guarded``); ``--debug`` shows the traceback instead.
-"""
+"""The errors of ``lm``'s CLIs: a usage error (``ValueError`` / ``FileNotFoundError``, found before any work) exits
+2; a :class:`RunFailure` (a run valid to start could not go on) exits 1.  Both print one line
+(``rmsgauge.cli.run_guarded``); ``--debug`` shows the traceback."""
 
 from __future__ import annotations
 
@@ -22,10 +16,9 @@ class NonFiniteError(RunFailure):
 
 
 class CheckpointError(RunFailure):
-    """A checkpoint (or shipped model, or save_pretrained folder) cannot be read, has no checksum (and the user
-    did not say ``--trust-unverified``), its sha256 does not match, or its contents are not what a checkpoint
-    holds: names the file and what is wrong."""
+    """A checkpoint, shipped model or save_pretrained folder is unreadable, unverified (no checksum, and no
+    ``--trust-unverified``), fails its sha256, or does not hold what a checkpoint holds."""
 
 
 class RunFolderBusy(RunFailure):
-    """Another process holds the run folder's lock (``run.lock``): two trainings never share a folder."""
+    """Another process holds the run folder's lock (``run.lock``)."""

@@ -1,21 +1,14 @@
-"""lm-evaluation-harness on a GRT or dense directory: ``python -m lm.evaluate`` (``pip install -e ".[eval]"``).
+"""lm-evaluation-harness on a GRT or dense model: ``python -m lm.evaluate`` (``pip install -e ".[eval]"``).
 
     python -m lm.evaluate --model-dir DIR --tasks hellaswag,arc_easy,piqa [--num-fewshot N] [--json PATH]
-    python -m lm.evaluate --model-dir DIR --tasks my_task --include-path my_tasks/   # local task YAML
-    python -m lm.evaluate --reference grt --tasks hellaswag                         # a shipped model by name
+    python -m lm.evaluate --reference grt --tasks my_task --include-path my_tasks/   # local task YAML
 
-``DIR`` is a ``save_pretrained`` folder (``python -m lm.hf export``), checked against its ``SHA256SUMS`` before any
-work (:func:`lm.hf.verify_export`; none: refused unless ``--trust-unverified``); ``--reference NAME`` is a shipped
-model, verified against its model card and wrapped in memory (:func:`lm.hf_classes.wrap`).  The harness's own
-``hf`` model type does the work (backend ``causal``).  The models are byte-level: an empty context and the first
-window of a rolling (perplexity) request are conditioned on the prefix ``"\\n"`` (byte 10, the tokenizer's BOS);
-longer inputs are left-truncated to ``block_size`` by the harness.
-
-Before any work every task is loaded and every document rendered (text, target, choices), so a broken task, an
-empty data file or a bad JSONL line is one line naming the task and the document, and ``--json`` may not be one of
-the inputs.  **The claim** ``lm.harness_equals_direct_loglik``: the harness's log-likelihood of every request of
-the first :data:`CLAIM_DOCS` documents of each task equals the project module's own, computed here from the bytes,
-within the float32 tolerance of :mod:`rmsgauge.tolerance`; exit 1 when it fails.
+``DIR`` (``python -m lm.hf export``) is checked against its ``SHA256SUMS`` and a shipped model against its card
+before any work; every task is loaded and every document rendered first too, so a broken task is one line naming
+it.  The harness's ``hf`` model does the work; an empty context and a rolling request's first window are
+conditioned on ``"\n"`` (the tokenizer's BOS).  **The claim** ``lm.harness_equals_direct_loglik``: the harness's
+log-likelihood of every request of the first :data:`CLAIM_DOCS` documents of each task equals the module's own,
+within the float32 tolerance; exit 1 when it fails.
 """
 
 from __future__ import annotations
@@ -138,24 +131,16 @@ def evaluate(model_or_dir: str | os.PathLike | torch.nn.Module, tasks: list[str]
              include_path: str | os.PathLike | None = None, include_defaults: bool = True,
              num_fewshot: int | None = None, batch_size: int = 1, device: str = "cpu", limit: int | None = None,
              log_samples: bool = False, bootstrap_iters: int = 0, task_manager: Any = None) -> dict[str, Any]:
-    """Run harness ``tasks`` on ``model_or_dir`` (a ``save_pretrained`` folder, or a project module such as a
-    shipped model, wrapped in memory); returns the harness's results dict (``results``, ``samples`` ...).
-
-    ``bootstrap_iters=0`` skips the harness's bootstrap standard errors (slow, and random); pass e.g.
-    1000 for error bars.  ``include_defaults=False`` indexes only ``include_path`` (fast; local tasks only).
-    """
+    """Run harness ``tasks`` on ``model_or_dir`` (a ``save_pretrained`` folder, or a project module wrapped in
+    memory); returns the harness's results dict.  ``bootstrap_iters=0`` skips the (slow, random) bootstrap errors;
+    ``include_defaults=False`` indexes only ``include_path``."""
     lm_eval, HFLM, TaskManager = _require_harness()
-    if not tasks:
-        raise ValueError("--tasks must name at least one task")
     if isinstance(model_or_dir, torch.nn.Module):
         from lm.hf_classes import ByteTokenizer, wrap
 
         hf = wrap(model_or_dir.float().to(device).eval())
         tok = ByteTokenizer(model_max_length=hf.config.max_position_embeddings)
         model = HFLM(pretrained=hf, tokenizer=tok, backend="causal", batch_size=batch_size)
-    elif not Path(model_or_dir).is_dir():
-        raise FileNotFoundError(f"--model-dir {model_or_dir} is not a directory (write one with python -m lm.hf "
-                                f"export)")
     else:
         model = HFLM(pretrained=str(model_or_dir), backend="causal", device=device, batch_size=batch_size,
                      dtype="float32")
@@ -164,11 +149,6 @@ def evaluate(model_or_dir: str | os.PathLike | torch.nn.Module, tasks: list[str]
     return lm_eval.simple_evaluate(model=model, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit,
                                    task_manager=manager, log_samples=log_samples,
                                    bootstrap_iters=bootstrap_iters)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The claim: the harness's log-likelihoods are the project module's own
-# ---------------------------------------------------------------------------------------------------
 
 
 @torch.no_grad()
@@ -248,11 +228,6 @@ def harness_claim(model: torch.nn.Module, results: dict[str, Any], n_docs: int =
         exact_law="harness log p(continuation | context) = sum of the module's log-softmax over the continuation's "
                   "bytes (left-truncated window, prefix '\\n' for an empty context); rolling: disjoint windows",
         details={"documents_per_task": n_docs, "mismatches": bad[:5]})
-
-
-# ---------------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,20 +1,10 @@
 """``python -m lm.hf export|import``: project checkpoints <-> Hugging Face ``save_pretrained`` folders.
 
-The classes themselves are :mod:`lm.hf_classes`, imported only when a conversion runs, so ``--help`` works without
-the ``hf`` extra and a command without it is one line naming ``pip install -e ".[hf]"``.
-
-**Nothing certified that was not checked.**  An export writes ``SHA256SUMS`` over the files it wrote (from a
-checksum-verified checkpoint or an in-memory module); an import checks the folder against it before and after
-loading -- every file of the folder must be listed (one it does not list is refused like a changed one) with its
-sha256, and the loader shim must be the project's own text -- and only then writes the checkpoint's sha256.  A
-folder without ``SHA256SUMS`` is refused unless ``--trust-unverified``, and then the checkpoint is written
-*without* a checksum (it stays unverified: loading it needs ``--trust-unverified`` again).  Likewise an export of
-an unverified checkpoint writes no ``SHA256SUMS``.
-
-**Nothing overwritten.**  An export goes to a new (or empty) folder, written under a temporary name and renamed
-into place, the folder and its files at the user's umask like every other output; an import refuses an existing
-checkpoint path (``--force`` moves it and its ``.sha256`` aside to ``<path>.replaced-<time>``) and a run folder's
-``ckpt.pt`` (importing would mix two models in one run), and neither may write inside its input.
+The classes are :mod:`lm.hf_classes`, imported only when a conversion runs (so ``--help`` works without the ``hf``
+extra).  Nothing certified that was not checked: an export writes ``SHA256SUMS`` only from a verified source, an
+import checks the folder before and after loading and only then writes the checkpoint's sha256.  Nothing
+overwritten: an export goes to a new or empty folder, renamed into place; an import refuses an existing checkpoint
+(``--force`` moves it aside) and a run folder's ``ckpt.pt``.  The README's checksum policy has the details.
 """
 
 from __future__ import annotations
@@ -44,29 +34,22 @@ from rmsgauge.cli import (
     check_output_file,
     check_outputs_against_inputs,
     make_parser,
+    one_line,
     run_main,
 )
 
 SHIM_NAME = "rmsgauge_hf"  # the auto_map module written into every directory
-
-
-def _shim_text() -> str:
-    return ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
-            "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
-            "from lm.hf_classes import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, "
-            "GRTHFConfig  # noqa\n")
+SHIM_TEXT = ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
+             "# (pip install -e \".[hf]\"); nothing of the model is defined here.\n"
+             "from lm.hf_classes import ByteTokenizer, DenseForCausalLM, DenseHFConfig, GRTForCausalLM, "
+             "GRTHFConfig  # noqa\n")
 
 
 def save_pretrained_dir(source: str | os.PathLike | nn.Module, out_dir: str | os.PathLike, *,
                         trust_unverified: bool = False, verified: bool = True) -> Path:
-    """Write a ``save_pretrained`` directory (safetensors, tokenizer, generation config, loader shim, ``SHA256SUMS``).
-
-    ``source``: a checkpoint path (a run's, or a shipped model's ``.pt``: :func:`lm.reference.load_model`) or a
-    project module.  ``out_dir`` must not exist or be an empty folder (an export never overwrites); the folder is
-    written beside it under a temporary name and renamed into place, so it is complete or absent.  ``SHA256SUMS``
-    certifies the bytes written, unless the source was unverified (a checkpoint loaded with ``trust_unverified``,
-    or ``verified=False``): then the export stays unverified too.
-    """
+    """Write a ``save_pretrained`` folder (safetensors, tokenizer, generation config, loader shim, ``SHA256SUMS``)
+    from a checkpoint path (:func:`lm.reference.load_model`) or a project module, complete or absent.  An unverified
+    source (``trust_unverified``, or ``verified=False``) gives an export without ``SHA256SUMS``."""
     out = _new_folder(out_dir)
     if not isinstance(source, nn.Module):
         source, verified = load_model(source, trust_unverified=trust_unverified)
@@ -116,32 +99,29 @@ def _write_pretrained(model: nn.Module, out: Path) -> None:
     tc = json.loads(tc_path.read_text())
     tc["auto_map"] = {"AutoTokenizer": [f"{SHIM_NAME}.ByteTokenizer", None]}
     tc_path.write_text(json.dumps(tc, indent=2) + "\n")
-    (out / f"{SHIM_NAME}.py").write_text(_shim_text())
+    (out / f"{SHIM_NAME}.py").write_text(SHIM_TEXT)
 
 
 REQUIRED_FILES = ("config.json", "model.safetensors")  # what SHA256SUMS must list (it must cover every file)
 
 
 def verify_export(model_dir: str | os.PathLike, *, trust_unverified: bool = False) -> bool:
-    """Check a ``save_pretrained`` folder before anything reads it: ``SHA256SUMS`` covers every file, each with its
-    sha256 (:func:`lm.checkpoint.verify_folder`; none: refused unless ``trust_unverified``), and its loader shim
-    ``rmsgauge_hf.py`` -- the code ``trust_remote_code=True`` runs -- is the project's own, byte for byte (a sum
-    file can be rewritten along with the code it lists; the shim's text cannot change unnoticed).  Returns whether
-    the sums verified the folder."""
+    """Check a ``save_pretrained`` folder before anything reads it (:func:`lm.checkpoint.verify_folder`), and that
+    its loader shim -- the code ``trust_remote_code=True`` runs -- is the project's own, byte for byte (a sum file
+    can be rewritten along with the code it lists).  Returns whether the sums verified the folder."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise FileNotFoundError(f"--model-dir {model_dir} is not a folder (python -m lm.hf export writes one)")
     verified = verify_folder(model_dir, REQUIRED_FILES, trust_unverified=trust_unverified)
     shim = model_dir / f"{SHIM_NAME}.py"
-    if shim.exists() and (not shim.is_file() or shim.read_bytes() != _shim_text().encode()):
+    if shim.exists() and (not shim.is_file() or shim.read_bytes() != SHIM_TEXT.encode()):
         raise CheckpointError(f"{shim}: not the loader shim python -m lm.hf export writes (the code "
                               f"trust_remote_code=True would run); export the model again")
     return verified
 
 
 def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = False) -> tuple[nn.Module, bool]:
-    """The model of a ``save_pretrained`` folder, its files checked against ``SHA256SUMS`` before and after the load
-    (no SHA256SUMS: refused unless ``trust_unverified``).  Returns ``(model, verified)``.  An unreadable folder
+    """``(model, verified)`` of a ``save_pretrained`` folder, checked before and after the load; an unreadable folder
     (truncated weights, missing or unexpected tensors) is one :class:`lm.errors.CheckpointError` naming it."""
     from lm.hf_classes import load_pretrained
 
@@ -151,7 +131,7 @@ def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = Fals
         hf, info = load_pretrained(model_dir, output_loading_info=True)
     except Exception as e:
         raise CheckpointError(f"{model_dir}: not a loadable save_pretrained folder ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:200]})") from None
+                              f"{one_line(e)[:200]})") from None
     wrong = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
     if wrong:
         raise CheckpointError(f"{model_dir}: its weights do not fit its config ({wrong}); the folder is corrupt")
@@ -162,9 +142,8 @@ def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = Fals
 
 def to_checkpoint(model_dir: str | os.PathLike, ckpt_path: str | os.PathLike, *,
                   trust_unverified: bool = False) -> Path:
-    """Convert a directory back to a project checkpoint (no optimizer state; step 0).  The checkpoint gets a sha256
-    only when the folder's files were verified against its ``SHA256SUMS``: a conversion never certifies bytes
-    nobody checked (with ``trust_unverified`` the checkpoint is written without one, and stays unverified)."""
+    """Convert a folder back to a project checkpoint (no optimizer state; step 0), with a sha256 only when the
+    folder verified."""
     hf, verified = load_verified(model_dir, trust_unverified=trust_unverified)
     return _save_imported(hf, verified, model_dir, ckpt_path)
 

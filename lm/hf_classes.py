@@ -1,36 +1,15 @@
 r"""The GRT and the dense baseline as Hugging Face ``transformers`` classes (``pip install -e ".[hf]"``).
 
-Only the Hugging Face bridge imports this module (:mod:`lm.hf`, the converters and ``python -m lm.hf``, imports it
-when a conversion runs), so without ``transformers`` the rest works unchanged.  Importing it registers the classes
-with ``AutoConfig``, ``AutoModelForCausalLM`` and ``AutoTokenizer``; a process that cannot import the project first
-(the plain ``lm_eval`` CLI) loads an exported folder with ``trust_remote_code=True`` through its two-line shim
-``rmsgauge_hf.py``, which imports these classes from the installed project.
-
-* :class:`GRTHFConfig` / :class:`DenseHFConfig` hold the project config dict in ``project_config`` and derive the
-  usual ``vocab_size``, ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads`` and
-  ``max_position_embeddings`` (= ``block_size``, which lm-eval reads as the context length) from it.
-* :class:`GRTForCausalLM` / :class:`DenseForCausalLM`: ``self.model`` IS the project's module (the safetensors keys
-  are its state-dict keys under ``model.``).  Without a cache and without padding ``forward`` calls it: the logits
-  are the project's, bit for bit.  With a KV cache or a padding mask it runs :func:`lm.sample.cached_forward`, the
-  module's own forward with only its attention step handed to a cached one, so a change to a block changes the
-  Hugging Face model too.
-* :class:`ByteTokenizer`: UTF-8 bytes, ids 0..255, exactly :func:`rmsgauge.corpus.encode`.  The models have no
-  special tokens, so ``"\n"`` (byte 10, the project's document separator and its sampler's empty prompt) doubles
-  as BOS/EOS/PAD; it is never added to an encoding, decoding keeps it even with ``skip_special_tokens=True``, and
-  generation neither stops on it nor takes a prompt's ``"\n"`` for padding (:data:`GENERATION_DEFAULTS`).
-
-**KV cache: exact inside one context window, impossible across a slide.**  Both models act on each token alone
-everywhere but attention (the GRT's cascades included: a coupling reads only the token's own pair features), and
-rotary position depends only on a token's absolute position, so earlier tokens' keys and values never change
-while the sequence grows.  Past ``block_size`` the window is re-read from position 0: every rotary position shifts
-and no cached entry stays valid, so each further step recomputes the window (:meth:`prepare_inputs_for_generation`,
-as ``lm.sample.generate``).
-
-**Sampling agrees with** ``lm.sample.generate``: temperature, then top-k (the same ``logits < k-th largest``
-rule), then softmax and one ``torch.multinomial`` draw per step on the default CPU generator, which after
-``torch.manual_seed(s)`` is in the state of the ``torch.Generator().manual_seed(s)`` that ``lm.sample`` uses.
-Two differences, neither a different distribution: HF softmaxes in float32 where ``lm.sample`` uses float64 (a
-draw can differ only within float32 rounding of a cumulative-probability boundary), and ``lm.sample`` has no top-p.
+Importing this module registers them with ``AutoConfig``, ``AutoModelForCausalLM`` and ``AutoTokenizer``; the
+plain ``lm_eval`` CLI loads an exported folder with ``trust_remote_code=True`` through its shim ``rmsgauge_hf.py``.
+The configs keep the project config in ``project_config`` and derive the usual fields (``max_position_embeddings``
+= ``block_size``).  ``self.model`` IS the project's module: without cache or padding ``forward`` calls it (the
+logits bit for bit); otherwise it runs :func:`lm.sample.cached_forward`, the module's own forward with only its
+attention step cached (exact inside the window; past it the window is re-read, as ``lm.sample.generate`` does).
+The tokenizer is UTF-8 bytes (ids 0..255, :func:`rmsgauge.corpus.encode`); ``"\n"`` doubles as BOS/EOS/PAD, is
+never added to an encoding, is kept by decoding, and neither stops generation nor counts as padding.  Sampling
+agrees with ``lm.sample`` (temperature, top-k, one ``torch.multinomial`` draw per step on the generator
+``torch.manual_seed(s)`` sets), except that HF softmaxes in float32.
 """
 
 from __future__ import annotations
@@ -62,14 +41,8 @@ except ImportError as e:  # the extra is optional: say which one to install
     raise ModuleNotFoundError(f"lm.hf_classes needs the Hugging Face extra: pip install -e \".[hf]\" ({e})") from e
 
 NEWLINE_ID = 10  # "\n": BOS/EOS/PAD of the byte tokenizer (see the module docstring)
-# generate() runs to max_new_tokens and never infers padding from "\n" bytes, like lm.sample
+# generate() runs to max_new_tokens and never takes a "\n" byte for padding or the end, like lm.sample
 GENERATION_DEFAULTS = {"do_sample": False, "bos_token_id": NEWLINE_ID, "pad_token_id": None, "eos_token_id": None}
-MODEL_TYPES = {"grt": "rmsgauge-grt", "dense": "rmsgauge-dense"}
-
-
-# ---------------------------------------------------------------------------------------------------
-# Configs
-# ---------------------------------------------------------------------------------------------------
 
 
 class _ProjectHFConfig(PretrainedConfig):
@@ -82,8 +55,6 @@ class _ProjectHFConfig(PretrainedConfig):
     hidden_size: int = 0
     num_attention_heads: int = 0
     num_hidden_layers: int = 0
-    # "\n" is the byte tokenizer's BOS, EOS and pad (module docstring); the generation config leaves pad and EOS
-    # unset (GENERATION_DEFAULTS): generate() would stop at the first "\n" and mask every "\n" of a prompt as padding
     bos_token_id: int | None = NEWLINE_ID
     pad_token_id: int | None = NEWLINE_ID
     eos_token_id: int | None = NEWLINE_ID
@@ -109,18 +80,13 @@ class _ProjectHFConfig(PretrainedConfig):
 
 
 class GRTHFConfig(_ProjectHFConfig):
-    model_type = MODEL_TYPES["grt"]
+    model_type = "rmsgauge-grt"
     kind = "grt"
 
 
 class DenseHFConfig(_ProjectHFConfig):
-    model_type = MODEL_TYPES["dense"]
+    model_type = "rmsgauge-dense"
     kind = "dense"
-
-
-# ---------------------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------------------
 
 
 class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
@@ -215,11 +181,6 @@ class DenseForCausalLM(_ProjectForCausalLM):
 HF_CLASSES = {"grt": (GRTHFConfig, GRTForCausalLM), "dense": (DenseHFConfig, DenseForCausalLM)}
 
 
-# ---------------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------------
-
-
 class ByteTokenizer(PreTrainedTokenizer):
     """UTF-8 bytes as ids 0..255 (= :func:`rmsgauge.corpus.encode`); ``"\\n"`` doubles as BOS/EOS/PAD."""
 
@@ -270,11 +231,6 @@ class ByteTokenizer(PreTrainedTokenizer):
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         return ()
-
-
-# ---------------------------------------------------------------------------------------------------
-# Registration
-# ---------------------------------------------------------------------------------------------------
 
 
 def register() -> None:

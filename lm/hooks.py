@@ -1,13 +1,9 @@
-"""Step hooks: what the training loop lets code outside it observe, without the loop knowing about it.
+"""Step hooks: what the training loop lets code outside it observe.
 
-A hook is any object with the three methods of :class:`StepHook` (``on_start`` once before the first step, may
-add fields to the run's ``start`` record; ``after_step`` after every optimizer step; ``on_end`` once at the end,
-may add summary keys) and, optionally, ``state_dict()`` / ``load_state_dict(d)``: the loop stores that state in
-each checkpoint and hands it back on ``--resume``, so a hook's statistics cover the whole run.  The weights between
-two ``after_step`` calls are the weights the next step starts from.
-
-Nothing in ``lm`` attaches a hook: ``python -m studies.train`` attaches the equilibrium monitor
-(:class:`dynamics.train_hook.TrainHook`), from above ``lm``.
+A hook has ``on_start`` (once before the first step; may return fields for the ``start`` record), ``after_step``
+(after every optimizer step) and ``on_end`` (may add summary keys), and optionally ``state_dict()`` /
+``load_state_dict(d)``, which each checkpoint stores and ``--resume`` hands back.  ``python -m studies.train``
+attaches the equilibrium monitor (:class:`dynamics.train_hook.TrainHook`); nothing in ``lm`` does.
 """
 
 from __future__ import annotations

@@ -31,8 +31,6 @@ from lm.trainconfig import WRITTEN_FILES, TrainConfig
 from rmsgauge import atomic_write_json, seed_everything
 from rmsgauge.atomic import clean_orphan_tmp
 
-LN2 = math.log(2.0)
-
 
 class _StopFlag:
     """SIGINT/SIGTERM set a flag, acknowledged at once on stderr; the loop checks it between steps (never
@@ -87,11 +85,6 @@ def grad_norm(model: nn.Module, clip: float) -> float:
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.double()) for p in params])))
 
 
-# ---------------------------------------------------------------------------------------------
-# The run: its state, the named steps (prepare, evaluate, checkpoint, log, finish), the loop
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Run:
     """Everything the loop and its steps share (rank-local)."""
@@ -109,7 +102,6 @@ class Run:
     log: JsonLog
     bar: Progress
     hooks: list
-    label: str
     total: int
     start: int
     tokens_seen: int
@@ -118,12 +110,10 @@ class Run:
     train_time: float  # seconds spent in training steps (resumed runs included)
     evals: list[dict]
     last_ckpt_step: int | None  # the step of the checkpoint on disk, if any
-    lock: RunLock | None = None  # the run folder's lock (rank 0), held until the run ends
     t_wall0: float = field(default_factory=time.perf_counter)
     last_loss: float = math.nan
     t_int: float = field(default_factory=time.perf_counter)  # start of the current tokens/s interval
     tok_int: int = 0
-    run_t0: float = field(default_factory=time.perf_counter)
     run_tokens0: int = 0
 
     @property
@@ -168,25 +158,11 @@ def _unlock(lock: RunLock | None, out: Path, created: bool) -> None:
 
 
 def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-            hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool = False) -> Run:
-    """Check everything (under the run folder's lock), then (only then) set the folder up, build, restore and log
-    the start."""
-    out = Path(cfg.out_dir)
-    lock, created = _lock_folder(ctx, out, resume, force)
-    try:
-        run = _prepare(ctx, kind, model_cfg, cfg, resume=resume, force=force, hooks=hooks, progress=progress,
-                       log_name=log_name, label=label, trust_unverified=trust_unverified, lock=lock)
-    except BaseException:
-        _unlock(lock, out, created)
-        raise
-    return run
-
-
-def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-             hooks: list, progress: bool, log_name: str, label: str, trust_unverified: bool,
-             lock: RunLock | None) -> Run:
-    """Over 60 lines on purpose: the run's state is built in one place, in the order a resume depends on
-    (checks, folder, seed, model, optimizer, restore, log)."""
+            hooks: list, progress: bool, trust_unverified: bool,
+            lock: RunLock | None) -> Run:
+    """Check everything, then (only then) set the folder up, build, restore and log the start.  Over 60 lines on
+    purpose: the run's state is built in one place, in the order a resume depends on (checks, folder, seed, model,
+    optimizer, restore, log)."""
     out = Path(cfg.out_dir)
     if cfg.batch_size % ctx.world:
         raise ValueError(f"train.batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({ctx.world})")
@@ -232,15 +208,15 @@ def _prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, r
         ddp_model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     per_byte = corpus.tokens_per_byte("val") if isinstance(corpus, TokenCorpus) else 1.0
     run = Run(ctx, kind, cfg, model, ddp_model, opt, sampler, corpus.sha256, per_byte, out,
-              JsonLog(out / log_name if ctx.is_main else None, start if ckpt is not None else None),
-              Progress(total, progress and ctx.is_main, label), hooks, label, total, start,
+              JsonLog(out / "log.jsonl" if ctx.is_main else None, start if ckpt is not None else None),
+              Progress(total, progress and ctx.is_main), hooks, total, start,
               int(ckpt["tokens_seen"]) if ckpt is not None else 0,
               torch.tensor(extra.get("interval_loss_sum", 0.0), dtype=torch.float64, device=ctx.device),
               int(extra.get("interval_n", 0)), float(extra.get("train_time", 0.0)), list(extra.get("evals", [])),
-              start if ckpt is not None else None, lock)
+              start if ckpt is not None else None)
     run.run_tokens0 = run.tokens_seen
     info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write,
-                    lambda text: run.bar.message(f"{label}{text}"))
+                    run.bar.message)
     start_fields: dict[str, Any] = {}
     for h in hooks:
         start_fields.update(h.on_start(model, opt, info) or {})
@@ -292,7 +268,7 @@ def run_eval(run: Run, step: int, stop: _StopFlag | None = None) -> None:
     if stop is not None:
         stop.busy = "training"
     rec = {"event": "eval", "step": step, "tokens": step * run.tokens_per_step, "val_loss": vl,
-           "val_bpb": vl / LN2 * run.val_tokens_per_byte,
+           "val_bpb": vl / math.log(2.0) * run.val_tokens_per_byte,
            "train_time_s": run.train_time}  # seconds of training so far: curves against wall-clock
     gates = getattr(run.model, "gates", None)
     if callable(gates):  # the GRT's residual gates [n_blocks, 3] (attn, mixer, ffn): their trajectories
@@ -326,7 +302,7 @@ def log_train(run: Run, step: int, lr: float, loss: torch.Tensor) -> None:
     run.last_loss = float(run.ctx.all_mean(loss.detach().double()))
     now = time.perf_counter()
     tok_s = (run.tok_int + run.tokens_per_step) / max(now - run.t_int, 1e-9)
-    rate = (run.tokens_seen - run.run_tokens0) / max(now - run.run_t0, 1e-9)
+    rate = (run.tokens_seen - run.run_tokens0) / max(now - run.t_wall0, 1e-9)
     run.log.write({"event": "train", "step": step, "tokens": run.tokens_seen, "loss": run.last_loss,
                    "loss_avg": avg, "lr": lr, "tok_per_s": tok_s, "elapsed_s": now - run.t_wall0})
     run.bar.update(step, avg, tok_s, lr, (run.total - step) * run.tokens_per_step / max(rate, 1e-9))
@@ -356,7 +332,7 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
     run.bar.close()
     cfg, last = run.cfg, (run.evals[-1] if run.evals else {})
     summary = {
-        "model": run.kind, "label": run.label.strip(), "steps": done, "total_steps": run.total,
+        "model": run.kind, "label": "", "steps": done, "total_steps": run.total,  # the log format keeps "label"
         "complete": done >= run.total, "interrupted": interrupted,
         "tokens_seen": run.tokens_seen, "train_time_s": run.train_time,
         "wall_time_s": time.perf_counter() - run.t_wall0,
@@ -376,32 +352,27 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
 
 
 def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True, log_name: str = "log.jsonl", label: str = "", force: bool = False,
+          progress: bool = True, force: bool = False,
           hooks: list[StepHook] | None = None, trust_unverified: bool = False) -> dict[str, Any]:
-    """Train and return the run summary (also written to ``OUT/summary.json`` by rank 0).
-
-    ``resume``: continue from ``OUT/ckpt.pt``.  ``force``: a folder that holds a run is moved aside first
-    (without it, such a folder is refused).  ``stop_after``: stop (with a checkpoint) once this global step
-    is done, as an interruption would.  ``hooks``: step hooks (:mod:`lm.hooks`); default none (the command-line
-    entry passes :func:`monitor_hooks`).  ``trust_unverified``: resume from a checkpoint that has no checksum file.
-    The run folder is locked (``OUT/run.lock``) from before the checks until the run ends.
-    """
+    """Train and return the run summary (rank 0 also writes ``OUT/summary.json``).  ``force``: a folder that holds a
+    run is moved aside first; ``stop_after``: stop with a checkpoint once this step is done, as an interruption
+    would; ``trust_unverified``: resume from a checkpoint without a checksum file.  ``OUT/run.lock`` is held
+    throughout."""
     ctx = DistContext.from_env(cfg.device)
+    out, lock, created = Path(cfg.out_dir), None, False
     try:
-        hooks = [] if hooks is None else list(hooks)
-        run = prepare(ctx, model_kind, model_cfg, cfg, resume=resume, force=force, hooks=hooks, progress=progress,
-                      log_name=log_name, label=label, trust_unverified=trust_unverified)
-        try:
-            return _train(run, stop_after)
-        finally:
-            if run.lock is not None:
-                run.lock.release()
+        lock, created = _lock_folder(ctx, out, resume, force)
+        run = prepare(ctx, model_kind, model_cfg, cfg, resume=resume, force=force,
+                      hooks=[] if hooks is None else list(hooks), progress=progress,
+                      trust_unverified=trust_unverified, lock=lock)
+        return _train(run, stop_after)
     finally:
+        _unlock(lock, out, created)
         ctx.close()
 
 
 def _train(run: Run, stop_after: int | None) -> dict[str, Any]:
-    ctx, cfg, hooks, label = run.ctx, run.cfg, run.hooks, run.label
+    ctx, cfg, hooks = run.ctx, run.cfg, run.hooks
     model, opt, total = run.model, run.opt, run.total
     done, interrupted = run.start, False
     with _StopFlag() as stop:
@@ -443,7 +414,7 @@ def _train(run: Run, stop_after: int | None) -> dict[str, Any]:
             if stopping:
                 interrupted = stop.raised
                 run.log.write({"event": "stopped", "step": done, "signal": interrupted})
-                run.bar.message(f"{label}stopped at step {done}; checkpoint {run.ckpt_path} (continue with --resume)")
+                run.bar.message(f"stopped at step {done}; checkpoint {run.ckpt_path} (continue with --resume)")
                 break
     return finish(run, interrupted, done)
 

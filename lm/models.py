@@ -1,10 +1,6 @@
-"""The model kinds ``lm`` trains, and how a kind's config and module are built from plain data.
-
-``"dense"`` is :class:`lm.dense.DenseTransformer` (config :class:`lm.dense.DenseConfig`), ``"grt"`` the GRT
-(``grt_model.model.GRT``, config ``grt_model.config.GRTConfig``).  A config travels as a plain dict (checkpoints,
-run configs, experiment records) and comes back with ``Config(**d)``; the dict's keys and their order are the
-dataclass's fields, which experiment records hash, so :func:`config_to_dict` must not reorder or rename them.
-"""
+"""The model kinds ``lm`` trains (``"dense"``: :class:`lm.dense.DenseTransformer`, ``"grt"``: ``grt_model``'s GRT)
+and their configs as plain dicts (checkpoints, run configs, experiment records hash them: :func:`config_to_dict`
+keeps the dataclass's fields and their order)."""
 
 from __future__ import annotations
 

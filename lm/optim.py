@@ -8,17 +8,11 @@ from torch import nn
 from lm.trainconfig import NO_DECAY_KEYWORDS, TrainConfig
 
 
-def decay_split(model: nn.Module) -> tuple[list[str], list[str]]:
-    """Names that get weight decay: tensors with >= 2 dims (matrices, couplings, embedding tables),
-    except those whose name marks a norm gain, angle/phase, scale, gate or bias (decay would pull an
-    angle toward 0 or a softplus scale toward 0.69, a bias with no meaning)."""
-    decay, no_decay = [], []
-    for n, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        low = n.lower()
-        (decay if p.ndim >= 2 and not any(k in low for k in NO_DECAY_KEYWORDS) else no_decay).append(n)
-    return decay, no_decay
+def decays(name: str, p: torch.Tensor) -> bool:
+    """Whether a tensor gets weight decay: >= 2 dims (matrices, couplings, embedding tables), unless its name marks
+    a norm gain, angle/phase, scale, gate or bias (decay would pull an angle toward 0 or a softplus scale toward
+    0.69, a bias with no meaning)."""
+    return p.ndim >= 2 and not any(k in name.lower() for k in NO_DECAY_KEYWORDS)
 
 
 def lr_group(name: str, p: torch.Tensor) -> str:
@@ -40,17 +34,13 @@ def lr_group(name: str, p: torch.Tensor) -> str:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with one param group per (lr group, decay): ``lr_mult`` and ``lr_group`` ride in each group, and the
-    loop sets ``group["lr"] = lr_t * group["lr_mult"]`` every step.  With every multiplier 1 the steps are the
-    two-group optimizer's to the bit (AdamW is elementwise: grouping changes no arithmetic)."""
-    decay, _ = decay_split(model)
-    decayed = set(decay)
-    params = dict(model.named_parameters())
+    """AdamW with one param group per (lr group, decay); the loop sets ``group["lr"] = lr_t * group["lr_mult"]``.
+    With every multiplier 1 the steps are the two-group optimizer's to the bit (AdamW is elementwise)."""
     groups: dict[tuple[str, bool], dict] = {}
-    for n, p in params.items():
+    for n, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        key = (lr_group(n, p), n in decayed)
+        key = (lr_group(n, p), decays(n, p))
         g = groups.setdefault(key, {"params": [], "names": [], "weight_decay": cfg.wd if key[1] else 0.0,
                                     "lr_group": key[0], "lr_mult": float(cfg.lr_mult.get(key[0], 1.0))})
         g["params"].append(p)
@@ -66,15 +56,9 @@ COMPONENTS = (("norm", ("norm",)), ("gate", ("gate",)), ("embedding", ("emb", "e
 def param_breakdown(model: nn.Module) -> dict[str, int]:
     """Parameter counts by component: the first keyword (in :data:`COMPONENTS` order, norms and gates
     first so ``norm_attn`` is a norm) found in the dotted name wins; else ``other``.  Tied tensors count once."""
-    out = {name: 0 for name, _ in COMPONENTS}
-    out["other"] = 0
-    seen = set()
-    for n, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        low = n.lower()
-        comp = next((name for name, keys in COMPONENTS if any(k in low for k in keys)), "other")
+    out = dict.fromkeys([*(name for name, _ in COMPONENTS), "other"], 0)
+    for n, p in model.named_parameters():  # each tensor once, under its first name
+        comp = next((name for name, keys in COMPONENTS if any(k in n.lower() for k in keys)), "other")
         out[comp] += p.numel()
     out = {k: v for k, v in out.items() if v}
     out["total"] = sum(out.values())

@@ -1,9 +1,9 @@
 """Checks of a run against the machine before any work: a memory estimate, and the run folder (never overwritten:
-refused, or moved aside with ``--force``).  The configs check their own values (:class:`lm.trainconfig.TrainConfig`,
-the model config dataclasses)."""
+refused, or moved aside with ``--force``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -44,23 +44,18 @@ def available_memory(device: torch.device) -> int | None:
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
     out = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                out = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        out = next((int(ln.split()[1]) * 1024 for ln in Path("/proc/meminfo").read_text().splitlines()
+                    if ln.startswith("MemAvailable:")), None)
+    with contextlib.suppress(OSError, ValueError):
         limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
         used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
         if limit.isdigit():
             out = min(out if out is not None else 1 << 62, int(limit) - used)
-    except (OSError, ValueError):
-        pass
     return out
 
 
-def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.device, world: int = 1) -> dict:
+def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.device, world: int = 1) -> None:
     est = estimate_memory(kind, model_cfg, cfg, world)
     avail = available_memory(device)
     if avail is not None and est["total"] > avail:
@@ -70,7 +65,6 @@ def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.devi
             f"{est['weights_and_optimizer'] / gb:.2f} GB with gradients and AdamW moments, activations "
             f"{est['activations'] / gb:.2f} GB) but {device} has {avail / gb:.2f} GB available; reduce "
             f"model.d_model, model.{DEPTH_KEY[kind]}, model.block_size or train.batch_size")
-    return {**est, "available": avail}
 
 
 def run_files(out: Path) -> list[str]:

@@ -1,26 +1,10 @@
 """Named training recipes: the exact configuration that made each shipped reference model, and a tiny GRT.
 
-``python -m lm.train --recipe reference-grt`` (or ``reference-dense``) trains a shipped model again.  A reference
-recipe is the final run of the experiment grid's reference comparison (``python -m studies.experiments run --groups
-reference``) for one model:
-
-- ``reference-grt``: the preset's GRT (d_model 128, 4 heads, 2 blocks, d_ff 512, context 64 bytes, the
-  source text's stage counts), at its best sweep learning rate;
-- ``reference-dense``: the dense QK-norm transformer matched to it in parameters (same depth, heads and
-  context, ``d_ff = 4 d``, the width whose parameter count is nearest the GRT's: d_model 136), at its own
-  best sweep learning rate;
-
-each for 3,000,000 training bytes (batch 16 x 64; 30 evaluations of 16 batches, a log line every 1% of the
-steps, a monitor record every 2%, a checkpoint every 100 steps), seed 0, one CPU thread, the bundled corpus.  The
-learning rates are the sweep's results (:data:`REFERENCE_BEST_LRS`); ``tests/test_reference_models.py`` checks
-that each recipe trains what the grid's final does.  The shipped model
-cards (``lm/reference_models/*.json``) record the configuration that actually ran, and
-``tests/test_reference_models.py`` checks that each recipe equals it.
-
-``python -m lm.train --recipe tiny-grt`` is a first GRT to watch learn: half the shipped GRT's width (d_model 64,
-4 heads of 16, 2 blocks, ``d_ff = 4 d``, context 64 bytes, the text's stage counts and couplings; 148,102
-parameters), 300 steps of 16 windows (307,200 bytes) at the shipped GRT's learning rate, an evaluation every 100
-steps: a few minutes on 2 idle cores.
+``--recipe reference-grt`` / ``reference-dense`` is the final run of the experiment grid's reference comparison
+for one model: the preset's GRT (d_model 128, 4 heads, 2 blocks, d_ff 512, context 64) or the dense QK-norm model
+matched to it in parameters (``d_ff = 4 d``, d_model 136), each at its best sweep lr for 3,000,000 bytes.  The
+shipped model cards record what actually ran; ``tests/test_reference_models.py`` checks each recipe against its
+card and the grid.  ``--recipe tiny-grt`` is a first GRT to watch learn: d_model 64, 300 steps, a few minutes.
 """
 
 from __future__ import annotations
@@ -57,17 +41,13 @@ class Recipe:
 
 
 def _reference_recipes() -> dict[str, Recipe]:
-    import torch
-
     from grt_model.config import GRTConfig
-    from lm.models import build_model, config_to_dict
-    from lm.sizing import dense_family, n_params, param_matched_width
+    from lm.models import config_to_dict, param_count
+    from lm.sizing import dense_family, param_matched_width
     from lm.trainconfig import TrainConfig
 
     gcfg = GRTConfig.small(**REFERENCE_GRT)
-    with torch.device("meta"):  # a parameter count, nothing allocated
-        n_grt = n_params(build_model("grt", gcfg))
-    dcfg = dense_family(gcfg, param_matched_width(gcfg, n_grt))
+    dcfg = dense_family(gcfg, param_matched_width(gcfg, param_count("grt", gcfg)))
     steps = math.ceil(REFERENCE_TOKENS / (16 * gcfg.block_size))
     out = {}
     for name, kind, tag, mcfg in (("reference-grt", "grt", "grt", gcfg),

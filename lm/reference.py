@@ -1,15 +1,11 @@
 """Shipped reference models: load (checksum-verified), list, verify, and ship them from a finished run.
 
-The package folder ``lm/reference_models/`` holds, per model name (``grt``, ``dense``): ``<name>.pt``, the weights
-only (``{"format", "model_kind", "model_config", "dtype", "model"}``, loadable with ``weights_only=True``);
-``<name>.json``, its model card (the configs, tokens seen, times, the machine, the final validation bits per byte,
-the command that made it, the recipe that reproduces it, the sha256 of the weights and of the log); and
-``<name>.log.jsonl``, the run's training log.  :func:`load_reference` checks the weights' sha256 against the card
-before unpickling anything.  :func:`load_model` is what a command's ``--checkpoint PATH`` / ``--reference NAME``
-load.  Each file is at most :data:`MAX_FILE_BYTES`.
+``lm/reference_models/`` holds per model name (``grt``, ``dense``) ``<name>.pt`` (the weights only, loadable with
+``weights_only=True``), ``<name>.json`` (its model card: configs, tokens, times, machine, final bits per byte, the
+command and the recipe, the sha256 of the weights and of the log) and ``<name>.log.jsonl`` (the training log);
+each at most :data:`MAX_FILE_BYTES`.  The weights' sha256 is checked against the card before anything is unpickled.
 
-    python -m lm.reference list                      # what is shipped
-    python -m lm.reference verify                    # every checksum (exit 1 on a mismatch)
+    python -m lm.reference list | verify
     python -m lm.reference ship RUN_DIR --name grt --command "python -m lm.train --recipe reference-grt"
 """
 
@@ -28,9 +24,10 @@ from torch import nn
 
 from lm.checkpoint import checkpoint_inputs, checksum_path, load_checkpoint, model_from_checkpoint, torch_load_bytes
 from lm.errors import CheckpointError
+from lm.runlog import machine_description, read_log
 from rmsgauge import atomic_write_bytes, atomic_write_json, check_output_dir
 from rmsgauge.atomic import sha256_bytes
-from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, run_main
+from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, one_line, run_main
 
 REFERENCE_FORMAT = 1  # bump when the weights payload layout changes
 MAX_FILE_BYTES = 10 * 1024 * 1024  # each shipped file: small enough to ship inside the package
@@ -66,7 +63,7 @@ def reference_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
     try:
         card = json.loads(card_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{card_path}: unreadable model card ({' '.join(str(e).split())})") from None
+        raise CheckpointError(f"{card_path}: unreadable model card ({one_line(e)})") from None
     if not isinstance(card, dict) or "sha256" not in card or "model_kind" not in card:
         raise CheckpointError(f"{card_path}: not a model card (needs sha256, model_kind, model_config)")
     return card
@@ -117,29 +114,19 @@ def reference_at(path: str | Path) -> tuple[str, Path] | None:
     """``(name, folder)`` when ``path`` is a shipped model's weights file: ``<name>.pt`` with no ``.sha256`` beside
     it but a model card ``<name>.json`` that names it (how :func:`ship_run` writes them); else None."""
     path = Path(path)
-    name, folder = path.stem, path.parent
-    if path.suffix != ".pt" or not _NAME_RE.match(name) or checksum_path(path).exists():
-        return None
-    card_path = folder / f"{name}.json"
-    if not card_path.is_file():
+    if path.suffix != ".pt" or not _NAME_RE.match(path.stem) or checksum_path(path).exists():
         return None
     try:
-        card = json.loads(card_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        card = reference_card(path.stem, path.parent)
+    except (FileNotFoundError, CheckpointError):
         return None
-    if not isinstance(card, dict) or card.get("weights_file") != path.name or "sha256" not in card:
-        return None
-    return name, folder
+    return (path.stem, path.parent) if card.get("weights_file") == path.name else None
 
 
 def load_model(checkpoint: str | Path | None = None, reference: str | None = None, *, trust_unverified: bool = False,
                device: str | torch.device = "cpu") -> tuple[nn.Module, bool]:
-    """``(model, verified)`` in eval mode, for a command that takes ``--checkpoint PATH`` or ``--reference NAME``.
-
-    ``reference``: the shipped model of that name, verified against its model card (:func:`load_reference`).
-    ``checkpoint``: a training run's checkpoint, verified by its ``.sha256``
-    (:func:`lm.checkpoint.load_checkpoint`; ``trust_unverified`` lets one without it load: ``verified`` False),
-    or a shipped model's weights file beside its card (:func:`reference_at`), verified against the card."""
+    """``(model, verified)`` in eval mode for ``--checkpoint PATH`` (a run's checkpoint, verified by its ``.sha256``
+    unless ``trust_unverified``, or a shipped model's ``.pt`` beside its card) or ``--reference NAME``."""
     if (checkpoint is None) == (reference is None):
         raise ValueError("give one of --checkpoint PATH or --reference NAME")
     shipped = (reference, None) if reference is not None else reference_at(checkpoint)
@@ -161,17 +148,14 @@ def model_inputs(checkpoint: str | Path | None = None, reference: str | None = N
 
 def reference_log(name: str, root: str | Path | None = None) -> list[dict]:
     """The shipped training log of ``name`` (one dict per line)."""
-    _, _, log_path = _paths(name, root)
-    return [json.loads(ln) for ln in log_path.read_text().splitlines() if ln.strip()]
+    return read_log(_paths(name, root)[2])
 
 
 def ship_run(run_dir: str | Path, name: str, command: str, *, dest: str | Path | None = None,
              trust_unverified: bool = False) -> dict[str, Any]:
-    """Write ``<name>.pt`` (weights only), ``<name>.log.jsonl`` and the card ``<name>.json`` into ``dest``
-    (default: the package folder) from the finished training run in ``run_dir``; each written atomically,
-    the card last.  Refuses an unfinished run, a file over :data:`MAX_FILE_BYTES`, an empty command."""
-    from lm.runlog import machine_description
-
+    """Write ``<name>.pt``, ``<name>.log.jsonl`` and the card ``<name>.json`` (last) into ``dest`` (default: the
+    package folder) from the finished run in ``run_dir``, atomically; refuses an unfinished run, a file over
+    :data:`MAX_FILE_BYTES`, an empty command."""
     run_dir = Path(run_dir)
     weights_path, card_path, log_path = _paths(name, dest)
     if not command or not command.strip():

@@ -1,20 +1,11 @@
-r"""RMSNorm with an explicit epsilon, and its closed-form Jacobian.
+r"""RMSNorm with an explicit epsilon, and its closed-form Jacobian (Zhang & Sennrich, NeurIPS 2019, arXiv:1910.07467).
 
-.. math::  \operatorname{RMSNorm}(z) = \frac{z}{\sqrt{\tfrac1n \lVert z\rVert^2 + \epsilon}}\odot \gamma
+.. math:: \mathrm{RMSNorm}(z) = \frac{z}{\rho}\odot\gamma, \quad \rho = \sqrt{\tfrac1n\lVert z\rVert^2 + \epsilon},
+          \quad J(z) = \frac{1}{\rho}\Big(I - \frac{z z^\top}{n\rho^2}\Big)
 
-(Zhang & Sennrich, *Root Mean Square Layer Normalization*, NeurIPS 2019,
-arXiv:1910.07467).  With :math:`\epsilon = 0` it is homogeneous of degree 0 in
-:math:`z` for :math:`c > 0`, which is the source of the scale gauge; its
-Jacobian (gain omitted)
-
-.. math::  J(z) = \frac{1}{\rho}\Big(I - \frac{z z^\top}{n\rho^2}\Big),
-           \qquad \rho = \sqrt{\tfrac1n\lVert z\rVert^2 + \epsilon}
-
-satisfies :math:`J(z)\,z = \frac{\epsilon}{\rho^3} z`, which is exactly 0 at
-:math:`\epsilon = 0`.
-
-``eps`` defaults to 0 here (the exact gauge).  ``torch.nn.RMSNorm``'s default is
-``eps=None``, meaning ``torch.finfo(dtype).eps``; pass that to compare.
+(gain omitted in :math:`J`).  :math:`J(z)\,z = \frac{\epsilon}{\rho^3} z` is exactly 0 at :math:`\epsilon = 0`: the
+norm is then homogeneous of degree 0, the source of the scale gauge, so ``eps`` defaults to 0 here
+(``torch.nn.RMSNorm``'s default is ``torch.finfo(dtype).eps``; pass that to compare).
 """
 
 from __future__ import annotations

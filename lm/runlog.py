@@ -30,17 +30,17 @@ LOCK_NAME = "run.lock"
 class Progress:
     """One status line on stderr: rewritten in place on a terminal, one line per update otherwise."""
 
-    def __init__(self, total: int, enabled: bool, label: str = "") -> None:
-        self.total, self.enabled, self.label = total, enabled, label
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled
         self.tty = enabled and sys.stderr.isatty()
 
-    def update(self, step: int, loss: float, tok_s: float, lr: float, eta_s: float, extra: str = "") -> None:
+    def update(self, step: int, loss: float, tok_s: float, lr: float, eta_s: float) -> None:
         if not self.enabled:
             return
         frac = step / self.total
         bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
-        line = (f"{self.label}[{bar}] {step}/{self.total} loss {loss:.4f} | {tok_s / 1e3:.1f}k tok/s | "
-                f"lr {lr:.2e} | eta {_fmt_time(eta_s)}{extra}")
+        line = (f"[{bar}] {step}/{self.total} loss {loss:.4f} | {tok_s / 1e3:.1f}k tok/s | "
+                f"lr {lr:.2e} | eta {_fmt_time(eta_s)}")
         if self.tty:
             sys.stderr.write("\r" + line.ljust(110))
         else:
@@ -66,9 +66,8 @@ def _fmt_time(s: float) -> str:
 
 
 class JsonLog:
-    """Append-only JSON lines (rank 0 only), strict JSON: a non-finite number is written as ``null`` and its
-    key listed under ``"nonfinite"``.  On resume, records after the checkpoint's step are dropped first
-    (they belong to the interrupted tail that is about to be recomputed)."""
+    """Append-only strict JSON lines (rank 0 only): a non-finite number is ``null``, its key listed under
+    ``"nonfinite"``.  On resume the records after the checkpoint's step (the tail about to be recomputed) go."""
 
     def __init__(self, path: Path | None, resume_step: int | None) -> None:
         self.path = path
@@ -106,30 +105,21 @@ def read_log(path: str | os.PathLike) -> list[dict]:
 def machine_description() -> str:
     """CPU model, logical CPUs, torch version and OS: where a run's timings come from."""
     cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name")), cpu)
     return f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {platform.system()}"
 
 
 class RunLock:
-    """``OUT/run.lock``, held by the training process from before its checks until it ends.
-
-    The lock is an ``flock`` on the file (released by the kernel when the process dies, however it dies), and
-    the file names its holder (pid, host, start time, command).  A second training of the same folder is
-    refused naming the holder (:class:`lm.errors.RunFolderBusy`); a file that nobody holds is a *stale* lock (a
-    killed run) and is named on stderr and taken over.  On release the file is removed.
-    """
+    """``OUT/run.lock``, held by the training process from before its checks until it ends: an ``flock`` (the
+    kernel releases it however the process dies) on a file that names its holder.  A second training of the folder
+    is refused naming the holder; a file nobody holds (a killed run's) is named on stderr and taken over."""
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = Path(folder)
         self.path = self.folder / LOCK_NAME
         self._fh = None
-        self.stale: str | None = None  # the stale lock's description, when one was taken over
 
     def acquire(self) -> RunLock:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -140,18 +130,14 @@ class RunLock:
                 fh.close()
                 raise RunFolderBusy(f"{self.folder} is in use: {holder} holds its lock {self.path}; wait for that "
                                     f"run to end (or stop it), or choose another --out-dir")
-            try:
-                same = os.fstat(fh.fileno()).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(fh.fileno()).st_ino == os.stat(self.path).st_ino:
+                    break
             fh.close()
         else:  # pragma: no cover - twenty races in a row
             raise RunFolderBusy(f"{self.path}: could not take the lock (the file keeps changing)")
         old = _holder(fh, default="")
         if old:
-            self.stale = old
             sys.stderr.write(f"note: {self.path} was a stale lock ({old}; that process is gone): taking it over\n")
         fh.seek(0)
         fh.truncate()
@@ -195,11 +181,9 @@ class RunLock:
     def release(self) -> None:
         if self._fh is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             if self.path.exists() and os.stat(self.path).st_ino == os.fstat(self._fh.fileno()).st_ino:
                 self.path.unlink()
-        except OSError:
-            pass
         self._fh.close()  # closing drops the flock
         self._fh = None
 

@@ -1,18 +1,9 @@
-r"""Model sizing: what the recipes, the benchmark and the experiment grid all size models by (one place, so they
-cannot drift apart).
-
-* :func:`grt_config` -- a GRT at a CPU size (the source text's stage counts unchanged);
-* :func:`dense_params` -- the closed-form parameter count of :class:`lm.dense.DenseTransformer`:
-  :math:`Vd\,(\times 2 \text{ untied}) + L\,(4d^2 + 2 d\,d_{ff} + 2d + 2 d_h [\text{QK-norm}]) + d`;
-* :func:`dense_family`, :func:`param_matched_width` -- the dense baseline at a width, and the width whose
-  parameter count is nearest a target.
-"""
+"""Model sizing, in one place for the recipes, the benchmark and the experiment grid: a GRT at a CPU size, the
+dense model's closed-form parameter count, and the dense width matched to a parameter count."""
 
 from __future__ import annotations
 
 from typing import Any
-
-import torch
 
 from lm.dense import DenseConfig
 
@@ -26,10 +17,6 @@ def grt_config(quick: bool = False, **overrides: Any):
     else:
         base = {"d_model": 64, "n_heads": 2, "n_blocks": 2, "d_ff": 256, "block_size": 64}
     return GRTConfig.small(**{**base, **overrides})
-
-
-def n_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
 def dense_params(d_model: int, n_heads: int, n_layers: int, d_ff: int, vocab: int = 256, qk_norm: bool = True,

@@ -11,12 +11,9 @@ from rmsgauge import Claim
 
 
 def expected_gauges(kind: str, model_config: dict[str, Any]) -> list[str] | None:
-    """The gauges the theory predicts at eps = 0 (where the census judges exactness), from the model config.
-
-    Dense: with QK-norm each layer's ``q_proj`` and ``k_proj`` weights, whose outputs feed the per-head RMSNorm
-    directly; without it none (every other weight reaches the loss through a residual sum, a nonlinearity or the
-    logits, which see its scale).  GRT: None (no closed prediction; the census decides).
-    """
+    """The gauges the theory predicts at eps = 0: with QK-norm each dense layer's ``q_proj`` and ``k_proj`` (their
+    outputs feed an RMSNorm; every other weight reaches the loss through a sum, a nonlinearity or the logits, which
+    see its scale), without it none; for the GRT None (no closed prediction: the census decides)."""
     if kind != "dense":
         return None
     if not model_config.get("qk_norm", False):
@@ -24,18 +21,16 @@ def expected_gauges(kind: str, model_config: dict[str, Any]) -> list[str] | None
     return [f"blocks.{i}.attn.{w}_proj.weight" for i in range(int(model_config["n_layers"])) for w in ("q", "k")]
 
 
-def _median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else math.nan
-
-
 def equilibrium_medians(summary: dict[str, Any]) -> dict[str, float]:
     """Medians over the monitored gauge groups of the tail-mean angle against the equilibrium prediction and
     against AdamW's random-walk angle at the current norm (nan where no group has the prediction)."""
-    groups = (summary.get("equilibrium") or {}).get("groups") or {}
-    ratio = [g["angle_ratio"] for g in groups.values() if g.get("angle_ratio") is not None]
-    rw = [g["rw_ratio"] for g in groups.values() if g.get("rw_ratio") is not None]
-    eq = [g["angle_eq"] for g in groups.values() if g.get("angle_eq") is not None]
-    return {"ratio_to_eq": _median(ratio), "ratio_to_rw": _median(rw), "angle_eq": _median(eq)}
+    groups = ((summary.get("equilibrium") or {}).get("groups") or {}).values()
+
+    def median(key: str) -> float:
+        xs = [g[key] for g in groups if g.get(key) is not None]
+        return statistics.median(xs) if xs else math.nan
+
+    return {"ratio_to_eq": median("angle_ratio"), "ratio_to_rw": median("rw_ratio"), "angle_eq": median("angle_eq")}
 
 
 def summary_claims(summary: dict[str, Any]) -> list[Claim]:

@@ -1,46 +1,15 @@
-r"""Train the GRT or the dense baseline on bytes: one process or many (torchrun), resumable exactly.
+"""Train the GRT or the dense baseline on bytes: one process or many (torchrun), resumable bit for bit.
 
-Usage (see ``--help``)::
-
-    python -m lm.train --model dense                      # bundled Shakespeare, CPU-sized preset
-    python -m lm.train --model grt --corpus my_texts/ --set lr=1e-3 --n-layers 6
-    python -m lm.train --config run.json --out-dir runs/a # JSON: {"model", "train", "model_config"}
-    python -m lm.train --recipe reference-grt             # a shipped reference model's exact run (lm.recipes)
+    python -m lm.train --model grt --corpus my_texts/ --set lr=1e-3 --n-layers 6 --out-dir runs/a
+    python -m lm.train --recipe reference-grt             # a shipped model's exact run (lm.recipes)
     python -m lm.train --out-dir runs/a --resume           # continue exactly where runs/a stopped
-    torchrun --nproc_per_node=4 -m lm.train --model grt    # data-parallel (gloo on CPU, nccl on CUDA)
-    python -m lm.train --out-dir runs/a --resume --max-steps 2000   # a finished run, trained longer
-    python -m lm.train sample --checkpoint runs/a/ckpt.pt --prompt "ROMEO:"   # = python -m lm.sample
 
-**Configuration.**  The model config is the model's own dataclass (:class:`lm.dense.DenseConfig` or
-``grt_model.config.GRTConfig``), starting from the CPU preset of :func:`lm.models.default_model_config`; the loop's
-is :class:`TrainConfig`.  Layers, later wins: defaults < ``--recipe NAME`` or ``--config FILE`` < ``--set
-key=value`` (bare keys: TrainConfig first, then the model config; or ``train.key`` / ``model.key``) < explicit
-flags.  The configs check their own keys (the dataclasses); the paths, the run folder and a memory estimate are
-checked before any work.  On ``--resume`` the base is the checkpoint's configs, and keys that shape the trajectory
-(:data:`RESUME_LOCKED`) may not change; the run length may, to extend a run (the cosine schedule is recomputed).
-
-**What is safe.**  A run folder is never overwritten: a new run into a folder that holds one is refused, naming
-``--resume`` (continue it) and ``--force`` (move it aside to ``<out>.replaced-<time>``).  The training process
-holds the folder's lock ``OUT/run.lock`` (:class:`lm.runlog.RunLock`) until it ends.  Checkpoints are atomic and
-checksummed (:mod:`lm.checkpoint`); the corpus's sha256 is recorded and a resume on changed data is refused; no
-output may be an input.  A NaN or infinite loss or gradient norm stops the run before the bad step is applied,
-keeps the last good checkpoint and exits 1.  Logs are strict JSON (a non-finite value is ``null``, its key listed
-under ``"nonfinite"``).
-
-**Exact resume.**  Batch ``t`` is drawn from ``(seed, t)`` alone (:meth:`lm.batches.BatchSampler.train_batch`),
-the learning rate is a function of ``t``, the model has no dropout, and the checkpoint holds the optimizer and RNG
-states, the loop's running sums and the hooks' state: ``--stop-after k`` then ``--resume`` reproduces the
-uninterrupted run bit for bit on one CPU process.  SIGINT/SIGTERM stop after the current step with a checkpoint
-(a second Ctrl-C stops at once).
-
-**Hooks and data parallel.**  The loop (:mod:`lm.loop`) calls step hooks (:mod:`lm.hooks`), none by default;
-``python -m studies.train`` is this command with the equilibrium monitor attached (``main(hooks_for=...)``).
-Under ``torchrun`` each rank draws the same global batch and keeps its contiguous shard; DDP averages gradients,
-and only rank 0 writes logs and checkpoints.
-
-**Logs.**  ``OUT/log.jsonl``: ``start`` (configs, parameter counts, corpus sha256), ``train`` (loss, lr, tokens,
-tokens/s), ``eval`` (val loss and bits per byte), the hooks' records, ``end`` (the summary, also in
-``OUT/summary.json``).  ``OUT/ckpt.pt`` is the checkpoint.
+Configuration layers, later wins: the CPU preset (:func:`lm.models.default_model_config`) and
+:class:`TrainConfig` < ``--recipe`` or ``--config`` < ``--set key=value`` < explicit flags; on ``--resume`` the
+checkpoint's configs are the base and the keys that shape the trajectory (:data:`RESUME_LOCKED`) may not change.
+Everything (configs, paths, the run folder, memory) is checked before any work; the loop is :mod:`lm.loop`.  Exact
+resume: batch ``t`` and its learning rate are functions of ``(seed, t)``, the model has no dropout, and the
+checkpoint holds the optimizer and RNG states, the loop's sums and the hooks' states.
 """
 
 from __future__ import annotations
@@ -49,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +197,7 @@ DESCRIPTION = ("Train the GRT or the dense QK-norm baseline on bytes (bundled Sh
                "--resume, --force), and the training process locks it (OUT/run.lock). Subcommand: 'python -m "
                "lm.train sample --help' generates text from a checkpoint.")
 EPILOG = ("precedence: defaults < --recipe or --config < --set < explicit flags\n\ntrain keys for --set (defaults):\n  "
-          + ", ".join(f"{f.name}={f.default!r}" for f in fields(TrainConfig))
+          + ", ".join(f"{k}={v!r}" for k, v in TrainConfig().to_dict().items())
           + "\n\nmodel keys for --set: the fields of DenseConfig / GRTConfig, e.g. model.d_model, model.n_layers "
             "(dense) or model.n_blocks (grt), model.block_size\n\noutputs in the run folder: log.jsonl, ckpt.pt "
             "(+ ckpt.pt.sha256), summary.json, run.lock while training\nexit status: 0 done, 1 the run failed (e.g. "

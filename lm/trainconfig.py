@@ -10,19 +10,15 @@ from lm.dist import check_device
 from rmsgauge import check_choice, check_range
 from rmsgauge.corpus import VOCAB_SIZE
 
-# Structure-aware learning rates: a structured layer's parameters are not a dense matrix's, and one lr for all of
-# them is the wrong-multiplier baseline (Qiu et al. 2024, "Compute Better Spent", arXiv 2406.06248, give each
-# structure its own lr and init multipliers; HazyResearch/butterfly gives its twiddles their own lr).  Every
-# parameter falls in exactly one of these groups (:func:`lm.optim.lr_group`); ``TrainConfig.lr_mult`` scales each
-# group's lr (absent: x1).  The GRT has angles, scales, coupling, embedding phases/magnitudes, gates and norm gains; the
-# dense model matrices, its embedding table and norm gains (it has no gates).
+# Structure-aware learning rates (Qiu et al. 2024, "Compute Better Spent", arXiv 2406.06248): every parameter falls
+# in one of these groups (lm.optim.lr_group) and TrainConfig.lr_mult scales each group's lr (absent: x1).
 LR_GROUPS = ("angles", "scales", "coupling", "embedding_phases", "embedding_magnitudes", "gates", "norm_gains",
              "matrices", "embedding")
 MODEL_LR_GROUPS = {"grt": ("angles", "scales", "coupling", "embedding_phases", "embedding_magnitudes", "gates",
                            "norm_gains"),
                    "dense": ("matrices", "embedding", "norm_gains")}
-NO_DECAY_KEYWORDS = ("norm", "angle", "phase", "scale", "gate", "bias")  # see decay_split()
-# the lr groups whose tensors decay_split() decays (>= 2 dims, no keyword above): only these feel 1 - lr*mult*wd
+NO_DECAY_KEYWORDS = ("norm", "angle", "phase", "scale", "gate", "bias")  # see lm.optim.decays
+# the lr groups whose tensors lm.optim.decays (>= 2 dims, no keyword above): only these feel 1 - lr*mult*wd
 DECAYED_LR_GROUPS = ("coupling", "matrices", "embedding")
 EQUILIBRIUM_FACTOR = 2.0  # the random-walk model is a statistical law, not an identity: agreement within x2
 RUN_FILES = ("ckpt.pt", "log.jsonl", "summary.json")  # a folder holding any of these holds a run
@@ -35,7 +31,7 @@ class TrainConfig:
     min_lr_frac: float = 0.1  # cosine decays to min_lr_frac * lr at the last step
     warmup_steps: int = 50
     schedule: str = "cosine"  # cosine | constant (after warmup)
-    wd: float = 0.1  # AdamW decoupled weight decay, on the tensors decay_split() selects
+    wd: float = 0.1  # AdamW decoupled weight decay, on the tensors lm.optim.decays selects
     beta1: float = 0.9
     beta2: float = 0.95  # language-model convention (GPT-3, Chinchilla)
     adam_eps: float = 1e-8
@@ -61,7 +57,6 @@ class TrainConfig:
     lr_mult: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """Every field against its allowed range (one-line errors naming ``train.<field>``)."""
         for name, lo, hi, kw in _REALS:
             _float(f"train.{name}", getattr(self, name), lo, hi, **kw)
         for name, lo, hi in _INTS:
