@@ -1,9 +1,5 @@
-"""What every figure function receives: output folder, run options, and a memo for shared work.
-
-Several figures read the same expensive result (one trained GRT, one trace of a
-sentence through block 0, one gauge measurement): ``ctx.memo(key, fn)`` computes
-it once per run.
-"""
+"""What every figure function receives: output folder, run options, and ``memo(key, fn)``, which computes an
+expensive shared result (the trained GRT, a sentence trace, the gauge setup) once per run."""
 
 from __future__ import annotations
 

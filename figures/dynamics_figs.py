@@ -1,16 +1,6 @@
-r"""The weight-norm dynamics figures of the first source text.
-
-All runs come from the dynamics package's own machinery: a
-:class:`dynamics.context.Context` (memoized training runs: the QK-norm ``W_q`` of a
-real transformer on Shakespeare, float32, SGD with the source's decay and the lr that
-turns ``W_q`` by 0.0025 rad; the float64 regression toy; the noise toy), the laws of
-:mod:`dynamics.laws`, and :class:`dynamics.simulate.Stepper` for single steps.
-
-- ``dynamics.radial_gradient_during_training``: :math:`|\langle g,W\rangle|/(\lVert g\rVert\lVert W\rVert)` every step.
-- ``dynamics.trajectory_tracking``: :math:`\lVert W_t\rVert^2` with the exact and the first-order predictions
-  iterated from the measured update norms, and their errors against the exact bias law.
-- ``dynamics.equilibrium_norm``: convergence to the rotational equilibrium (norm and angle) for several (lr, wd).
-- ``dynamics.angular_rate_scaling``: per-step angle against norm scale on log-log axes, slopes -1 and -2 drawn.
+"""The weight-norm dynamics figures of the first source text, drawn from the dynamics package's own machinery: a
+memoized :class:`dynamics.context.Context` (the QK-norm ``W_q`` of a transformer on Shakespeare in float32, the
+float64 regression toy, the noise toy), the laws of :mod:`dynamics.laws` and :class:`dynamics.simulate.Stepper`.
 """
 
 from __future__ import annotations

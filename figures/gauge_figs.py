@@ -1,16 +1,9 @@
-r"""The gauge figure of the first source text: output deviation against the scale c.
-
-``gauge.forward_invariance`` (also the evidence for ``gauge.epsilon_breaking``): on the
-gauge package's own measurement setup (:func:`gauge.model.build_setup`: the trained
-QK-norm transformer and a held-out Shakespeare batch), the maximum deviation
+r"""The gauge figure of the first source text (``gauge.forward_invariance``, also evidence for
+``gauge.epsilon_breaking``), on the gauge package's setup (:func:`gauge.model.build_setup`):
 :math:`\max|\mathrm{RMSNorm}_\epsilon(x(cW)^\top) - \mathrm{RMSNorm}_\epsilon(xW^\top)|` over
-:math:`c\in[10^{-2}, 10^2]`, measured with :func:`gauge.measure.scale_deviation`:
-
-* :math:`\epsilon = 0` in float64 and float32, against the round-off tolerance
-  (:func:`gauge.measure.output_tolerance`);
-* each :math:`\epsilon > 0` of the gauge config in float64, with the exact law
-  :func:`gauge.laws.predicted_deviation` and its first-order form
-  :math:`\frac{\epsilon}{2m}(1 - c^{-2})` drawn as curves.
+:math:`c\in[10^{-2}, 10^2]` (:func:`gauge.measure.scale_deviation`), :math:`\epsilon = 0` in float64 and float32
+against the round-off tolerance, and each :math:`\epsilon > 0` in float64 against the exact law
+(:func:`gauge.laws.predicted_deviation`) and its first-order form :math:`\frac{\epsilon}{2m}(1 - c^{-2})`.
 """
 
 from __future__ import annotations

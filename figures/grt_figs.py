@@ -1,16 +1,6 @@
-"""Static figures of the GRT text's figure list: drawn from the architecture itself, no training needed.
-
-- ``grt.embedding_rebuild``: dense ``[V, d]`` table vs phase table ``[V, d/2]`` + magnitude ``[V]``.
-- ``grt.fig_coupling_w_indexing``: the coupling ``W [4P, P]``: feature bands, one slot's column, the self 1x4.
-- ``grt.mixing``: the butterfly wiring (which coordinates pair at each stage) and how fast it mixes.
-- ``grt.param_accounting``: parameters per component, GRT vs a dense transformer of the same widths.
-
-A figure that is the evidence for a claim is named after it (``grt.mixing`` for the
-wiring's mixing claim); pure illustrations get ``grt.fig_*`` names.
-
-Source: ``../shared/seeds/001_cfb910613b442095.txt`` (its ``/static/figures/...`` list).
-Everything drawn is read from ``grt_model`` (config, modules on the ``meta`` device
-for counts, the butterfly wiring, a freshly initialized cascade), never typed in.
+"""Static figures of the GRT text's figure list (embedding storage, the coupling W's indexing, the butterfly wiring,
+parameter accounting), read from ``grt_model`` itself (config, modules on the ``meta`` device for counts, a freshly
+initialized cascade), never typed in; no training.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""The GRT text's remaining figures of what is stored and how pairs move through block 0's cascades: storage,
-one stage's activation, K/V/O per head, and the 16-pair overview.  The sublayer figures (attention with the mixer,
-the FFN around RadialGELU, the normalize-process-gate-add cycle) are in :mod:`figures.grt_text_sublayer_figs`.
+"""The GRT text's figures of storage, one stage's activation, K/V/O per head and the 16-pair overview.
 
-Source: ``../shared/seeds/001_cfb910613b442095.txt`` (its figure list).  ``grt.fig_storage`` is drawn from the
-reference configuration's modules (no training, float64 where values are shown); every other figure traces the
-corpus sentence of :mod:`figures.model_source` through the trained GRT (the shipped reference model, or
-``--checkpoint``) in float32, the dtype it trains in, and its caption names the checkpoint and the tokens it saw.
-The recomputation of one stage by hand runs in float64 on a copy.
-
-The 3-D pair traces are legible as static images: highlighted pairs over faint context, with 2-D projections
-(radius against stage, the (x0, x1) plane) beside the 3-D view; the rotatable versions go to ``index.html``.
+``grt.fig_storage`` is drawn from the reference configuration's modules (no training, float64 values); the others
+trace the corpus sentence of :mod:`figures.model_source` through the trained GRT in float32 (one stage is recomputed
+by hand in float64 on a copy).  Pair traces are highlighted pairs over faint context with 2-D projections beside the
+3-D view; the rotatable versions go to ``index.html``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The GRT text's sublayer figures: the attention sublayer with the residual add and the mixer, the FFN around
-RadialGELU, and the normalize-process-gate-add cycle every sublayer of every block runs.
-
-Separate from :mod:`figures.grt_text_figs` (the stored weights and the pair traces through block 0's cascades):
-these follow the residual stream through a block's sublayers, reading the stream before and after each write
-rather than one cascade's stages.  Each traces the corpus sentence of :mod:`figures.model_source` through the
-trained GRT (the shipped reference model, or ``--checkpoint``) in float32; the mixer's Jacobian is recomputed in
-float64 on a copy.
+"""The GRT text's sublayer figures: attention with the residual add and the mixer, the FFN around RadialGELU, and
+the normalize-process-gate-add cycle, following the traced sentence's residual stream (float32; the mixer's Jacobian
+in float64 on a copy).
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""Drag-to-rotate 3-D views of pair traces (plotly, offline).
+"""Drag-to-rotate 3-D views of pair traces (plotly, offline): x0, x1 (the rebuilt pair) across, the stage upward.
 
-The GRT text's own page shows its pair traces as 3-D views a reader can rotate.
-We build them with plotly (a well-kept library whose bundled ``plotly.min.js``
-renders offline) and embed each view's JSON in ``index.html``; the script is
-written once beside the page.  Axes follow the text: ``x0``, ``x1`` (the rebuilt
-Cartesian pair) horizontally, the stage index vertically (z = 0 is the cascade's
-input).
-
-Serialization is deterministic: numbers are rounded to ``DIGITS`` significant
-figures and the JSON is written without whitespace in plotly's key order, so two
-runs give the same bytes.
+Serialization is deterministic: numbers rounded to ``DIGITS`` significant figures, no whitespace, plotly's key order.
 """
 
 from __future__ import annotations

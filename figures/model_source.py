@@ -1,16 +1,9 @@
-"""The trained GRT behind the trained-model figures: the shipped reference GRT, or ``--checkpoint``.
+"""The trained GRT behind the trained-model figures, and the sentence they trace.
 
-Without ``--checkpoint`` the figures draw the GRT shipped inside the package
-(:func:`lm.reference.load_reference`, ``lm/reference_models/grt.pt``: its sha256 is checked against its
-model card before anything is unpickled), so a fresh clone draws every figure without training.  With
-``--checkpoint PATH`` they draw that training checkpoint (``python -m lm.train --model grt``).  Every
-trained-model caption carries :attr:`TrainedModel.provenance`: which weights, which config, how many steps
-and tokens, and the validation loss they reached.
-
-The sentence the figures trace is a real line of the bundled corpus
-(:data:`SENTENCE`, Macbeth I.3, echoing the source text's "the earth is blue");
-tokens are bytes, so the text's single token 'earth' is five tokens here and the
-pair traces follow the last of them (:data:`TRACE_WORD`).
+Without ``--checkpoint`` the figures draw the shipped reference GRT (:func:`lm.reference.load_reference`: its sha256
+is checked against its model card before anything is unpickled); with it, that training checkpoint.  Every trained
+caption carries :attr:`TrainedModel.provenance` (weights, config, steps, tokens, validation loss).  :data:`SENTENCE`
+is a line of the bundled corpus; tokens are bytes, so the pair traces follow the last byte of :data:`TRACE_WORD`.
 """
 
 from __future__ import annotations

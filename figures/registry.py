@@ -1,12 +1,9 @@
-"""The figure registry: name -> function(ctx) -> FigureOutput, and the loop that writes them.
+"""The figure registry (name -> ``fn(ctx) -> FigureOutput``) and the loop that writes the figures.
 
-A figure's ``name`` is its file stem.  Where a figure is the evidence for one
-claim, its name *is* that claim's id (``gauge.forward_invariance.svg``); figures
-of the GRT text's own figure list that illustrate the architecture rather than a
-measured claim get a ``grt.fig_*`` name and list the claims they support in
-``claims``.  Each figure writes ``<name>.svg``, ``<name>.png``, a sidecar
-``<name>.json`` (caption, claims, provenance: what the report reads) and, for the
-pair-trace views, ``<name>.plotly.json`` (the interactive 3-D view).
+A figure's name is its file stem: the claim id it is evidence for where there is one (``gauge.forward_invariance``),
+else a ``<package>.fig_*`` name with the claims it supports in ``claims``.  Each figure writes ``<name>.svg``,
+``<name>.png``, a sidecar ``<name>.json`` (caption, claims, numbers: what the report reads) and, for a 3-D view,
+``<name>.plotly.json``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The claims report: ``REPORT.md`` and ``index.html`` beside the figures.
 
-Both list every claim record gathered from the packages' checks (source statement
-and stated value, our measured value, tolerance, verdict, dtype, the exact law
-where the source is approximate or wrong, and a link to the figure that is its
-evidence), every symbolic proof, and every figure with its caption.
-
-``index.html`` works offline: inline CSS, figures referenced as sibling files,
-no external scripts or fonts.  The interactive 3-D views need plotly's bundled
-``plotly.min.js``, written once beside the page (never fetched from a CDN); each
-view's data sits in the page as a JSON ``<script>`` block.  A small inline script
-writes load counters onto ``<html>`` (``data-images-ok``, ``data-claim-rows``, ...)
-once the page has loaded: the headless-browser test reads them, a reader never
-notices them.
-
-Nothing time-dependent is written here (runtimes go to ``run.json``), so two runs
-on the same inputs give byte-identical reports.
+Both list every claim record (statement, stated value, ours, tolerance, verdict, dtype, exact law, evidence figure),
+every symbolic proof and every figure with its caption.  ``index.html`` works offline: inline CSS, figures as sibling
+files, and for the 3-D views plotly's bundled ``plotly.min.js`` written beside it (never a CDN) with each view's data
+in a JSON ``<script>`` block.  ``LOADER_JS`` writes load counters onto ``<html>`` (``data-images-ok``, ...) for the
+headless-browser test.  Nothing time-dependent is written (runtimes go to ``run.json``): two runs on the same inputs
+give byte-identical reports.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Trained-model figures of the GRT text's figure list that draw block 0's cascades as pair traces, from
-:func:`grt_model.trace.trace_model`: one pair and all pairs through Q, each head's Q cascade, Q/K/V meeting at
-attention, and every stage of block 0 stacked.
-
-All of them trace one real corpus sentence (:data:`figures.model_source.SENTENCE`)
-through the figure model (``--checkpoint`` or the cached auto-trained one); every
-caption names the checkpoint and its training budget.  The model runs in float32
-(as it trains).  Axes follow the text: a pair is drawn in its rebuilt Cartesian
-coordinates (x0, x1); the stage index is the third axis; "pair p" at a stage is
-slot p of that stage's butterfly pairing (``CascadeTrace.pairs``).
-
-The pair-trace figures also carry a drag-to-rotate 3-D view (``figures.interactive``).
-
-The helpers here (pair tracks, the 3-D drawing, the caption, ``heads_figure``) are shared with
-:mod:`figures.grt_text_figs` (K/V/O per head, the 16-pair overview); the caption also with
-:mod:`figures.trained_stack_figs` (per-block statistics across the whole stack: attention weights, the Q–K angle
-gap, gates, radius spread) and :mod:`figures.grt_text_sublayer_figs`.
+"""Trained-model figures that draw block 0's cascades as pair traces (:func:`grt_model.trace.trace_model`): one pair
+and all pairs through Q, each head's Q cascade, Q/K/V at attention, every stage of block 0.  A pair is drawn in its
+rebuilt coordinates (x0, x1) with the stage as the third axis; "pair p" at a stage is slot p of that stage's
+butterfly pairing.  The helpers here (pair tracks, 3-D drawing, the caption, ``heads_figure``) serve the other
+trained-model figure modules too.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Trained-model figures of the GRT text's figure list that read every block at once: the attention weights per
-head, the Q–K angle gap of every pair, the learned residual gates, and the ring radius with the pair-radius spread.
-
-They trace the same corpus sentence through the same float32 figure model as :mod:`figures.trained_figs` and
-share its caption, but are kept apart from it because they use none of its pair-track geometry: each is a
-per-block statistic (heatmap, bars, histogram) over the whole stack, where those are block 0's 3-D cascades.  Two
-of them are evidence for measured claims (``grt.trained_gates``, ``grt.trained_ring_radius``) against the text's
-stated numbers.
+"""Trained-model figures that read every block at once: attention weights per head, the Q–K angle gap of every pair,
+the learned residual gates, and the ring radius with the pair-radius spread (evidence for ``grt.trained_gates`` and
+``grt.trained_ring_radius``).
 """
 
 from __future__ import annotations
