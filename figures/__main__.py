@@ -137,17 +137,12 @@ def list_figures() -> str:
 def display_command(argv: list[str]) -> str:
     """The command line as the report prints it, without the output/cache folders (the report must not
     depend on where it was written: two runs into two folders give byte-identical pages)."""
-    keep, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
+    keep, args = [], iter(argv)
+    for a in args:
         if a in ("--out-dir", "--out", "--cache-dir"):
-            skip = True
-            continue
-        if a.startswith(("--out-dir=", "--out=", "--cache-dir=")):
-            continue
-        keep.append(a)
+            next(args, None)  # and its value
+        elif not a.startswith(("--out-dir=", "--out=", "--cache-dir=")):
+            keep.append(a)
     return shlex.join(["python", "-m", "figures", *keep])
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from figures.registry import FigureOutput, FigureUnavailable, figure, progress
+from figures.registry import FigureOutput, figure, progress
 from figures.style import new_figure
 
 CONVERGENCE_GRID = (  # (optimizer, decay, lr, wd): SGD at three decays and lrs, plus AdamW in torch's convention
@@ -23,10 +23,8 @@ RATE_SCALES = tuple(2.0 ** (-k / 2) for k in range(-2, 7))  # sqrt(2)-spaced nor
 
 def dyn_context(ctx):
     """One dynamics Context for all figures (its runs are memoized), at the report's size."""
-    try:
-        from dynamics.context import Context, DynamicsPlan
-    except ModuleNotFoundError as e:
-        raise FigureUnavailable(f"the dynamics package is not in this checkout ({e.name})") from None
+    from dynamics.context import Context, DynamicsPlan
+
     return ctx.memo("dynamics_context", lambda: Context(DynamicsPlan(quick=ctx.quick, seed=ctx.seed),
                                                         progress=lambda m: progress("  " + m)))
 
@@ -59,12 +57,10 @@ def radial_gradient(ctx) -> FigureOutput:
         ax.axhline(tol, color=color, ls="--", lw=0.8)
         ax2.semilogy(t, np.sqrt(tr.g2).mean(1), lw=1.0, ls=ls, color=color, label=f"{tr.problem_name} ({tr.dtype})")
         rows[_label(tr)] = {"max_rel": float(rel.max()), "tol": tol}
-    ax.set_xlabel("training step")
-    ax.set_ylabel("max over gauge groups of |<g, W>| / (||g|| ||W||)")
+    ax.set(xlabel="training step", ylabel="max over gauge groups of |<g, W>| / (||g|| ||W||)")
     ax.set_title("radial part of the gradient: round-off every step (dashed: tolerance)", fontsize=9)
     ax.legend(fontsize=6.5)
-    ax2.set_xlabel("training step")
-    ax2.set_ylabel("||g|| (mean over gauge groups)")
+    ax2.set(xlabel="training step", ylabel="||g|| (mean over gauge groups)")
     ax2.set_title("while the gradient itself is far from zero", fontsize=9)
     ax2.legend(fontsize=7)
     fig.suptitle("Euler's identity during training: <grad_W L, W> = 0 at every step", weight="bold")
@@ -100,8 +96,7 @@ def trajectory_tracking(ctx) -> FigureOutput:
         ax.plot(t, x[:, g], color="k", lw=2.2, label="measured ||W_t||²")
         ax.plot(t, exact[:, g], color="#1f77b4", lw=1.0, ls="--", label="exact form q²x − 2ηq<u,W> + η²||u||²")
         ax.plot(t, first[:, g], color="#d62728", lw=1.0, label="source's (1 − 2wd)x + η²||g||²")
-        ax.set_yscale("log")
-        ax.set_ylabel("||W_t||²")
+        ax.set(yscale="log", ylabel="||W_t||²")
         ax.set_title(f"{tr.problem_name} ({tr.dtype}): {c.label()}", fontsize=9)
         ax.legend(fontsize=6.5)
         ax2 = fig.add_subplot(2, 2, j + 3)
@@ -113,8 +108,7 @@ def trajectory_tracking(ctx) -> FigureOutput:
                      label="bias law e_(t+1) = (1−2d)e_t + d²x_t")
         ax2.axhline(4e-4, color="#ff7f0e", ls="--", lw=1, label="source: 'a relative 4e-4'")
         ax2.axhline(c.d / 2, color="gray", ls="-.", lw=0.8, label="d/2 (saturation)")
-        ax2.set_xlabel("step t")
-        ax2.set_ylabel("relative error of the prediction")
+        ax2.set(xlabel="step t", ylabel="relative error of the prediction")
         ax2.legend(fontsize=6.5, loc="lower right")
         nums[tr.problem_name] = {"exact_max_rel": float(rel_exact.max()), "first_max_rel": float(rel_first.max()),
                                  "first_final_rel": float(rel_first[-1].max()), "d": c.d}
@@ -169,12 +163,10 @@ def equilibrium(ctx) -> FigureOutput:
         nums[cfg.label()] = {"x_window/x_pred": float(tr.x[w].mean() / x_pred), "phi_window": float(phi[w].mean()),
                              "phi_law": phi_law, "phi_published": phi_pub, "burn": info["burn"]}
     ax.axhline(1.0, color="k", ls="--", lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("||W_t||² / predicted equilibrium x*")
+    ax.set(xlabel="step", ylabel="||W_t||² / predicted equilibrium x*")
     ax.set_title(f"norm: from {CONVERGENCE_START:g}x the equilibrium down to it", fontsize=9)
     ax.legend(fontsize=7)
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("per-step angle (rad, mean over replicas)")
+    ax2.set(xlabel="step", ylabel="per-step angle (rad, mean over replicas)")
     ax2.set_title("angle: dashed = exact law, dotted = published first-order form", fontsize=9)
     fig.suptitle("Convergence to the rotational equilibrium for several (lr, wd)", weight="bold")
     cap = ("The noise toy of the dynamics package (L_t = <ξ_t, W/||W||>, fresh Gaussian ξ_t each step: the "
@@ -251,8 +243,7 @@ def angular_rate_scaling(ctx) -> FigureOutput:
     ax.loglog(c, sgd, "o", color="#1f77b4", ms=6, label=f"measured, SGD (source decay): slope {fit_sgd:.3f}")
     ax.loglog(c, adam, "s", color="#2ca02c", ms=5, label=f"measured, AdamW (first step): slope {fit_adam:.3f}")
     ax.loglog(SOURCE_SCALES, SOURCE_ANGLES, "*", color="#d62728", ms=13, label=f"source's numbers: slope {fit_src:.3f}")
-    ax.set_xlabel("norm scale c (W → cW, same direction)")
-    ax.set_ylabel("per-step rotation angle (rad)")
+    ax.set(xlabel="norm scale c (W → cW, same direction)", ylabel="per-step rotation angle (rad)")
     ax.legend(fontsize=7.5, loc="upper right")
     ax.set_title("which law does the data follow?", fontsize=9)
     fig.suptitle("Effective angular learning rate against the norm scale", weight="bold")

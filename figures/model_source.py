@@ -65,10 +65,8 @@ def _display_path(p: Path, out_dir: Path) -> str:
 
 
 def _from_checkpoint(ctx) -> TrainedModel:
-    try:
-        from lm.checkpoint import load_checkpoint, model_from_checkpoint
-    except ModuleNotFoundError as e:
-        raise FigureUnavailable(f"lm.checkpoint is not in this checkout ({e.name})") from None
+    from lm.checkpoint import load_checkpoint, model_from_checkpoint
+
     path = Path(ctx.checkpoint)
     ck = load_checkpoint(path, map_location="cpu")
     if ck.get("model_kind") != "grt":
@@ -83,11 +81,8 @@ def _from_checkpoint(ctx) -> TrainedModel:
 
 
 def _shipped() -> TrainedModel:
-    try:
-        from lm.reference import load_reference
-    except ModuleNotFoundError as e:
-        raise FigureUnavailable(f"lm.reference (the shipped models) is not in this checkout ({e.name}); "
-                                "pass --checkpoint PATH") from None
+    from lm.reference import load_reference
+
     try:
         model = load_reference(REFERENCE_NAME)
     except FileNotFoundError as e:

@@ -40,6 +40,10 @@ STAGE_GROUP_COLORS = {
 COS_CMAP = "RdBu"  # the source's convention: blue = aligned (cos = +1), red = opposed (cos = -1)
 FADED = "#c8c8c8"
 
+
+def head_color(h: int) -> str:
+    return HEAD_COLORS[h % len(HEAD_COLORS)]
+
 RC = {
     "svg.hashsalt": SVG_HASHSALT,
     "svg.fonttype": "path",
