@@ -165,9 +165,9 @@ def _work(args: argparse.Namespace, checked: tuple[list[str], tuple[str, ...]], 
         import torch
 
         torch.set_num_threads(args.threads)
-    ctx = FigureContext(out_dir=args.out_dir, quick=args.quick, seed=args.seed, checkpoint=args.checkpoint,
-                        cache_dir=args.cache_dir, threads=args.threads)
-    registry.progress(f"{len(names)} figure(s) into {args.out_dir} ({ctx.size_note}); claims from: "
+    ctx = FigureContext(out_dir=args.out_dir, quick=args.quick, seed=args.seed, checkpoint=args.checkpoint)
+    registry.progress(f"{len(names)} figure(s) into {args.out_dir} "
+                      f"({'quick (reduced) sizes' if args.quick else 'full sizes'}); claims from: "
                       f"{', '.join(sources) or 'claims.json of an earlier run'}")
     res = run(names, ctx, claim_sources=sources, report=not args.no_report, command=cmd)
     if args.json is not None:

@@ -33,9 +33,6 @@ def _label(tr) -> str:
     return f"{tr.problem_name} ({tr.dtype}, {tr.cfg.label()})"
 
 
-# ------------------------------------------------------------------------------------------------ radial gradient
-
-
 @figure("dynamics.radial_gradient_during_training", title="The radial gradient over a training run",
         source="gauge text", claims=("dynamics.radial_gradient_during_training", "gauge.euler_radial_gradient"))
 def radial_gradient(ctx) -> FigureOutput:
@@ -70,9 +67,6 @@ def radial_gradient(ctx) -> FigureOutput:
            "the gradient norm over the same runs. Max relative radial part: "
            + "; ".join(f"{k}: {v['max_rel']:.2g} (tol {v['tol']:.2g})" for k, v in rows.items()) + ".")
     return FigureOutput(fig, cap, numbers=rows)
-
-
-# ------------------------------------------------------------------------------------------------ trajectory
 
 
 @figure("dynamics.trajectory_tracking", title="Squared-norm trajectory: exact vs first-order prediction",
@@ -123,9 +117,6 @@ def trajectory_tracking(ctx) -> FigureOutput:
            + ". Left: the float64 regression toy; right: the QK-norm W_q on Shakespeare (float32 weights, float64 "
              "norms: the exact form's ~1e-6 there is the float32 rounding of the stored weight, accumulated).")
     return FigureOutput(fig, cap, numbers=nums)
-
-
-# ------------------------------------------------------------------------------------------------ equilibrium
 
 
 @figure("dynamics.equilibrium_norm", title="Convergence to the rotational equilibrium (norm and angle)",
@@ -179,9 +170,6 @@ def equilibrium(ctx) -> FigureOutput:
            + "; ".join(f"{k}: x/x* = {v['x_window/x_pred']:.3f}, φ = {v['phi_window']:.4g} (law {v['phi_law']:.4g}, "
                        f"published {v['phi_published']:.4g})" for k, v in nums.items()) + ".")
     return FigureOutput(fig, cap, numbers=nums)
-
-
-# ------------------------------------------------------------------------------------------------ angular rate
 
 
 def angles_at_scales(W: torch.Tensor, loss_fn, cfg, scales: tuple[float, ...]) -> np.ndarray:

@@ -19,9 +19,6 @@ from rmsgauge import seed_everything, tolerance
 FEATURE_NAMES = ("f0: energy x0²+x1²", "f1: x0", "f2: x1", "f3: signed area with pair p+1")
 
 
-# ------------------------------------------------------------------------------------------------ embedding
-
-
 @figure("grt.embedding_rebuild", title="Embedding storage: dense table vs phase table + magnitude",
         source="GRT text", claims=("grt.embedding_rebuild", "grt.param_accounting"), fast=True)
 def embedding_storage(ctx) -> FigureOutput:
@@ -77,9 +74,6 @@ def embedding_storage(ctx) -> FigureOutput:
                f"token's pairs rebuilt in float64 at initialization (seed {ctx.seed}); all share the token's "
                f"magnitude, hence the ring the text's block-0 plots start from.")
     return FigureOutput(fig, caption, numbers={"dense": dense_n, "grt": phase_n + mag_n, "ratio": ratio})
-
-
-# ------------------------------------------------------------------------------------------------ coupling W
 
 
 @figure("grt.fig_coupling_w_indexing", title="How the coupling W [4P, P] is indexed",
@@ -155,15 +149,9 @@ def coupling_w_indexing(ctx) -> FigureOutput:
     return FigureOutput(fig, caption, numbers={"max_abs_error": err, "agrees": agrees})
 
 
-# ------------------------------------------------------------------------------------------------ butterfly
-
-
 def reach_counts(width: int, n_stages: int) -> np.ndarray:
-    """``[n_stages + 1]``: the fewest input coordinates any output coordinate depends on after s stages.
-
-    Dependency (Jacobian sparsity) of a stage: both outputs of pair (i0, i1) depend on
-    both inputs, so a stage ORs the two rows of the boolean dependency matrix.
-    """
+    """``[n_stages + 1]``: the fewest input coordinates any output coordinate depends on after s stages (both
+    outputs of a pair depend on both its inputs, so a stage ORs the two rows of the boolean Jacobian sparsity)."""
     from grt_model.butterfly import pair_index
 
     D = np.eye(width, dtype=bool)  # (d_out, d_in)
@@ -228,9 +216,6 @@ def butterfly_wiring(ctx) -> FigureOutput:
     return FigureOutput(fig, caption, numbers={"full_after": {str(k): v for k, v in full_after.items()}, "ok": ok})
 
 
-# ------------------------------------------------------------------------------------------------ accounting
-
-
 @figure("grt.param_accounting", title="Parameter accounting: GRT vs dense", source="GRT text",
         claims=("grt.param_accounting",), fast=True)
 def param_accounting(ctx) -> FigureOutput:
@@ -255,9 +240,9 @@ def param_accounting(ctx) -> FigureOutput:
         lab = "GRT only" if r.dense == 0 else f"{r.ratio:.2f}×"
         ax.text(xi, max(r.grt, r.dense) * 1.25, lab, ha="center", fontsize=7,
                 color="#b00" if (r.ratio or 2) > 1 else "#176d17")
-    ax.set_yscale("log")
     ax.set_xticks(x, [r.component for r in comps], rotation=20)
-    ax.set(ylabel="parameters (whole model, log scale)", ylim=(1, max(max(r.grt, r.dense) for r in comps) * 4))
+    ax.set(yscale="log", ylabel="parameters (whole model, log scale)",
+           ylim=(1, max(max(r.grt, r.dense) for r in comps) * 4))
     ax.legend(ncol=3, fontsize=7, loc="upper right")
     ax.set_title(f"reference config: V = {cfg.vocab_size:,}, d = {cfg.d_model}, {cfg.n_heads} heads, "
                  f"{cfg.n_blocks} blocks, d_ff = {cfg.d_ff}; total GRT {total.grt:,} vs dense {total.dense:,} "

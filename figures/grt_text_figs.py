@@ -28,15 +28,13 @@ from figures.trained_figs import (
     _lit,
     cascade_tracks,
     heads_figure,
+    lit_mask,
     with_stage,
 )
 from rmsgauge import seed_everything, tolerance
 
 FEATURE_COLORS = ("#6a51a3", "#1f77b4", "#2ca02c", "#d62728")  # f0 energy, f1 x0, f2 x1, f3 signed area
 STAGE_SHOWN = 1  # the stage fig_stage_activation opens: stride 2, so the butterfly re-pairs its input
-
-
-# ------------------------------------------------------------------------------------------------ storage
 
 
 @figure("grt.fig_storage", title="What is stored: dense layer vs phase storage", source="GRT text",
@@ -69,9 +67,8 @@ def storage(ctx) -> FigureOutput:
     ax.barh(y, vals, color=cols, edgecolor="k", lw=0.5)
     for yi, v in zip(y, vals):
         ax.text(v * 1.15, yi, f"{int(v):,}", va="center", fontsize=7)
-    ax.set_xscale("log")
     ax.set_yticks(y, labels, fontsize=7.5)
-    ax.set(xlim=(1, vals.max() * 30), ylim=(-0.6, y[0] + 1.1), xlabel="numbers stored (log scale)")
+    ax.set(xscale="log", xlim=(1, vals.max() * 30), ylim=(-0.6, y[0] + 1.1), xlabel="numbers stored (log scale)")
     ax.axhline(len(grt_rows) - 0.5 + gap, color="k", lw=0.8)
     ax.text(1.3, y[0] + 0.5, "standard layer (one block) + embedding", fontsize=8, weight="bold", va="bottom")
     ax.text(1.3, y[len(dense_rows)] + 0.5, "GRT: each of Q, K, V, O (one block) + phase embedding", fontsize=8,
@@ -108,9 +105,6 @@ def storage(ctx) -> FigureOutput:
            "not trained weights: this figure is about what is stored.")
     return FigureOutput(fig, cap, numbers={"dense_per_projection": D * D, "grt_per_projection": per_proj,
                                            "embedding_dense": V * D, "embedding_grt": V * cfg.pairs + V})
-
-
-# ------------------------------------------------------------------------------------------------ one stage
 
 
 @figure("grt.fig_stage_activation", title="One stage: shuffle, features, nudge, rotate, scale", source="GRT text",
@@ -194,14 +188,9 @@ def stage_activation(ctx) -> FigureOutput:
                                            "agrees": ok, "mean_abs_nudge": float(nudge.abs().mean())})
 
 
-# ------------------------------------------------------------------------------------------------ K, V, O heads
-
-for _cascade in "kvo":  # the same figure as grt.fig_q_heads, for the other three projections
+for _cascade in "kvo":  # grt.fig_k_heads, grt.fig_v_heads, grt.fig_o_heads: grt.fig_q_heads for K, V and O
     figure(f"grt.fig_{_cascade}_heads", title=f"Each head's {_cascade.upper()} cascade alone, then combined",
            source="GRT text", trained=True, interactive=True)(partial(heads_figure, name=_cascade))
-
-
-# ------------------------------------------------------------------------------------------------ 16 pairs
 
 
 @figure("grt.fig_pairs_overview", title="16 pairs through Q, K, V, attention and O", source="GRT text",
@@ -211,9 +200,7 @@ def pairs_overview(ctx) -> FigureOutput:
     b0 = st.trace.blocks[0]
     tr = {n: cascade_tracks(getattr(b0, n), st.token) for n in "qkvo"}  # (H, P, S+1, 2) each
     H, P, S1, _ = tr["q"].shape
-    slots = _lit(P)
-    lit = np.zeros((H, P), dtype=bool)
-    lit[:, slots] = True
+    slots, lit = _lit(P), lit_mask(H, P)
     # stacked z: Q at 0..S, K, V after it, then O, whose stage-0 input is the attention output
     offsets = {n: j * (S1 + 1) for j, n in enumerate("qkvo")}
     fig = new_figure(figsize=(13.0, 6.2))

@@ -20,14 +20,6 @@ from figures.trained_figs import _caption
 from rmsgauge import tolerance
 
 
-def _head_of_pair(P: int, H: int) -> np.ndarray:
-    """``[P]`` head of each adjacent pair of the stream (head h owns coordinates h*d_head .. (h+1)*d_head-1)."""
-    return np.arange(P) // (P // H)
-
-
-# ------------------------------------------------------------------------------------------------ attention + mixer
-
-
 @figure("grt.fig_attention_mixer_sublayer", title="The attention sublayer, the residual add, and the mixer",
         source="GRT text", claims=("grt.mixer_crosses_heads",), trained=True)
 def attention_mixer_sublayer(ctx) -> FigureOutput:
@@ -42,7 +34,7 @@ def attention_mixer_sublayer(ctx) -> FigureOutput:
              ("x + g_attn·O + g_mix·M", b0.after_mixer)]
     pts = [v[0, t].double().numpy().reshape(-1, 2) for _, v in steps]  # each (P, 2) adjacent pairs
     P = pts[0].shape[0]
-    heads = _head_of_pair(P, H)
+    heads = np.arange(P) // (P // H)  # (P,) the head owning each adjacent pair (coordinates h*d_head ..)
     # the mixer's Jacobian at this token (float64 copy): how strongly each head's output reads each head's input
     mix = copy.deepcopy(blk.mixer.cascade).double()
     z = b0.mixer_in[0, t].double()
@@ -77,9 +69,6 @@ def attention_mixer_sublayer(ctx) -> FigureOutput:
                        "coupling (its stride-1 stage never pairs across heads).")
     return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "cross_head_norms": cross.tolist(),
                                            "gates": dict(g)})
-
-
-# ------------------------------------------------------------------------------------------------ FFN
 
 
 @figure("grt.fig_ffn_radial_gelu", title="FFN: expand, RadialGELU, contract", source="GRT text", trained=True)
@@ -144,9 +133,6 @@ def ffn_radial_gelu(ctx) -> FigureOutput:
                        f"The contract's output keeps its first {D} coordinates.")
     return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "filled": filled.tolist(),
                                            "max_angle_change": float(np.abs(dphi).max())})
-
-
-# ------------------------------------------------------------------------------------------------ block cycle
 
 
 @figure("grt.fig_block_cycle", title="Normalize, process, gate, add: every cycle of every block", source="GRT text",

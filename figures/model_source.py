@@ -96,7 +96,6 @@ def _shipped() -> TrainedModel:
                         train_config=dict(card.get("train_config") or {}),
                         val_loss=None if val is None else float(val), shipped=True,
                         extra={"sha256": card.get("sha256"), "reproduce": card.get("reproduce"),
-                               "final_val_bpb": card.get("final_val_bpb"),
                                "final_val_bpb_full": card.get("final_val_bpb_full")})
 
 
@@ -143,21 +142,3 @@ def sentence_trace(ctx) -> SentenceTrace:
         return SentenceTrace(text, labels, token, tr, tm)
 
     return ctx.memo("sentence_trace", run)
-
-
-def write_untrained_checkpoint(path, seed: int = 0, **overrides: Any) -> Path:
-    """A checkpoint of a freshly initialized tiny GRT (no training): for tests and for trying the figures fast.
-
-    ``overrides`` update ``GRTConfig.small(d_model=32, n_heads=2, n_blocks=1, d_ff=64, block_size=64)``.
-    """
-    from grt_model.config import GRTConfig
-    from grt_model.model import GRT
-    from lm.checkpoint import save_checkpoint
-    from rmsgauge import seed_everything
-
-    cfg = GRTConfig.small(**{"d_model": 32, "n_heads": 2, "n_blocks": 1, "d_ff": 64, "block_size": 64, **overrides})
-    seed_everything(seed)
-    model = GRT(cfg)
-    return save_checkpoint(path, model_kind="grt", model=model, optimizer=None,
-                           train_config={"batch_size": 0, "lr": 0.0, "wd": 0.0, "seed": seed, "dtype": "float32"},
-                           step=0, tokens_seen=0)

@@ -25,7 +25,7 @@ PLOTLY_SUFFIX = ".plotly.json"
 
 
 class FigureUnavailable(RuntimeError):
-    """A figure cannot be drawn in this checkout (a package it reads is missing); the run notes it and goes on."""
+    """A figure cannot be drawn (a committed result or the shipped weights it reads are missing): noted, not fatal."""
 
 
 @dataclass
@@ -115,18 +115,9 @@ def write_output(spec: FigureSpec, out: FigureOutput, out_dir: Path) -> list[Pat
 
         inter = spec.name + PLOTLY_SUFFIX
         files.append(atomic_write_text(out_dir / inter, to_json(out.interactive)))
-    side = {
-        "name": spec.name,
-        "title": spec.title,
-        "source": spec.source,
-        "claims": list(spec.claims),
-        "caption": out.caption,
-        "svg": spec.name + ".svg",
-        "png": spec.name + ".png",
-        "interactive": inter,
-        "trained": spec.trained,
-        "numbers": out.numbers,
-    }
+    side = {"name": spec.name, "title": spec.title, "source": spec.source, "claims": list(spec.claims),
+            "caption": out.caption, "svg": spec.name + ".svg", "png": spec.name + ".png", "interactive": inter,
+            "trained": spec.trained, "numbers": out.numbers}
     files.append(atomic_write_json(out_dir / (spec.name + SIDE_SUFFIX), side))
     return files
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -62,25 +62,18 @@ def ours(c: Claim) -> str:
     return c.summary or fmt(c.measured)
 
 
-def _package(cid: str) -> str:
-    return cid.partition(".")[0]
+def by_id(records: Iterable[Any], key: Callable[[str], str] = str) -> dict[str, list[Any]]:
+    """Claim records or proofs grouped by ``key(id)``, in first-seen order (gauge: one record per dtype)."""
+    out: dict[str, list[Any]] = {}
+    for r in records:
+        out.setdefault(key(r.id), []).append(r)
+    return out
 
 
 def summary_counts(claims: list[Claim]) -> dict[str, tuple[int, int]]:
     """package -> (holding, total)."""
-    out: dict[str, tuple[int, int]] = {}
-    for c in claims:
-        ok, n = out.get(_package(c.id), (0, 0))
-        out[_package(c.id)] = (ok + int(c.holds), n + 1)
-    return out
-
-
-def by_id(records: Iterable[Any]) -> dict[str, list[Any]]:
-    """Claim records or proofs grouped by claim id, in first-seen order (gauge: one record per dtype)."""
-    out: dict[str, list[Any]] = {}
-    for r in records:
-        out.setdefault(r.id, []).append(r)
-    return out
+    packages = by_id(claims, lambda cid: cid.partition(".")[0])
+    return {pkg: (sum(c.holds for c in cs), len(cs)) for pkg, cs in packages.items()}
 
 
 NO_CLAIMS = ("none were gathered by this run, and the output folder held no claims.json of an earlier run to "
@@ -238,17 +231,16 @@ def _numbers(text: str) -> str:
     return "".join(out) + _e(text[at:])
 
 
-def _claim_row(group: list[Claim], fig_names: set[str], proofs_for: dict[str, list[Any]], anchor: str,
-               figure_files: dict[str, str]) -> str:
+def _claim_row(group: list[Claim], proofs_for: dict[str, list[Any]], figure_files: dict[str, str]) -> str:
     """One row per claim id: its records (one per dtype) side by side in the "ours" cell, the statement, law
     and details collapsed under ``<details>``, and the claim's figure beside it (a thumbnail linking to it)."""
     c = group[0]
     holds = all(r.holds for r in group)
     verdict = '<span class="v-holds">HOLDS</span>' if holds else '<span class="v-fails">FAILS</span>'
     status = f'<span class="st-{_e(c.source_status)}">{_e(STATUS_NOTE.get(c.source_status, c.source_status))}</span>'
-    if c.figure in fig_names:
-        src = figure_files.get(c.figure, f"{c.figure}.svg")
-        fig = (f'<a href="#fig-{_e(c.figure)}"><img src="{_e(src)}" alt="{_e(c.figure)}" loading="eager"></a>')
+    if c.figure in figure_files:
+        fig = (f'<a href="#fig-{_e(c.figure)}"><img src="{_e(figure_files[c.figure])}" alt="{_e(c.figure)}" '
+               'loading="eager"></a>')
     else:
         fig = '<span class="muted">–</span>'
     pr = ", ".join("proved" if p.holds else "NOT proved" for p in proofs_for.get(c.id, [])) or "–"
@@ -266,7 +258,7 @@ def _claim_row(group: list[Claim], fig_names: set[str], proofs_for: dict[str, li
     cells = [verdict, f"<code>{_e(c.id)}</code><details><summary>source, law, details</summary>{''.join(more)}"
              "</details>", _numbers(fmt(c.stated)), status, ours_cell, _e(pr), fig]
     cls = "claim" + ("" if holds else " fails")
-    return (f'<tr class="{cls}" id="{_e(anchor)}" data-claim-id="{_e(c.id)}" '
+    return (f'<tr class="{cls}" id="claim-{_e(c.id)}" data-claim-id="{_e(c.id)}" '
             f'data-dtype="{_e(" ".join(r.dtype for r in group))}">'
             + "".join(_td(x, label, k) for x, (label, k) in zip(cells, CLAIM_COLUMNS)) + "</tr>")
 
@@ -292,7 +284,6 @@ def _class(cls: str) -> str:
 
 def render_html(claims: list[Claim], proofs: list[Any], sidecars: list[dict[str, Any]], meta: dict[str, Any],
                 interactive_json: dict[str, str]) -> str:
-    fig_names = {s["name"] for s in sidecars}
     claim_ids = {c.id for c in claims}
     proofs_for = by_id(proofs)
     H = ['<!DOCTYPE html>', '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -329,8 +320,8 @@ def render_html(claims: list[Claim], proofs: list[Any], sidecars: list[dict[str,
               '<col style="width:10%"><col><col style="width:70px"><col style="width:170px"></colgroup>',
               _thead(CLAIM_COLUMNS), "<tbody>"]
         figure_files = {s["name"]: s["svg"] for s in sidecars}
-        for cid, group in by_id(claims).items():  # one row per claim id; gauge's float64 and float32 side by side
-            H.append(_claim_row(group, fig_names, proofs_for, f"claim-{cid}", figure_files))
+        for group in by_id(claims).values():  # one row per claim id; gauge's float64 and float32 side by side
+            H.append(_claim_row(group, proofs_for, figure_files))
         H.append("</tbody></table>")
     else:
         H.append('<p class="muted">No claim records (see the summary).</p>')

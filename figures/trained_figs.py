@@ -54,9 +54,6 @@ def _caption(st: SentenceTrace, what: str) -> str:
             f"'{TRACE_WORD}', position {st.token}). float32. Model: {st.tm.provenance}.")
 
 
-# ------------------------------------------------------------------------------------------------ Q traces
-
-
 @figure("grt.fig_q_pair_trace", title="One pair traced through the Q stages", source="GRT text", trained=True,
         interactive=True)
 def q_pair_trace(ctx) -> FigureOutput:
@@ -135,12 +132,10 @@ def lit_mask(H: int, P: int) -> np.ndarray:
     return m
 
 
-def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[str], title: str,
-                 zlabel: str = "stage") -> None:
+def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[str], title: str) -> None:
     """One row of three panels for pair tracks ``[N, S+1, 2]``: a 3-D view (x0, x1, stage) with the ``lit``
-    pairs bold in ``colors[i]`` over every other pair faint, and two 2-D projections beside it -- the radius
-    against the stage and the (x0, x1) plane (start: circle, end: square) -- so the static image reads
-    without rotating it."""
+    pairs bold in ``colors[i]`` over the others faint, and beside it the radius against the stage and the (x0, x1)
+    plane (start: circle, end: square), so the static image reads without rotating it."""
     sub = spec.subgridspec(1, 3, width_ratios=(1.25, 1.0, 1.0))
     t3 = with_stage(tracks)  # (N, S+1, 3)
     ax = fig.add_subplot(sub[0, 0], projection="3d")
@@ -148,7 +143,7 @@ def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[st
         _draw3d(ax, t3[~lit], FADED, lw=0.35, alpha=0.35)
     for i in np.flatnonzero(lit):
         _draw3d(ax, t3[i:i + 1], colors[i], lw=1.8, alpha=1.0)
-    _frame3d(ax, t3, title, zlabel=zlabel)
+    _frame3d(ax, t3, title)
     r = np.hypot(tracks[..., 0], tracks[..., 1])  # (N, S+1)
     S1 = tracks.shape[1]
     ax2 = fig.add_subplot(sub[0, 1])
@@ -157,7 +152,7 @@ def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[st
                                           colors=FADED, linewidths=0.4, alpha=0.5))
     for i in np.flatnonzero(lit):
         ax2.plot(range(S1), r[i], color=colors[i], lw=1.5, marker="o", ms=2.5)
-    ax2.set(xlim=(-0.3, S1 - 0.7), ylim=(0, float(r.max()) * 1.05 or 1.0), xlabel=zlabel, ylabel="pair radius r")
+    ax2.set(xlim=(-0.3, S1 - 0.7), ylim=(0, float(r.max()) * 1.05 or 1.0), xlabel="stage", ylabel="pair radius r")
     ax2.set_title("radius against stage", fontsize=8)
     ax3 = fig.add_subplot(sub[0, 2])
     if (~lit).any():
@@ -260,9 +255,6 @@ def qkv_attention(ctx) -> FigureOutput:
                        + " (heads 0..). Angles after rotary position; for a token with itself the rotary angles "
                          "cancel.")
     return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "mean_cos": float(cos_gap.mean())})
-
-
-# ------------------------------------------------------------------------------------------------ block 0
 
 
 @figure("grt.fig_block0_stages", title="All stages of block 0 stacked", source="GRT text",
