@@ -137,17 +137,12 @@ def list_figures() -> str:
 def display_command(argv: list[str]) -> str:
     """The command line as the report prints it, without the output/cache folders (the report must not
     depend on where it was written: two runs into two folders give byte-identical pages)."""
-    keep, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-            continue
+    keep, args = [], iter(argv)
+    for a in args:
         if a in ("--out-dir", "--out", "--cache-dir"):
-            skip = True
-            continue
-        if a.startswith(("--out-dir=", "--out=", "--cache-dir=")):
-            continue
-        keep.append(a)
+            next(args, None)  # and its value
+        elif not a.startswith(("--out-dir=", "--out=", "--cache-dir=")):
+            keep.append(a)
     return shlex.join(["python", "-m", "figures", *keep])
 
 
@@ -170,9 +165,9 @@ def _work(args: argparse.Namespace, checked: tuple[list[str], tuple[str, ...]], 
         import torch
 
         torch.set_num_threads(args.threads)
-    ctx = FigureContext(out_dir=args.out_dir, quick=args.quick, seed=args.seed, checkpoint=args.checkpoint,
-                        cache_dir=args.cache_dir, threads=args.threads)
-    registry.progress(f"{len(names)} figure(s) into {args.out_dir} ({ctx.size_note}); claims from: "
+    ctx = FigureContext(out_dir=args.out_dir, quick=args.quick, seed=args.seed, checkpoint=args.checkpoint)
+    registry.progress(f"{len(names)} figure(s) into {args.out_dir} "
+                      f"({'quick (reduced) sizes' if args.quick else 'full sizes'}); claims from: "
                       f"{', '.join(sources) or 'claims.json of an earlier run'}")
     res = run(names, ctx, claim_sources=sources, report=not args.no_report, command=cmd)
     if args.json is not None:

@@ -1,16 +1,6 @@
-r"""The weight-norm dynamics figures of the first source text.
-
-All runs come from the dynamics package's own machinery: a
-:class:`dynamics.context.Context` (memoized training runs: the QK-norm ``W_q`` of a
-real transformer on Shakespeare, float32, SGD with the source's decay and the lr that
-turns ``W_q`` by 0.0025 rad; the float64 regression toy; the noise toy), the laws of
-:mod:`dynamics.laws`, and :class:`dynamics.simulate.Stepper` for single steps.
-
-- ``dynamics.radial_gradient_during_training``: :math:`|\langle g,W\rangle|/(\lVert g\rVert\lVert W\rVert)` every step.
-- ``dynamics.trajectory_tracking``: :math:`\lVert W_t\rVert^2` with the exact and the first-order predictions
-  iterated from the measured update norms, and their errors against the exact bias law.
-- ``dynamics.equilibrium_norm``: convergence to the rotational equilibrium (norm and angle) for several (lr, wd).
-- ``dynamics.angular_rate_scaling``: per-step angle against norm scale on log-log axes, slopes -1 and -2 drawn.
+"""The weight-norm dynamics figures of the first source text, drawn from the dynamics package's own machinery: a
+memoized :class:`dynamics.context.Context` (the QK-norm ``W_q`` of a transformer on Shakespeare in float32, the
+float64 regression toy, the noise toy), the laws of :mod:`dynamics.laws` and :class:`dynamics.simulate.Stepper`.
 """
 
 from __future__ import annotations
@@ -18,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from figures.registry import FigureOutput, FigureUnavailable, figure, progress
+from figures.registry import FigureOutput, figure, progress
 from figures.style import new_figure
 
 CONVERGENCE_GRID = (  # (optimizer, decay, lr, wd): SGD at three decays and lrs, plus AdamW in torch's convention
@@ -33,19 +23,14 @@ RATE_SCALES = tuple(2.0 ** (-k / 2) for k in range(-2, 7))  # sqrt(2)-spaced nor
 
 def dyn_context(ctx):
     """One dynamics Context for all figures (its runs are memoized), at the report's size."""
-    try:
-        from dynamics.context import Context, DynamicsPlan
-    except ModuleNotFoundError as e:
-        raise FigureUnavailable(f"the dynamics package is not in this checkout ({e.name})") from None
+    from dynamics.context import Context, DynamicsPlan
+
     return ctx.memo("dynamics_context", lambda: Context(DynamicsPlan(quick=ctx.quick, seed=ctx.seed),
                                                         progress=lambda m: progress("  " + m)))
 
 
 def _label(tr) -> str:
     return f"{tr.problem_name} ({tr.dtype}, {tr.cfg.label()})"
-
-
-# ------------------------------------------------------------------------------------------------ radial gradient
 
 
 @figure("dynamics.radial_gradient_during_training", title="The radial gradient over a training run",
@@ -69,12 +54,10 @@ def radial_gradient(ctx) -> FigureOutput:
         ax.axhline(tol, color=color, ls="--", lw=0.8)
         ax2.semilogy(t, np.sqrt(tr.g2).mean(1), lw=1.0, ls=ls, color=color, label=f"{tr.problem_name} ({tr.dtype})")
         rows[_label(tr)] = {"max_rel": float(rel.max()), "tol": tol}
-    ax.set_xlabel("training step")
-    ax.set_ylabel("max over gauge groups of |<g, W>| / (||g|| ||W||)")
+    ax.set(xlabel="training step", ylabel="max over gauge groups of |<g, W>| / (||g|| ||W||)")
     ax.set_title("radial part of the gradient: round-off every step (dashed: tolerance)", fontsize=9)
     ax.legend(fontsize=6.5)
-    ax2.set_xlabel("training step")
-    ax2.set_ylabel("||g|| (mean over gauge groups)")
+    ax2.set(xlabel="training step", ylabel="||g|| (mean over gauge groups)")
     ax2.set_title("while the gradient itself is far from zero", fontsize=9)
     ax2.legend(fontsize=7)
     fig.suptitle("Euler's identity during training: <grad_W L, W> = 0 at every step", weight="bold")
@@ -84,9 +67,6 @@ def radial_gradient(ctx) -> FigureOutput:
            "the gradient norm over the same runs. Max relative radial part: "
            + "; ".join(f"{k}: {v['max_rel']:.2g} (tol {v['tol']:.2g})" for k, v in rows.items()) + ".")
     return FigureOutput(fig, cap, numbers=rows)
-
-
-# ------------------------------------------------------------------------------------------------ trajectory
 
 
 @figure("dynamics.trajectory_tracking", title="Squared-norm trajectory: exact vs first-order prediction",
@@ -110,8 +90,7 @@ def trajectory_tracking(ctx) -> FigureOutput:
         ax.plot(t, x[:, g], color="k", lw=2.2, label="measured ||W_t||²")
         ax.plot(t, exact[:, g], color="#1f77b4", lw=1.0, ls="--", label="exact form q²x − 2ηq<u,W> + η²||u||²")
         ax.plot(t, first[:, g], color="#d62728", lw=1.0, label="source's (1 − 2wd)x + η²||g||²")
-        ax.set_yscale("log")
-        ax.set_ylabel("||W_t||²")
+        ax.set(yscale="log", ylabel="||W_t||²")
         ax.set_title(f"{tr.problem_name} ({tr.dtype}): {c.label()}", fontsize=9)
         ax.legend(fontsize=6.5)
         ax2 = fig.add_subplot(2, 2, j + 3)
@@ -123,8 +102,7 @@ def trajectory_tracking(ctx) -> FigureOutput:
                      label="bias law e_(t+1) = (1−2d)e_t + d²x_t")
         ax2.axhline(4e-4, color="#ff7f0e", ls="--", lw=1, label="source: 'a relative 4e-4'")
         ax2.axhline(c.d / 2, color="gray", ls="-.", lw=0.8, label="d/2 (saturation)")
-        ax2.set_xlabel("step t")
-        ax2.set_ylabel("relative error of the prediction")
+        ax2.set(xlabel="step t", ylabel="relative error of the prediction")
         ax2.legend(fontsize=6.5, loc="lower right")
         nums[tr.problem_name] = {"exact_max_rel": float(rel_exact.max()), "first_max_rel": float(rel_first.max()),
                                  "first_final_rel": float(rel_first[-1].max()), "d": c.d}
@@ -139,9 +117,6 @@ def trajectory_tracking(ctx) -> FigureOutput:
            + ". Left: the float64 regression toy; right: the QK-norm W_q on Shakespeare (float32 weights, float64 "
              "norms: the exact form's ~1e-6 there is the float32 rounding of the stored weight, accumulated).")
     return FigureOutput(fig, cap, numbers=nums)
-
-
-# ------------------------------------------------------------------------------------------------ equilibrium
 
 
 @figure("dynamics.equilibrium_norm", title="Convergence to the rotational equilibrium (norm and angle)",
@@ -179,12 +154,10 @@ def equilibrium(ctx) -> FigureOutput:
         nums[cfg.label()] = {"x_window/x_pred": float(tr.x[w].mean() / x_pred), "phi_window": float(phi[w].mean()),
                              "phi_law": phi_law, "phi_published": phi_pub, "burn": info["burn"]}
     ax.axhline(1.0, color="k", ls="--", lw=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("||W_t||² / predicted equilibrium x*")
+    ax.set(xlabel="step", ylabel="||W_t||² / predicted equilibrium x*")
     ax.set_title(f"norm: from {CONVERGENCE_START:g}x the equilibrium down to it", fontsize=9)
     ax.legend(fontsize=7)
-    ax2.set_xlabel("step")
-    ax2.set_ylabel("per-step angle (rad, mean over replicas)")
+    ax2.set(xlabel="step", ylabel="per-step angle (rad, mean over replicas)")
     ax2.set_title("angle: dashed = exact law, dotted = published first-order form", fontsize=9)
     fig.suptitle("Convergence to the rotational equilibrium for several (lr, wd)", weight="bold")
     cap = ("The noise toy of the dynamics package (L_t = <ξ_t, W/||W||>, fresh Gaussian ξ_t each step: the "
@@ -197,9 +170,6 @@ def equilibrium(ctx) -> FigureOutput:
            + "; ".join(f"{k}: x/x* = {v['x_window/x_pred']:.3f}, φ = {v['phi_window']:.4g} (law {v['phi_law']:.4g}, "
                        f"published {v['phi_published']:.4g})" for k, v in nums.items()) + ".")
     return FigureOutput(fig, cap, numbers=nums)
-
-
-# ------------------------------------------------------------------------------------------------ angular rate
 
 
 def angles_at_scales(W: torch.Tensor, loss_fn, cfg, scales: tuple[float, ...]) -> np.ndarray:
@@ -261,8 +231,7 @@ def angular_rate_scaling(ctx) -> FigureOutput:
     ax.loglog(c, sgd, "o", color="#1f77b4", ms=6, label=f"measured, SGD (source decay): slope {fit_sgd:.3f}")
     ax.loglog(c, adam, "s", color="#2ca02c", ms=5, label=f"measured, AdamW (first step): slope {fit_adam:.3f}")
     ax.loglog(SOURCE_SCALES, SOURCE_ANGLES, "*", color="#d62728", ms=13, label=f"source's numbers: slope {fit_src:.3f}")
-    ax.set_xlabel("norm scale c (W → cW, same direction)")
-    ax.set_ylabel("per-step rotation angle (rad)")
+    ax.set(xlabel="norm scale c (W → cW, same direction)", ylabel="per-step rotation angle (rad)")
     ax.legend(fontsize=7.5, loc="upper right")
     ax.set_title("which law does the data follow?", fontsize=9)
     fig.suptitle("Effective angular learning rate against the norm scale", weight="bold")

@@ -1,21 +1,9 @@
-"""Gather the claim records by running each package's claims (never by parsing printed text).
+"""Gather the claim records by running each package's ``CLAIMS`` group (:func:`rmsgauge.run_claims`, with the
+run's seed, quick and progress; ``studies`` reads its committed records) and the sympy proofs
+(:func:`proofs.run_proofs`), never by parsing printed text.
 
-Sources, in report order: each package's :class:`rmsgauge.ClaimGroup` ``CLAIMS``, run by
-:func:`rmsgauge.run_claims` with the run's ``seed``, ``quick`` and progress, then the sympy proofs
-(:func:`proofs.run_proofs`):
-
-=========  ==============================  =====================================
-name       module                          gives
-=========  ==============================  =====================================
-gauge      ``gauge.checks``                first text
-dynamics   ``dynamics.checks``             first text
-grt        ``grt_model.claims``            GRT text
-studies    ``studies.experiments_report``  committed records: the grid's verdicts, the trained GRTs' claims
-proofs     ``proofs``                      ``list[ProofResult]`` (sympy)
-=========  ==============================  =====================================
-
-A source whose module is not importable in this checkout is reported as missing (with the reason) rather than
-failing the whole report, and so is a source the run did not ask for (a partial report says what it left out).
+A source whose module is not importable in this checkout, or that the run did not ask for, is reported as missing
+with the reason (a partial report says what it left out) instead of failing the report.
 """
 
 from __future__ import annotations

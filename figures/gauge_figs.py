@@ -1,16 +1,9 @@
-r"""The gauge figure of the first source text: output deviation against the scale c.
-
-``gauge.forward_invariance`` (also the evidence for ``gauge.epsilon_breaking``): on the
-gauge package's own measurement setup (:func:`gauge.model.build_setup`: the trained
-QK-norm transformer and a held-out Shakespeare batch), the maximum deviation
+r"""The gauge figure of the first source text (``gauge.forward_invariance``, also evidence for
+``gauge.epsilon_breaking``), on the gauge package's setup (:func:`gauge.model.build_setup`):
 :math:`\max|\mathrm{RMSNorm}_\epsilon(x(cW)^\top) - \mathrm{RMSNorm}_\epsilon(xW^\top)|` over
-:math:`c\in[10^{-2}, 10^2]`, measured with :func:`gauge.measure.scale_deviation`:
-
-* :math:`\epsilon = 0` in float64 and float32, against the round-off tolerance
-  (:func:`gauge.measure.output_tolerance`);
-* each :math:`\epsilon > 0` of the gauge config in float64, with the exact law
-  :func:`gauge.laws.predicted_deviation` and its first-order form
-  :math:`\frac{\epsilon}{2m}(1 - c^{-2})` drawn as curves.
+:math:`c\in[10^{-2}, 10^2]` (:func:`gauge.measure.scale_deviation`), :math:`\epsilon = 0` in float64 and float32
+against the round-off tolerance, and each :math:`\epsilon > 0` in float64 against the exact law
+(:func:`gauge.laws.predicted_deviation`) and its first-order form :math:`\frac{\epsilon}{2m}(1 - c^{-2})`.
 """
 
 from __future__ import annotations
@@ -18,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from figures.registry import FigureOutput, FigureUnavailable, figure, progress
+from figures.registry import FigureOutput, figure, progress
 from figures.style import new_figure
 
 EPS_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b")
@@ -26,10 +19,7 @@ EPS_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b")
 
 def gauge_setup(ctx):
     """The gauge package's setup (trained QK-norm model + held-out batch), built once per run."""
-    try:
-        from gauge.model import GaugeConfig, build_setup
-    except ModuleNotFoundError as e:
-        raise FigureUnavailable(f"the gauge package is not in this checkout ({e.name})") from None
+    from gauge.model import GaugeConfig, build_setup
 
     def build():
         progress("  building the gauge package's QK-norm setup (a short float32 training run)")
@@ -81,11 +71,9 @@ def forward_invariance(ctx) -> FigureOutput:
         ax.loglog(c, np.maximum(curves[dtype], floor), ".", ms=3, color=color, label=f"measured, eps = 0 ({dtype})")
         ax.axhline(tols[dtype], color=color, ls="--", lw=1, label=f"round-off tolerance ({dtype})")
     ax.axhline(3e-15, color="k", ls=":", lw=1, label="source: 'about 3e-15' (float64)")
-    ax.set_xlabel("scale c of W")
-    ax.set_ylabel("max |RMSNorm(x(cW)) − RMSNorm(xW)|")
+    ax.set(xlabel="scale c of W", ylabel="max |RMSNorm(x(cW)) − RMSNorm(xW)|", ylim=(floor / 2, 1.0))
     ax.set_title("eps = 0: invariant to round-off for every c", fontsize=9)
     ax.legend(fontsize=7, loc="upper center")
-    ax.set_ylim(floor / 2, 1.0)
 
     ax2 = fig.add_subplot(1, 2, 2)
     for (eps, meas, exact, first, c_lo), color in zip(eps_rows, EPS_COLORS):
@@ -95,12 +83,11 @@ def forward_invariance(ctx) -> FigureOutput:
         if c_lo > c[0]:
             ax2.axvline(c_lo, color=color, lw=0.6, alpha=0.6)
     ax2.axhline(tols["float64"], color="#1f77b4", ls="--", lw=1, label="float64 tolerance")
-    ax2.set_xlabel("scale c of W")
+    ax2.set(xlabel="scale c of W", ylim=(floor / 2, 10.0))
     ax2.set_title("eps > 0 (float64): the gauge breaks for small c, as predicted\n"
                   "solid: exact law; dotted: first order (eps/2m)(1 − 1/c²); vertical: predicted break scale",
                   fontsize=8)
     ax2.legend(fontsize=6.5, loc="upper right", ncol=1)
-    ax2.set_ylim(floor / 2, 10.0)
     fig.suptitle("The RMSNorm scale gauge: output deviation against the scale c of W", weight="bold")
     err = max(float(np.max(np.abs(meas - exact))) for _, meas, exact, _, _ in eps_rows)
     cap = (f"W = {setup.weight_name()} of the gauge package's QK-norm transformer (d_model {cfg.d_model}, "

@@ -1,16 +1,6 @@
-"""Static figures of the GRT text's figure list: drawn from the architecture itself, no training needed.
-
-- ``grt.embedding_rebuild``: dense ``[V, d]`` table vs phase table ``[V, d/2]`` + magnitude ``[V]``.
-- ``grt.fig_coupling_w_indexing``: the coupling ``W [4P, P]``: feature bands, one slot's column, the self 1x4.
-- ``grt.mixing``: the butterfly wiring (which coordinates pair at each stage) and how fast it mixes.
-- ``grt.param_accounting``: parameters per component, GRT vs a dense transformer of the same widths.
-
-A figure that is the evidence for a claim is named after it (``grt.mixing`` for the
-wiring's mixing claim); pure illustrations get ``grt.fig_*`` names.
-
-Source: ``../shared/seeds/001_cfb910613b442095.txt`` (its ``/static/figures/...`` list).
-Everything drawn is read from ``grt_model`` (config, modules on the ``meta`` device
-for counts, the butterfly wiring, a freshly initialized cascade), never typed in.
+"""Static figures of the GRT text's figure list (embedding storage, the coupling W's indexing, the butterfly wiring,
+parameter accounting), read from ``grt_model`` itself (config, modules on the ``meta`` device for counts, a freshly
+initialized cascade), never typed in; no training.
 """
 
 from __future__ import annotations
@@ -21,26 +11,12 @@ import numpy as np
 import torch
 from matplotlib.patches import Rectangle
 
-from figures.registry import FigureOutput, FigureUnavailable, figure
+from figures.registry import FigureOutput, figure
 from figures.style import FADED, HEAD_COLORS, new_figure
+from grt_model.config import GRTConfig
 from rmsgauge import seed_everything, tolerance
 
 FEATURE_NAMES = ("f0: energy x0²+x1²", "f1: x0", "f2: x1", "f3: signed area with pair p+1")
-
-
-def _config():
-    try:
-        from grt_model.config import GRTConfig
-    except ModuleNotFoundError:
-        raise FigureUnavailable("grt_model.config (GRTConfig) is not in this checkout yet") from None
-    return GRTConfig
-
-
-def _numel(module: torch.nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-# ------------------------------------------------------------------------------------------------ embedding
 
 
 @figure("grt.embedding_rebuild", title="Embedding storage: dense table vs phase table + magnitude",
@@ -48,10 +24,10 @@ def _numel(module: torch.nn.Module) -> int:
 def embedding_storage(ctx) -> FigureOutput:
     from grt_model.embedding import PhaseEmbedding
 
-    cfg = _config()()  # the text's reference config: V = 50,000, d = 256
+    cfg = GRTConfig()  # the text's reference config: V = 50,000, d = 256
     V, d, P = cfg.vocab_size, cfg.d_model, cfg.pairs
     # count parameters of the real modules, allocated on the meta device (no memory)
-    dense_n = _numel(torch.nn.Embedding(V, d, device="meta"))  # V*d
+    dense_n = torch.nn.Embedding(V, d, device="meta").weight.numel()  # V*d
     phase = PhaseEmbedding(V, P, cfg.embed_radius_init, device="meta")
     phase_n, mag_n = phase.phases.numel(), phase.magnitudes.numel()
     ratio = (phase_n + mag_n) / dense_n
@@ -77,8 +53,7 @@ def embedding_storage(ctx) -> FigureOutput:
             f"= (P+1)/(2P) = {P + 1}/{2 * P}", ha="left", va="top", weight="bold")
     ax.text(x_grt, 1.12, "rebuilt every pass, never stored:\n"
             r"$x_{2p} = r\,\cos\theta_p,\quad x_{2p+1} = r\,\sin\theta_p$", ha="left", va="bottom")
-    ax.set_xlim(-0.05, x_grt + P * sx + 0.5)
-    ax.set_ylim(-0.55, 1.4)
+    ax.set(xlim=(-0.05, x_grt + P * sx + 0.5), ylim=(-0.55, 1.4))
 
     # one token's rebuilt pairs: every pair shares the token's magnitude, so the token is a ring
     seed_everything(ctx.seed)
@@ -89,9 +64,7 @@ def embedding_storage(ctx) -> FigureOutput:
     r0 = cfg.embed_radius_init
     ax2.plot(r0 * np.cos(t), r0 * np.sin(t), color=FADED, lw=1)
     ax2.scatter(x[:, 0], x[:, 1], s=10, color="#d94801", zorder=3)
-    ax2.set_aspect("equal")
-    ax2.set_xlabel("x0 = r cos θ")
-    ax2.set_ylabel("x1 = r sin θ")
+    ax2.set(aspect="equal", xlabel="x0 = r cos θ", ylabel="x1 = r sin θ")
     ax2.set_title(f"one token's {P} rebuilt pairs (init):\na ring of radius r = {r0:g}", fontsize=9)
     fig.suptitle("How the embedding is stored", weight="bold")
     caption = (f"Reference config (V = {V:,}, d = {d}, P = {P} pairs). A dense embedding stores {dense_n:,} numbers; "
@@ -103,16 +76,13 @@ def embedding_storage(ctx) -> FigureOutput:
     return FigureOutput(fig, caption, numbers={"dense": dense_n, "grt": phase_n + mag_n, "ratio": ratio})
 
 
-# ------------------------------------------------------------------------------------------------ coupling W
-
-
 @figure("grt.fig_coupling_w_indexing", title="How the coupling W [4P, P] is indexed",
         source="GRT text", fast=True)
 def coupling_w_indexing(ctx) -> FigureOutput:
     from grt_model.butterfly import to_pairs
     from grt_model.cascade import RotationCascade, clifford_features
 
-    cfg = _config()()
+    cfg = GRTConfig()
     d, P, S = cfg.d_head, cfg.head_pairs, cfg.qkvo_stages  # one head of the Q projection: W is [4P, P]
     seed_everything(ctx.seed)
     casc = RotationCascade(d, S, coupling=True, heads=1, coupling_init_std=cfg.coupling_init_std,
@@ -155,8 +125,7 @@ def coupling_w_indexing(ctx) -> FigureOutput:
         ax.add_patch(Rectangle((p - 0.5, b * P + p - 0.5), 1, 1, fc="#d62728", ec="k", lw=0.8))
     ax.annotate("f3 self-cell also carries pair p+1\n(cyclic roll, zero extra weights)", xy=(p, 3 * P + p),
                 xytext=(p + 6, 3 * P + p + 12), fontsize=7, arrowprops={"arrowstyle": "->"})
-    ax.set_xlabel(f"output slot (pair) p = 0..{P - 1}")
-    ax.set_yticks([])
+    ax.set(xlabel=f"output slot (pair) p = 0..{P - 1}", yticks=[])
     ax.set_title(f"W [{4 * P}, {P}]: column p = {p} (outline), self 1×4 rows "
                  f"{{{p}, {P + p}, {2 * P + p}, {3 * P + p}}} (filled)", fontsize=8)
 
@@ -165,8 +134,7 @@ def coupling_w_indexing(ctx) -> FigureOutput:
     ax2.bar(idx - 0.2, self_part.numpy(), width=0.4, color="#d62728", label="self 1×4 (own features)")
     ax2.bar(idx + 0.2, (full - self_part).numpy(), width=0.4, color=FADED, label="other 124 rows (all other pairs)")
     ax2.axhline(0, color="k", lw=0.6)
-    ax2.set_xlabel("slot p")
-    ax2.set_ylabel("contribution to (F·W)[p]")
+    ax2.set(xlabel="slot p", ylabel="contribution to (F·W)[p]")
     ax2.set_title("one input: Δθ_p = tanh(F·W[:, p]) reads the whole column", fontsize=9)
     ax2.legend(loc="upper right")
     fig.suptitle("How the coupling W is indexed (feature-major rows)", weight="bold")
@@ -181,15 +149,9 @@ def coupling_w_indexing(ctx) -> FigureOutput:
     return FigureOutput(fig, caption, numbers={"max_abs_error": err, "agrees": agrees})
 
 
-# ------------------------------------------------------------------------------------------------ butterfly
-
-
 def reach_counts(width: int, n_stages: int) -> np.ndarray:
-    """``[n_stages + 1]``: the fewest input coordinates any output coordinate depends on after s stages.
-
-    Dependency (Jacobian sparsity) of a stage: both outputs of pair (i0, i1) depend on
-    both inputs, so a stage ORs the two rows of the boolean dependency matrix.
-    """
+    """``[n_stages + 1]``: the fewest input coordinates any output coordinate depends on after s stages (both
+    outputs of a pair depend on both its inputs, so a stage ORs the two rows of the boolean Jacobian sparsity)."""
     from grt_model.butterfly import pair_index
 
     D = np.eye(width, dtype=bool)  # (d_out, d_in)
@@ -208,7 +170,7 @@ def reach_counts(width: int, n_stages: int) -> np.ndarray:
 def butterfly_wiring(ctx) -> FigureOutput:
     from grt_model.butterfly import pair_index, stage_stride
 
-    cfg = _config()()
+    cfg = GRTConfig()
     fig = new_figure(figsize=(11.0, 4.6))
     gs = fig.add_gridspec(1, 3, width_ratios=(1.0, 1.5, 1.0))
     for k, (width, n_st) in enumerate(((16, 8), (cfg.d_head, cfg.qkvo_stages))):
@@ -225,10 +187,8 @@ def butterfly_wiring(ctx) -> FigureOutput:
                 ax.plot([xp, xp], [i0, i1], color=HEAD_COLORS[p % 4], lw=lw, alpha=0.9)
             ax.scatter(np.concatenate((xs, xs)), idx.T.ravel(), s=3 if width > 16 else 9, color="k", zorder=3)
         ax.invert_yaxis()
-        ax.set_xticks(range(n_st))
-        ax.set_xticklabels([f"{s}\nh={h}" for s, h in enumerate(strides)], fontsize=6 if width > 16 else 7)
-        ax.set_xlabel("stage s (stride h = 2^(s mod log2 d))")
-        ax.set_ylabel("coordinate i")
+        ax.set_xticks(range(n_st), [f"{s}\nh={h}" for s, h in enumerate(strides)], fontsize=6 if width > 16 else 7)
+        ax.set(xlabel="stage s (stride h = 2^(s mod log2 d))", ylabel="coordinate i")
         ax.grid(False)
         ax.set_title(f"d = {width}: {n_st} stages" + (" (one Q head)" if width == cfg.d_head else ""), fontsize=9)
     ax = fig.add_subplot(gs[0, 2])
@@ -239,9 +199,8 @@ def butterfly_wiring(ctx) -> FigureOutput:
         r = reach_counts(w, n)
         ax.plot(range(n + 1), r, marker="o", ms=3, label=f"d = {w}")
         full_after[w] = int(np.argmax(r == w))
-    ax.set_xlabel("stages applied")
     ax.set_yscale("log", base=2)
-    ax.set_ylabel("fewest inputs any output depends on")
+    ax.set(xlabel="stages applied", ylabel="fewest inputs any output depends on")
     ax.set_title("full mixing after log2(d) stages, not before", fontsize=9)
     ax.legend()
     fig.suptitle("The FFT-butterfly wiring (fixed, zero learned parameters)", weight="bold")
@@ -257,17 +216,12 @@ def butterfly_wiring(ctx) -> FigureOutput:
     return FigureOutput(fig, caption, numbers={"full_after": {str(k): v for k, v in full_after.items()}, "ok": ok})
 
 
-# ------------------------------------------------------------------------------------------------ accounting
-
-
 @figure("grt.param_accounting", title="Parameter accounting: GRT vs dense", source="GRT text",
         claims=("grt.param_accounting",), fast=True)
 def param_accounting(ctx) -> FigureOutput:
-    try:
-        from grt_model.accounting import KINDS, param_table
-    except ModuleNotFoundError:
-        raise FigureUnavailable("grt_model.accounting is not in this checkout yet") from None
-    cfg = _config()()
+    from grt_model.accounting import KINDS, param_table
+
+    cfg = GRTConfig()
     rows = [r for r in param_table(cfg) if r.grt or r.dense]
     comps = [r for r in rows if r.component != "total"]
     total = next(r for r in rows if r.component == "total")
@@ -286,11 +240,9 @@ def param_accounting(ctx) -> FigureOutput:
         lab = "GRT only" if r.dense == 0 else f"{r.ratio:.2f}×"
         ax.text(xi, max(r.grt, r.dense) * 1.25, lab, ha="center", fontsize=7,
                 color="#b00" if (r.ratio or 2) > 1 else "#176d17")
-    ax.set_yscale("log")
-    ax.set_xticks(x)
-    ax.set_xticklabels([r.component for r in comps], rotation=20)
-    ax.set_ylabel("parameters (whole model, log scale)")
-    ax.set_ylim(1, max(max(r.grt, r.dense) for r in comps) * 4)
+    ax.set_xticks(x, [r.component for r in comps], rotation=20)
+    ax.set(yscale="log", ylabel="parameters (whole model, log scale)",
+           ylim=(1, max(max(r.grt, r.dense) for r in comps) * 4))
     ax.legend(ncol=3, fontsize=7, loc="upper right")
     ax.set_title(f"reference config: V = {cfg.vocab_size:,}, d = {cfg.d_model}, {cfg.n_heads} heads, "
                  f"{cfg.n_blocks} blocks, d_ff = {cfg.d_ff}; total GRT {total.grt:,} vs dense {total.dense:,} "

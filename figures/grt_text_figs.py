@@ -1,21 +1,16 @@
-"""The GRT text's remaining figures of what is stored and how pairs move through block 0's cascades: storage,
-one stage's activation, K/V/O per head, and the 16-pair overview.  The sublayer figures (attention with the mixer,
-the FFN around RadialGELU, the normalize-process-gate-add cycle) are in :mod:`figures.grt_text_sublayer_figs`.
+"""The GRT text's figures of storage, one stage's activation, K/V/O per head and the 16-pair overview.
 
-Source: ``../shared/seeds/001_cfb910613b442095.txt`` (its figure list).  ``grt.fig_storage`` is drawn from the
-reference configuration's modules (no training, float64 where values are shown); every other figure traces the
-corpus sentence of :mod:`figures.model_source` through the trained GRT (the shipped reference model, or
-``--checkpoint``) in float32, the dtype it trains in, and its caption names the checkpoint and the tokens it saw.
-The recomputation of one stage by hand runs in float64 on a copy.
-
-The 3-D pair traces are legible as static images: highlighted pairs over faint context, with 2-D projections
-(radius against stage, the (x0, x1) plane) beside the 3-D view; the rotatable versions go to ``index.html``.
+``grt.fig_storage`` is drawn from the reference configuration's modules (no training, float64 values); the others
+trace the corpus sentence of :mod:`figures.model_source` through the trained GRT in float32 (one stage is recomputed
+by hand in float64 on a copy).  Pair traces are highlighted pairs over faint context with 2-D projections beside the
+3-D view; the rotatable versions go to ``index.html``.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from functools import partial
 
 import numpy as np
 import torch
@@ -23,17 +18,17 @@ from matplotlib.collections import LineCollection
 
 from figures.interactive import figure3d, line_trace
 from figures.model_source import sentence_trace
-from figures.registry import FigureOutput, FigureUnavailable, figure
-from figures.style import FADED, HEAD_COLORS, STAGE_GROUP_COLORS, new_figure
+from figures.registry import FigureOutput, figure
+from figures.style import FADED, HEAD_COLORS, STAGE_GROUP_COLORS, head_color, new_figure
 from figures.trained_figs import (
     CASCADE_LABELS,
     _caption,
     _draw3d,
     _frame3d,
-    _interactive,
     _lit,
     cascade_tracks,
     heads_figure,
+    lit_mask,
     with_stage,
 )
 from rmsgauge import seed_everything, tolerance
@@ -42,17 +37,12 @@ FEATURE_COLORS = ("#6a51a3", "#1f77b4", "#2ca02c", "#d62728")  # f0 energy, f1 x
 STAGE_SHOWN = 1  # the stage fig_stage_activation opens: stride 2, so the butterfly re-pairs its input
 
 
-# ------------------------------------------------------------------------------------------------ storage
-
-
 @figure("grt.fig_storage", title="What is stored: dense layer vs phase storage", source="GRT text",
         claims=("grt.param_accounting",), fast=True)
 def storage(ctx) -> FigureOutput:
-    try:
-        from grt_model.config import GRTConfig
-        from grt_model.model import GRTBlock
-    except ModuleNotFoundError:
-        raise FigureUnavailable("grt_model is not in this checkout") from None
+    from grt_model.config import GRTConfig
+    from grt_model.model import GRTBlock
+
     cfg = GRTConfig()  # the text's reference config: V 50,000, d 256, 4 heads, d_ff 1024
     V, D, H, dh = cfg.vocab_size, cfg.d_model, cfg.n_heads, cfg.d_head
     blk = GRTBlock(cfg, device="meta")  # shapes only, no memory
@@ -77,12 +67,8 @@ def storage(ctx) -> FigureOutput:
     ax.barh(y, vals, color=cols, edgecolor="k", lw=0.5)
     for yi, v in zip(y, vals):
         ax.text(v * 1.15, yi, f"{int(v):,}", va="center", fontsize=7)
-    ax.set_xscale("log")
-    ax.set_yticks(y)
-    ax.set_yticklabels(labels, fontsize=7.5)
-    ax.set_xlim(1, vals.max() * 30)
-    ax.set_ylim(-0.6, y[0] + 1.1)
-    ax.set_xlabel("numbers stored (log scale)")
+    ax.set_yticks(y, labels, fontsize=7.5)
+    ax.set(xscale="log", xlim=(1, vals.max() * 30), ylim=(-0.6, y[0] + 1.1), xlabel="numbers stored (log scale)")
     ax.axhline(len(grt_rows) - 0.5 + gap, color="k", lw=0.8)
     ax.text(1.3, y[0] + 0.5, "standard layer (one block) + embedding", fontsize=8, weight="bold", va="bottom")
     ax.text(1.3, y[len(dense_rows)] + 0.5, "GRT: each of Q, K, V, O (one block) + phase embedding", fontsize=8,
@@ -103,8 +89,8 @@ def storage(ctx) -> FigureOutput:
     ax2.bar(np.arange(4 * P), col, color=np.repeat(FEATURE_COLORS, P), width=1.0)
     for b in range(4):
         ax2.bar([b * P + p], [col[b * P + p]], color="k", width=1.0)
-    ax2.set_xlabel(f"row of W[:, {p}], feature-major: f0 | f1 | f2 | f3\n({P} rows each; black: the self 1×4)")
-    ax2.set_ylabel("coupling value (init)")
+    ax2.set(xlabel=f"row of W[:, {p}], feature-major: f0 | f1 | f2 | f3\n({P} rows each; black: the self 1×4)",
+            ylabel="coupling value (init)")
     ax2.set_title(f"block 0, stage 0, head 0, pair {p}:\nθ = {theta:+.3f} rad, (s0, s1) = ({s0:.3f}, {s1:.3f}),\n"
                   f"and its coupling column W[:, {p}] ({4 * P} numbers)", fontsize=8.5)
     fig.suptitle("Storage half: what a dense layer keeps vs what GRT keeps", weight="bold")
@@ -119,9 +105,6 @@ def storage(ctx) -> FigureOutput:
            "not trained weights: this figure is about what is stored.")
     return FigureOutput(fig, cap, numbers={"dense_per_projection": D * D, "grt_per_projection": per_proj,
                                            "embedding_dense": V * D, "embedding_grt": V * cfg.pairs + V})
-
-
-# ------------------------------------------------------------------------------------------------ one stage
 
 
 @figure("grt.fig_stage_activation", title="One stage: shuffle, features, nudge, rotate, scale", source="GRT text",
@@ -161,8 +144,7 @@ def stage_activation(ctx) -> FigureOutput:
     for pi, (i0, i1) in enumerate(pairs):
         ax.plot([i0, i1], [pi % h * 0.15, pi % h * 0.15], color=HEAD_COLORS[pi % 4], lw=1.2)
         ax.scatter([i0, i1], [pi % h * 0.15] * 2, s=8, color=HEAD_COLORS[pi % 4], zorder=3)
-    ax.set_yticks([])
-    ax.set_xlabel(f"coordinate i of head 0 (d_head = {w})")
+    ax.set(yticks=[], xlabel=f"coordinate i of head 0 (d_head = {w})")
     ax.set_title(f"1. shuffle: stage {s} pairs i with i + {h} (butterfly stride {h})", fontsize=9)
     ax.grid(False)
     ax = fig.add_subplot(gs[0, 1])
@@ -175,8 +157,7 @@ def stage_activation(ctx) -> FigureOutput:
     idx = np.arange(P)
     ax.bar(idx, nudge.numpy(), color="#9467bd", label="nudge Δθ = tanh(F·W)")
     ax.scatter(idx, ((base + math.pi) % (2 * math.pi) - math.pi).numpy(), s=10, color="k", label="base θ (wrapped)")
-    ax.set_xlabel("pair slot p")
-    ax.set_ylabel("rad")
+    ax.set(xlabel="pair slot p", ylabel="rad")
     ax.legend(fontsize=7)
     ax.set_title("3. nudge: θ_used = θ + Δθ", fontsize=9)
     lim = float(torch.stack((x0, x1, r0, r1, y0, y1)).abs().max()) * 1.1
@@ -187,11 +168,7 @@ def stage_activation(ctx) -> FigureOutput:
                                          linewidths=0.8))
         ax.scatter(a0, a1, s=12, color="#1f77b4", label="before")
         ax.scatter(b0, b1, s=12, color="#d62728", marker="s", label="after")
-        ax.set_xlim(-lim, lim)
-        ax.set_ylim(-lim, lim)
-        ax.set_aspect("equal")
-        ax.set_xlabel("x0")
-        ax.set_ylabel("x1")
+        ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xlabel="x0", ylabel="x1")
         ax.legend(fontsize=7)
         ax.set_title(title, fontsize=9)
     ax = fig.add_subplot(gs[1, 2])
@@ -211,28 +188,9 @@ def stage_activation(ctx) -> FigureOutput:
                                            "agrees": ok, "mean_abs_nudge": float(nudge.abs().mean())})
 
 
-# ------------------------------------------------------------------------------------------------ K, V, O heads
-
-
-@figure("grt.fig_k_heads", title="Each head's K cascade alone, then combined", source="GRT text", trained=True,
-        interactive=True)
-def k_heads(ctx) -> FigureOutput:
-    return heads_figure(ctx, "k")
-
-
-@figure("grt.fig_v_heads", title="Each head's V cascade alone, then combined", source="GRT text", trained=True,
-        interactive=True)
-def v_heads(ctx) -> FigureOutput:
-    return heads_figure(ctx, "v")
-
-
-@figure("grt.fig_o_heads", title="Each head's O cascade alone, then combined", source="GRT text", trained=True,
-        interactive=True)
-def o_heads(ctx) -> FigureOutput:
-    return heads_figure(ctx, "o")
-
-
-# ------------------------------------------------------------------------------------------------ 16 pairs
+for _cascade in "kvo":  # grt.fig_k_heads, grt.fig_v_heads, grt.fig_o_heads: grt.fig_q_heads for K, V and O
+    figure(f"grt.fig_{_cascade}_heads", title=f"Each head's {_cascade.upper()} cascade alone, then combined",
+           source="GRT text", trained=True, interactive=True)(partial(heads_figure, name=_cascade))
 
 
 @figure("grt.fig_pairs_overview", title="16 pairs through Q, K, V, attention and O", source="GRT text",
@@ -242,9 +200,7 @@ def pairs_overview(ctx) -> FigureOutput:
     b0 = st.trace.blocks[0]
     tr = {n: cascade_tracks(getattr(b0, n), st.token) for n in "qkvo"}  # (H, P, S+1, 2) each
     H, P, S1, _ = tr["q"].shape
-    slots = _lit(P)
-    lit = np.zeros((H, P), dtype=bool)
-    lit[:, slots] = True
+    slots, lit = _lit(P), lit_mask(H, P)
     # stacked z: Q at 0..S, K, V after it, then O, whose stage-0 input is the attention output
     offsets = {n: j * (S1 + 1) for j, n in enumerate("qkvo")}
     fig = new_figure(figsize=(13.0, 6.2))
@@ -256,16 +212,15 @@ def pairs_overview(ctx) -> FigureOutput:
         allpts.append(t3.reshape(-1, 3))
         _draw3d(ax, t3[~lit], FADED, lw=0.3, alpha=0.3)
         for h in range(H):
-            _draw3d(ax, t3[h, slots], HEAD_COLORS[h % len(HEAD_COLORS)], lw=1.6, alpha=1.0)
+            _draw3d(ax, t3[h, slots], head_color(h), lw=1.6, alpha=1.0)
     for h in range(H):  # V's output feeds attention, whose output is O's input: dashed links
         v_end = with_stage(tr["v"], z0=offsets["v"])[h, slots, -1]
         o_start = with_stage(tr["o"], z0=offsets["o"])[h, slots, 0]
         for a, b in zip(v_end, o_start):
-            ax.plot(*np.c_[a, b], color=HEAD_COLORS[h % len(HEAD_COLORS)], ls="--", lw=0.7)
+            ax.plot(*np.c_[a, b], color=head_color(h), ls="--", lw=0.7)
     _frame3d(ax, np.concatenate(allpts)[None], f"{H * len(slots)} pairs ({len(slots)} per head) lit, "
              f"{H * P - H * len(slots)} faded", zlabel="Q | K | V | attention → O")
-    ax.set_zticks([offsets[n] + (S1 - 1) / 2 for n in "qkvo"])
-    ax.set_zticklabels(["Q", "K", "V", "O"])
+    ax.set_zticks([offsets[n] + (S1 - 1) / 2 for n in "qkvo"], ["Q", "K", "V", "O"])
     r = {n: np.hypot(tr[n][..., 0], tr[n][..., 1]) for n in "qkvo"}  # (H, P, S+1)
     phi = {n: np.arctan2(tr[n][..., 1], tr[n][..., 0]) for n in "qkvo"}
     for row, (vals, ylabel) in enumerate(((r, "pair radius"), (phi, "pair phase φ (rad)"))):
@@ -276,34 +231,28 @@ def pairs_overview(ctx) -> FigureOutput:
                                              alpha=0.35))
             for h in range(H):
                 for v in vals[n][h, slots]:
-                    a2.plot(z, v, color=HEAD_COLORS[h % len(HEAD_COLORS)], lw=1.0, marker="o", ms=1.8)
+                    a2.plot(z, v, color=head_color(h), lw=1.0, marker="o", ms=1.8)
             a2.axvspan(offsets[n] - 0.5, offsets[n] + S1 - 0.5, color=STAGE_GROUP_COLORS[n], alpha=0.06)
             a2.text(offsets[n] + (S1 - 1) / 2, 1.0, CASCADE_LABELS[n], transform=a2.get_xaxis_transform(),
                     ha="center", va="bottom", fontsize=8, weight="bold")
         a2.set_xlim(-0.5, offsets["o"] + S1 - 0.5)
         lo = min(float(v.min()) for v in vals.values())
         hi = max(float(v.max()) for v in vals.values())
-        a2.set_ylim(lo - 0.05 * abs(hi - lo), hi + 0.05 * abs(hi - lo))
-        a2.set_ylabel(ylabel)
-        a2.set_xlabel("stacked stage (O's stage 0 is the attention output)")
+        a2.set(ylim=(lo - 0.05 * abs(hi - lo), hi + 0.05 * abs(hi - lo)), ylabel=ylabel,
+               xlabel="stacked stage (O's stage 0 is the attention output)")
     fig.suptitle("16 pairs through Q, K, V, attention and O (block 0), in their head colours", weight="bold")
-
-    def build():
-        traces = []
-        for n in "qkvo":
-            t3 = with_stage(tr[n], z0=offsets[n])
-            traces.append(line_trace(t3[~lit], name=f"{CASCADE_LABELS[n]}: other pairs", color=FADED, width=1,
-                                     opacity=0.3))
-            traces += [line_trace(t3[h, slots], name=f"{CASCADE_LABELS[n]} head {h}",
-                                  color=HEAD_COLORS[h % len(HEAD_COLORS)], width=5, markers=True) for h in range(H)]
-        return figure3d(traces, title="16 pairs through Q, K, V, attention and O", z_title="Q | K | V | O")
-
-    inter, note = _interactive(build)
+    traces = []
+    for n in "qkvo":
+        t3 = with_stage(tr[n], z0=offsets[n])
+        traces.append(line_trace(t3[~lit], name=f"{CASCADE_LABELS[n]}: other pairs", color=FADED, width=1, opacity=0.3))
+        traces += [line_trace(t3[h, slots], name=f"{CASCADE_LABELS[n]} head {h}", color=head_color(h), width=5,
+                              markers=True) for h in range(H)]
+    inter = figure3d(traces, title="16 pairs through Q, K, V, attention and O", z_title="Q | K | V | O")
     cap = _caption(st, f"The attention sublayer distilled: {len(slots)} pair slots per head ({list(slots)}; "
                        f"{H * len(slots)} in all) carried through block 0's Q, K and V cascades, attention, and the O "
                        f"cascade, stacked upward ({S1 - 1} stages each; O's stage 0 is the attention output for that "
                        f"slot, dashed from V), in their head colours over the other {H * P - H * len(slots)} pairs "
                        "faint. Right: the same lit pairs' radius and phase against the stacked stage, so the static "
-                       "image reads without rotation; the rotatable view is in index.html.") + note
+                       "image reads without rotation; the rotatable view is in index.html.")
     return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
                                                                "slots": [int(v) for v in slots]})

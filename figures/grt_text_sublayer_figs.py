@@ -1,11 +1,6 @@
-"""The GRT text's sublayer figures: the attention sublayer with the residual add and the mixer, the FFN around
-RadialGELU, and the normalize-process-gate-add cycle every sublayer of every block runs.
-
-Separate from :mod:`figures.grt_text_figs` (the stored weights and the pair traces through block 0's cascades):
-these follow the residual stream through a block's sublayers, reading the stream before and after each write
-rather than one cascade's stages.  Each traces the corpus sentence of :mod:`figures.model_source` through the
-trained GRT (the shipped reference model, or ``--checkpoint``) in float32; the mixer's Jacobian is recomputed in
-float64 on a copy.
+"""The GRT text's sublayer figures: attention with the residual add and the mixer, the FFN around RadialGELU, and
+the normalize-process-gate-add cycle, following the traced sentence's residual stream (float32; the mixer's Jacobian
+in float64 on a copy).
 """
 
 from __future__ import annotations
@@ -20,17 +15,9 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from figures.model_source import sentence_trace
 from figures.registry import FigureOutput, figure
-from figures.style import FADED, HEAD_COLORS, new_figure
+from figures.style import FADED, head_color, new_figure
 from figures.trained_figs import _caption
 from rmsgauge import tolerance
-
-
-def _head_of_pair(P: int, H: int) -> np.ndarray:
-    """``[P]`` head of each adjacent pair of the stream (head h owns coordinates h*d_head .. (h+1)*d_head-1)."""
-    return np.arange(P) // (P // H)
-
-
-# ------------------------------------------------------------------------------------------------ attention + mixer
 
 
 @figure("grt.fig_attention_mixer_sublayer", title="The attention sublayer, the residual add, and the mixer",
@@ -47,7 +34,7 @@ def attention_mixer_sublayer(ctx) -> FigureOutput:
              ("x + g_attn·O + g_mix·M", b0.after_mixer)]
     pts = [v[0, t].double().numpy().reshape(-1, 2) for _, v in steps]  # each (P, 2) adjacent pairs
     P = pts[0].shape[0]
-    heads = _head_of_pair(P, H)
+    heads = np.arange(P) // (P // H)  # (P,) the head owning each adjacent pair (coordinates h*d_head ..)
     # the mixer's Jacobian at this token (float64 copy): how strongly each head's output reads each head's input
     mix = copy.deepcopy(blk.mixer.cascade).double()
     z = b0.mixer_in[0, t].double()
@@ -59,21 +46,13 @@ def attention_mixer_sublayer(ctx) -> FigureOutput:
     lim = max(float(np.abs(p).max()) for p in pts) * 1.08
     for k, ((title, _), p) in enumerate(zip(steps, pts)):
         ax = fig.add_subplot(gs[0, k])
-        ax.scatter(p[:, 0], p[:, 1], s=9, c=[HEAD_COLORS[h % len(HEAD_COLORS)] for h in heads])
-        ax.set_xlim(-lim, lim)
-        ax.set_ylim(-lim, lim)
-        ax.set_aspect("equal")
+        ax.scatter(p[:, 0], p[:, 1], s=9, c=[head_color(h) for h in heads])
+        ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xlabel="x0", ylabel="x1" if k == 0 else "")
         ax.set_title(title, fontsize=8)
-        ax.set_xlabel("x0")
-        if k == 0:
-            ax.set_ylabel("x1")
     ax = fig.add_subplot(gs[0, -1])
     im = ax.imshow(cross, cmap="viridis", norm=LogNorm(vmin=max(float(cross[cross > 0].min()), 1e-12),
                                                        vmax=float(cross.max())), interpolation="nearest")
-    ax.set_xlabel("input head")
-    ax.set_ylabel("output head")
-    ax.set_xticks(range(H))
-    ax.set_yticks(range(H))
+    ax.set(xlabel="input head", ylabel="output head", xticks=range(H), yticks=range(H))
     ax.grid(False)
     ax.set_title("mixer: ‖∂M_out/∂z_in‖_F per head pair", fontsize=8)
     fig.colorbar(im, ax=ax, shrink=0.8)
@@ -90,9 +69,6 @@ def attention_mixer_sublayer(ctx) -> FigureOutput:
                        "coupling (its stride-1 stage never pairs across heads).")
     return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "cross_head_norms": cross.tolist(),
                                            "gates": dict(g)})
-
-
-# ------------------------------------------------------------------------------------------------ FFN
 
 
 @figure("grt.fig_ffn_radial_gelu", title="FFN: expand, RadialGELU, contract", source="GRT text", trained=True)
@@ -124,16 +100,13 @@ def ffn_radial_gelu(ctx) -> FigureOutput:
         ax = fig.add_subplot(top[0, k])
         im = ax.imshow(np.where(rr > tiny, rr, np.nan), aspect="auto", cmap="magma", interpolation="nearest",
                        norm=LogNorm(vmin=vmin, vmax=vmax))
-        ax.set_xlabel(f"pair slot (of {Pff}; each stage's own pairing)")
-        ax.set_ylabel("stage (0 = input)")
+        ax.set(xlabel=f"pair slot (of {Pff}; each stage's own pairing)", ylabel="stage (0 = input)")
         ax.set_title(f"FFN {name}: pair radius per stage (blank: exactly empty)", fontsize=9)
         ax.grid(False)
         fig.colorbar(im, ax=ax, shrink=0.85)
     ax = fig.add_subplot(gs[1, 0])
     ax.plot(range(ex.n_stages + 1), filled, marker="o")
-    ax.set_xlabel("expand stage")
-    ax.set_ylabel("fraction of pairs carrying signal")
-    ax.set_ylim(0, 1.05)
+    ax.set(xlabel="expand stage", ylabel="fraction of pairs carrying signal", ylim=(0, 1.05))
     ax.set_title(f"the {Pff - D // 2} empty pairs fill up", fontsize=9)
     ax = fig.add_subplot(gs[1, 1])
     rr = np.linspace(0, float(r_in.max()) * 1.05, 200)
@@ -141,8 +114,7 @@ def ffn_radial_gelu(ctx) -> FigureOutput:
     ax.plot(rr, rr * phi_cdf, color="k", lw=1, label="GELU(r) = r Φ(r)")
     ax.plot(rr, rr, color=FADED, ls="--", lw=1, label="identity")
     ax.scatter(r_in, r_out, s=6, color="#8c564b", label="pairs of this token")
-    ax.set_xlabel("radius in")
-    ax.set_ylabel("radius out")
+    ax.set(xlabel="radius in", ylabel="radius out")
     ax.legend(fontsize=7)
     ax.set_title("RadialGELU: each pair's radius gated", fontsize=9)
     ax = fig.add_subplot(gs[1, 2])
@@ -161,9 +133,6 @@ def ffn_radial_gelu(ctx) -> FigureOutput:
                        f"The contract's output keeps its first {D} coordinates.")
     return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "filled": filled.tolist(),
                                            "max_angle_change": float(np.abs(dphi).max())})
-
-
-# ------------------------------------------------------------------------------------------------ block cycle
 
 
 @figure("grt.fig_block_cycle", title="Normalize, process, gate, add: every cycle of every block", source="GRT text",
@@ -203,8 +172,7 @@ def block_cycle(ctx) -> FigureOutput:
     ax.text(2.75, -0.08, "the raw stream passes straight to the add (residual)", ha="center", va="top", fontsize=7)
     ax.text(6.6, 0.5, f"× 3 per block (attention, mixer, FFN)\n× {nb} blocks = {3 * nb} cycles here\n"
             "(the text: × 12 = 36)", fontsize=8, va="center")
-    ax.set_xlim(-0.1, 8.6)
-    ax.set_ylim(-0.4, 1.0)
+    ax.set(xlim=(-0.1, 8.6), ylim=(-0.4, 1.0))
     ax = fig.add_subplot(gs[1, 0])
     x = np.arange(n)
     arr = np.array([r[1:] for r in rows])  # (n, 6)
@@ -216,10 +184,8 @@ def block_cycle(ctx) -> FigureOutput:
             label="RMS of the stream (before the first cycle, then after each add)")
     for xi, r in zip(x, rows):
         ax.text(xi + 0.5 * wdt, r[5] * 1.02, f"g={r[4]:.2f}", fontsize=7, ha="center", va="bottom")
-    ax.set_xticks(x)
-    ax.set_xticklabels([r[0].replace(".", "\n") for r in rows])
-    ax.set_xlabel("block / sublayer (cycle)")
-    ax.set_ylabel("RMS per token (mean over the sentence)")
+    ax.set(xticks=x, xticklabels=[r[0].replace(".", "\n") for r in rows], xlabel="block / sublayer (cycle)",
+           ylabel="RMS per token (mean over the sentence)")
     ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("Normalize a copy, process, gate, add: the cycle every sublayer runs", weight="bold")
     cap = _caption(st, f"Top: the four-step cycle the text describes (PearlNorm normalizes a copy of the stream, the "

@@ -1,15 +1,6 @@
-"""Drag-to-rotate 3-D views of pair traces (plotly, offline).
+"""Drag-to-rotate 3-D views of pair traces (plotly, offline): x0, x1 (the rebuilt pair) across, the stage upward.
 
-The GRT text's own page shows its pair traces as 3-D views a reader can rotate.
-We build them with plotly (a well-kept library whose bundled ``plotly.min.js``
-renders offline) and embed each view's JSON in ``index.html``; the script is
-written once beside the page.  Axes follow the text: ``x0``, ``x1`` (the rebuilt
-Cartesian pair) horizontally, the stage index vertically (z = 0 is the cascade's
-input).
-
-Serialization is deterministic: numbers are rounded to ``DIGITS`` significant
-figures and the JSON is written without whitespace in plotly's key order, so two
-runs give the same bytes.
+Serialization is deterministic: numbers rounded to ``DIGITS`` significant figures, no whitespace, plotly's key order.
 """
 
 from __future__ import annotations
@@ -22,24 +13,10 @@ import numpy as np
 DIGITS = 4  # significant figures kept in the embedded JSON: plenty for a plot, keeps the page small
 
 
-class PlotlyMissing(RuntimeError):
-    pass
-
-
-def _go():
-    try:
-        import plotly.graph_objects as go
-    except ModuleNotFoundError:
-        raise PlotlyMissing("plotly is not installed: pip install plotly (the 3-D views need it)") from None
-    return go
-
-
 def plotly_js() -> str:
     """plotly's bundled, minified script (no network)."""
-    try:
-        from plotly.offline import get_plotlyjs
-    except ModuleNotFoundError:
-        raise PlotlyMissing("plotly is not installed: pip install plotly (the 3-D views need it)") from None
+    from plotly.offline import get_plotlyjs
+
     return get_plotlyjs()
 
 
@@ -66,7 +43,8 @@ def line_trace(tracks: np.ndarray, *, name: str, color: str, width: float = 2.0,
                markers: bool = False, marker_color: np.ndarray | None = None, cmin: float = -1.0,
                cmax: float = 1.0, colorscale: str = "RdBu", showscale: bool = False) -> Any:
     """One ``Scatter3d`` drawing every track in ``tracks`` (``(N, S, 3)``: x0, x1, stage)."""
-    go = _go()
+    import plotly.graph_objects as go
+
     x, y, z = polylines(tracks)
     kw: dict[str, Any] = {"mode": "lines+markers" if markers or marker_color is not None else "lines"}
     kw["line"] = {"color": color, "width": width}
@@ -81,7 +59,8 @@ def line_trace(tracks: np.ndarray, *, name: str, color: str, width: float = 2.0,
 
 
 def figure3d(traces: list[Any], *, title: str, z_title: str = "stage", height: int = 540) -> Any:
-    go = _go()
+    import plotly.graph_objects as go
+
     fig = go.Figure(data=traces)
     fig.update_layout(
         title={"text": title, "font": {"size": 14}},

@@ -1,16 +1,9 @@
-"""The trained GRT behind the trained-model figures: the shipped reference GRT, or ``--checkpoint``.
+"""The trained GRT behind the trained-model figures, and the sentence they trace.
 
-Without ``--checkpoint`` the figures draw the GRT shipped inside the package
-(:func:`lm.reference.load_reference`, ``lm/reference_models/grt.pt``: its sha256 is checked against its
-model card before anything is unpickled), so a fresh clone draws every figure without training.  With
-``--checkpoint PATH`` they draw that training checkpoint (``python -m lm.train --model grt``).  Every
-trained-model caption carries :attr:`TrainedModel.provenance`: which weights, which config, how many steps
-and tokens, and the validation loss they reached.
-
-The sentence the figures trace is a real line of the bundled corpus
-(:data:`SENTENCE`, Macbeth I.3, echoing the source text's "the earth is blue");
-tokens are bytes, so the text's single token 'earth' is five tokens here and the
-pair traces follow the last of them (:data:`TRACE_WORD`).
+Without ``--checkpoint`` the figures draw the shipped reference GRT (:func:`lm.reference.load_reference`: its sha256
+is checked against its model card before anything is unpickled); with it, that training checkpoint.  Every trained
+caption carries :attr:`TrainedModel.provenance` (weights, config, steps, tokens, validation loss).  :data:`SENTENCE`
+is a line of the bundled corpus; tokens are bytes, so the pair traces follow the last byte of :data:`TRACE_WORD`.
 """
 
 from __future__ import annotations
@@ -72,10 +65,8 @@ def _display_path(p: Path, out_dir: Path) -> str:
 
 
 def _from_checkpoint(ctx) -> TrainedModel:
-    try:
-        from lm.checkpoint import load_checkpoint, model_from_checkpoint
-    except ModuleNotFoundError as e:
-        raise FigureUnavailable(f"lm.checkpoint is not in this checkout ({e.name})") from None
+    from lm.checkpoint import load_checkpoint, model_from_checkpoint
+
     path = Path(ctx.checkpoint)
     ck = load_checkpoint(path, map_location="cpu")
     if ck.get("model_kind") != "grt":
@@ -90,11 +81,8 @@ def _from_checkpoint(ctx) -> TrainedModel:
 
 
 def _shipped() -> TrainedModel:
-    try:
-        from lm.reference import load_reference
-    except ModuleNotFoundError as e:
-        raise FigureUnavailable(f"lm.reference (the shipped models) is not in this checkout ({e.name}); "
-                                "pass --checkpoint PATH") from None
+    from lm.reference import load_reference
+
     try:
         model = load_reference(REFERENCE_NAME)
     except FileNotFoundError as e:
@@ -108,7 +96,6 @@ def _shipped() -> TrainedModel:
                         train_config=dict(card.get("train_config") or {}),
                         val_loss=None if val is None else float(val), shipped=True,
                         extra={"sha256": card.get("sha256"), "reproduce": card.get("reproduce"),
-                               "final_val_bpb": card.get("final_val_bpb"),
                                "final_val_bpb_full": card.get("final_val_bpb_full")})
 
 
@@ -155,21 +142,3 @@ def sentence_trace(ctx) -> SentenceTrace:
         return SentenceTrace(text, labels, token, tr, tm)
 
     return ctx.memo("sentence_trace", run)
-
-
-def write_untrained_checkpoint(path, seed: int = 0, **overrides: Any) -> Path:
-    """A checkpoint of a freshly initialized tiny GRT (no training): for tests and for trying the figures fast.
-
-    ``overrides`` update ``GRTConfig.small(d_model=32, n_heads=2, n_blocks=1, d_ff=64, block_size=64)``.
-    """
-    from grt_model.config import GRTConfig
-    from grt_model.model import GRT
-    from lm.checkpoint import save_checkpoint
-    from rmsgauge import seed_everything
-
-    cfg = GRTConfig.small(**{"d_model": 32, "n_heads": 2, "n_blocks": 1, "d_ff": 64, "block_size": 64, **overrides})
-    seed_everything(seed)
-    model = GRT(cfg)
-    return save_checkpoint(path, model_kind="grt", model=model, optimizer=None,
-                           train_config={"batch_size": 0, "lr": 0.0, "wd": 0.0, "seed": seed, "dtype": "float32"},
-                           step=0, tokens_seen=0)

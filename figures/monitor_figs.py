@@ -1,11 +1,7 @@
-r"""Figures of the equilibrium monitor and the rotational optimizer variants.
-
-- ``dynamics.fig_rotational_variants``: the base optimizer (AdamW, SGD with momentum) against its rotational variant
-  (:mod:`dynamics.rotational`) on the bundled corpus, same tokens and seeds: loss curves and the mean per-step
-  angle of the gauge groups with the equilibrium angle of :mod:`dynamics.laws` (Kosson, Messmer & Jaggi,
-  arXiv:2305.17212; Wan et al., arXiv:2006.08419).  Reads ``results/rotational/compare.json`` written by
-  ``python -m studies.rotational_compare`` (about 7 minutes on 2 shared cores): the figure is a view of a
-  committed result, not a rerun.
+"""``dynamics.fig_rotational_variants``: base optimizers (AdamW, SGD with momentum) against their rotational variants
+(:mod:`dynamics.rotational`; Kosson, Messmer & Jaggi, arXiv:2305.17212; Wan et al., arXiv:2006.08419): loss and the
+gauge groups' per-step angle against the equilibrium angle.  A view of ``results/rotational/compare.json`` (written
+by ``python -m studies.rotational_compare``, about 7 minutes), not a rerun.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The figure registry: name -> function(ctx) -> FigureOutput, and the loop that writes them.
+"""The figure registry (name -> ``fn(ctx) -> FigureOutput``) and the loop that writes the figures.
 
-A figure's ``name`` is its file stem.  Where a figure is the evidence for one
-claim, its name *is* that claim's id (``gauge.forward_invariance.svg``); figures
-of the GRT text's own figure list that illustrate the architecture rather than a
-measured claim get a ``grt.fig_*`` name and list the claims they support in
-``claims``.  Each figure writes ``<name>.svg``, ``<name>.png``, a sidecar
-``<name>.json`` (caption, claims, provenance: what the report reads) and, for the
-pair-trace views, ``<name>.plotly.json`` (the interactive 3-D view).
+A figure's name is its file stem: the claim id it is evidence for where there is one (``gauge.forward_invariance``),
+else a ``<package>.fig_*`` name with the claims it supports in ``claims``.  Each figure writes ``<name>.svg``,
+``<name>.png``, a sidecar ``<name>.json`` (caption, claims, numbers: what the report reads) and, for a 3-D view,
+``<name>.plotly.json``.
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ PLOTLY_SUFFIX = ".plotly.json"
 
 
 class FigureUnavailable(RuntimeError):
-    """A figure cannot be drawn in this checkout (a package it reads is missing); the run notes it and goes on."""
+    """A figure cannot be drawn (a committed result or the shipped weights it reads are missing): noted, not fatal."""
 
 
 @dataclass
@@ -118,18 +115,9 @@ def write_output(spec: FigureSpec, out: FigureOutput, out_dir: Path) -> list[Pat
 
         inter = spec.name + PLOTLY_SUFFIX
         files.append(atomic_write_text(out_dir / inter, to_json(out.interactive)))
-    side = {
-        "name": spec.name,
-        "title": spec.title,
-        "source": spec.source,
-        "claims": list(spec.claims),
-        "caption": out.caption,
-        "svg": spec.name + ".svg",
-        "png": spec.name + ".png",
-        "interactive": inter,
-        "trained": spec.trained,
-        "numbers": out.numbers,
-    }
+    side = {"name": spec.name, "title": spec.title, "source": spec.source, "claims": list(spec.claims),
+            "caption": out.caption, "svg": spec.name + ".svg", "png": spec.name + ".png", "interactive": inter,
+            "trained": spec.trained, "numbers": out.numbers}
     files.append(atomic_write_json(out_dir / (spec.name + SIDE_SUFFIX), side))
     return files
 

@@ -61,17 +61,12 @@ def run(names: list[str], ctx: FigureContext, *, claim_sources: tuple[str, ...] 
     out_dir = ctx.out_dir
     log = registry.generate(names, ctx)
     res = RunResult(log=log)
-    if claims is not None or proofs is not None:
-        figure_claims = {n: s.claims for n, s in registry.load_all().items()}
-        res.claims = gather_mod.link_figures(list(claims or []), figure_claims)
-        res.proofs = list(proofs or [])
-        write_claims_json(out_dir / CLAIMS_FILE, res.claims, sources=["given"], missing={},
-                          proofs=[_proof_json(p) for p in res.proofs])
-    elif claim_sources:
-        g = gather_mod.gather(claim_sources, quick=ctx.quick, seed=ctx.seed, log=registry.progress)
+    given = claims is not None or proofs is not None
+    if given or claim_sources:
+        g = (gather_mod.Gathered(list(claims or []), list(proofs or []), sources=("given",)) if given
+             else gather_mod.gather(claim_sources, quick=ctx.quick, seed=ctx.seed, log=registry.progress))
         res.proofs, res.missing = g.proofs, g.missing
-        figure_claims = {n: s.claims for n, s in registry.load_all().items()}
-        res.claims = gather_mod.link_figures(g.claims, figure_claims)
+        res.claims = gather_mod.link_figures(g.claims, {n: s.claims for n, s in registry.load_all().items()})
         write_claims_json(out_dir / CLAIMS_FILE, res.claims, sources=list(g.sources), missing=g.missing,
                           proofs=[_proof_json(p) for p in res.proofs])
     else:

@@ -1,19 +1,7 @@
-r"""Figures of the GRT experiment grid (:mod:`studies.experiments`), drawn from its committed records.
-
-- ``studies.content_adaptive``: whole-split bits/byte of each ablation variant against the shipped GRT, with
-  both seeds and their range (1M tokens at the shipped shape).
-- ``studies.stable_by_construction``: final validation loss against lr, one line per 12-block model; unstable
-  runs (non-finite, loss not below its start, or a blow-up) drawn hollow.
-- ``studies.space_efficient``: bits/byte against parameters and against training seconds, GRT and
-  parameter-matched dense at 2, 4 and 8 blocks, with the text-shape pair.
-- ``studies.fig_gate_trajectories``: every GRT run's residual gates (attention, mixer, FFN) at each evaluation,
-  block 0 and the last block, against the text's trained block-0 values 0.99 / 0.97 / 0.79.
-- ``studies.fig_tuning_search``: the structure-aware lr search of each model, run by run, and its best point at
-  fresh seeds against the global lr.
-
-Each reads ``results/grt-experiments/runs.json`` (and ``logs/`` for the trajectories): a view of committed
-results, never a rerun (not in the ``--quick`` set: a group with no record yet is "unavailable"; their determinism
-is tested on synthetic records, ``tests/test_studies_figs.py``).
+r"""Figures of the GRT experiment grid (:mod:`studies.experiments`), drawn from its committed records
+(``results/grt-experiments/runs.json``, and ``logs/`` for the gate trajectories), never rerun.  Not in the
+``--quick`` set; a group with no record yet is "unavailable" (determinism is tested on synthetic records in
+``tests/test_studies_figs.py``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Deterministic matplotlib: the same inputs give byte-identical SVG and PNG files.
 
-What would otherwise change between two runs, and how it is pinned:
+- SVG ids: ``svg.hashsalt`` is fixed, and every hashed id (a letter + 10 hex digits; clip-path ids hash the clip
+  rectangle's floats, which constrained layout can move by an ulp) is renamed to the letter + its order of first
+  appearance.
+- ``savefig(metadata=...)`` with ``None`` values drops the creation date and matplotlib's version.
+- Text is drawn as glyph paths from DejaVu Sans (bundled with matplotlib): no system fonts, the same in any browser.
+- The Agg backend, selected before pyplot loads, rasterizes deterministically.
 
-- SVG element ids are hashes salted with a random value per process unless
-  ``rcParams["svg.hashsalt"]`` is set; we fix it.  Clip-path ids also hash the
-  clip rectangle's floats at full precision, and constrained layout can land
-  an ulp apart depending on what the process drew before (seen under pytest-xdist):
-  the same picture, a different id.  So every hashed id (a letter + 10 hex digits)
-  is renamed to the letter + its order of first appearance.
-- SVG and PNG carry a creation date and the creating software's version in
-  their metadata; ``savefig(metadata=...)`` with ``None`` values drops them.
-- Text is drawn as glyph paths (``svg.fonttype = "path"``) from DejaVu Sans, the
-  font matplotlib bundles, so files neither depend on nor embed system fonts
-  and render identically offline in any browser.
-- The Agg backend rasterizes deterministically; we select it before pyplot loads.
-
-Every file is written atomically (``rmsgauge.atomic_write_bytes``): a reader never
-sees a half-written figure.
+Every file is written atomically (``rmsgauge.atomic_write_bytes``).
 """
 
 from __future__ import annotations
@@ -48,6 +39,10 @@ STAGE_GROUP_COLORS = {
 }
 COS_CMAP = "RdBu"  # the source's convention: blue = aligned (cos = +1), red = opposed (cos = -1)
 FADED = "#c8c8c8"
+
+
+def head_color(h: int) -> str:
+    return HEAD_COLORS[h % len(HEAD_COLORS)]
 
 RC = {
     "svg.hashsalt": SVG_HASHSALT,

@@ -1,20 +1,8 @@
-"""Trained-model figures of the GRT text's figure list that draw block 0's cascades as pair traces, from
-:func:`grt_model.trace.trace_model`: one pair and all pairs through Q, each head's Q cascade, Q/K/V meeting at
-attention, and every stage of block 0 stacked.
-
-All of them trace one real corpus sentence (:data:`figures.model_source.SENTENCE`)
-through the figure model (``--checkpoint`` or the cached auto-trained one); every
-caption names the checkpoint and its training budget.  The model runs in float32
-(as it trains).  Axes follow the text: a pair is drawn in its rebuilt Cartesian
-coordinates (x0, x1); the stage index is the third axis; "pair p" at a stage is
-slot p of that stage's butterfly pairing (``CascadeTrace.pairs``).
-
-The pair-trace figures also carry a drag-to-rotate 3-D view (``figures.interactive``).
-
-The helpers here (pair tracks, the 3-D drawing, the caption, ``heads_figure``) are shared with
-:mod:`figures.grt_text_figs` (K/V/O per head, the 16-pair overview); the caption also with
-:mod:`figures.trained_stack_figs` (per-block statistics across the whole stack: attention weights, the Q–K angle
-gap, gates, radius spread) and :mod:`figures.grt_text_sublayer_figs`.
+"""Trained-model figures that draw block 0's cascades as pair traces (:func:`grt_model.trace.trace_model`): one pair
+and all pairs through Q, each head's Q cascade, Q/K/V at attention, every stage of block 0.  A pair is drawn in its
+rebuilt coordinates (x0, x1) with the stage as the third axis; "pair p" at a stage is slot p of that stage's
+butterfly pairing.  The helpers here (pair tracks, 3-D drawing, the caption, ``heads_figure``) serve the other
+trained-model figure modules too.
 """
 
 from __future__ import annotations
@@ -24,10 +12,10 @@ import torch
 from matplotlib.collections import LineCollection
 from mpl_toolkits.mplot3d.art3d import Line3DCollection
 
-from figures.interactive import PlotlyMissing, figure3d, line_trace
+from figures.interactive import figure3d, line_trace
 from figures.model_source import TRACE_WORD, SentenceTrace, sentence_trace
 from figures.registry import FigureOutput, figure
-from figures.style import COS_CMAP, FADED, HEAD_COLORS, STAGE_GROUP_COLORS, new_figure
+from figures.style import COS_CMAP, FADED, STAGE_GROUP_COLORS, head_color, new_figure
 
 LIT_PER_HEAD = 4  # the text's interactive view: "4 pairs per head lit in their head color, the other 112 faded"
 CASCADE_LABELS = {"q": "Q", "k": "K", "v": "V", "o": "O", "mixer": "mixer", "ffn_expand": "FFN expand",
@@ -47,24 +35,16 @@ def with_stage(tracks: np.ndarray, z0: float = 0.0) -> np.ndarray:
     return np.concatenate((tracks, z), axis=-1)
 
 
-def _segments(tracks3: np.ndarray) -> np.ndarray:
-    """``[N, S, 3] -> [N*(S-1), 2, 3]`` line segments for a Line3DCollection."""
-    return np.stack((tracks3[:, :-1], tracks3[:, 1:]), axis=2).reshape(-1, 2, 3)
-
-
 def _draw3d(ax, tracks3: np.ndarray, color, lw: float = 0.8, alpha: float = 0.9) -> None:
-    ax.add_collection3d(Line3DCollection(_segments(tracks3), colors=color, linewidths=lw, alpha=alpha))
+    """Tracks ``[N, S, 3]`` as one Line3DCollection of their ``N*(S-1)`` segments."""
+    segments = np.stack((tracks3[:, :-1], tracks3[:, 1:]), axis=2).reshape(-1, 2, 3)
+    ax.add_collection3d(Line3DCollection(segments, colors=color, linewidths=lw, alpha=alpha))
 
 
 def _frame3d(ax, tracks3: np.ndarray, title: str, zlabel: str = "stage") -> None:
     lo, hi = tracks3.reshape(-1, 3).min(0), tracks3.reshape(-1, 3).max(0)
     lim = float(max(abs(lo[:2]).max(), abs(hi[:2]).max())) * 1.05 or 1.0
-    ax.set_xlim(-lim, lim)
-    ax.set_ylim(-lim, lim)
-    ax.set_zlim(lo[2], hi[2])
-    ax.set_xlabel("x0")
-    ax.set_ylabel("x1")
-    ax.set_zlabel(zlabel)
+    ax.set(xlim=(-lim, lim), ylim=(-lim, lim), zlim=(lo[2], hi[2]), xlabel="x0", ylabel="x1", zlabel=zlabel)
     ax.set_title(title, fontsize=9)
     ax.view_init(elev=22, azim=-60)
 
@@ -72,17 +52,6 @@ def _frame3d(ax, tracks3: np.ndarray, title: str, zlabel: str = "stage") -> None
 def _caption(st: SentenceTrace, what: str) -> str:
     return (f"{what} Input: the corpus sentence \"{st.text}\" (byte tokens; the traced token is the last byte of "
             f"'{TRACE_WORD}', position {st.token}). float32. Model: {st.tm.provenance}.")
-
-
-def _interactive(build):
-    """Build a plotly view; a checkout without plotly gets the static figure and a note instead."""
-    try:
-        return build(), ""
-    except PlotlyMissing as e:
-        return None, f" (No 3-D view: {e}.)"
-
-
-# ------------------------------------------------------------------------------------------------ Q traces
 
 
 @figure("grt.fig_q_pair_trace", title="One pair traced through the Q stages", source="GRT text", trained=True,
@@ -100,27 +69,21 @@ def q_pair_trace(ctx) -> FigureOutput:
     ax.plot(range(S + 1), one[:, 0], marker="o", label="x0 = r cos φ")
     ax.plot(range(S + 1), one[:, 1], marker="s", label="x1 = r sin φ")
     ax.plot(range(S + 1), r, color="k", ls="--", lw=1, label="r")
-    ax.set_xlabel("Q stage (0 = the cascade's input, after PearlNorm)")
-    ax.set_ylabel("coordinate")
-    ax.set_xticks(range(S + 1))
+    ax.set(xlabel="Q stage (0 = the cascade's input, after PearlNorm)", ylabel="coordinate", xticks=range(S + 1),
+           title=f"block 0, head {h}, pair slot {p}: x0, x1 against stage")
     ax.legend()
-    ax.set_title(f"block 0, head {h}, pair slot {p}: x0, x1 against stage")
     ax3 = fig.add_subplot(1, 2, 2, projection="3d")
     t3 = with_stage(one[None])  # (1, S+1, 3)
-    _draw3d(ax3, t3, HEAD_COLORS[h], lw=2.0)
-    ax3.scatter(t3[0, :, 0], t3[0, :, 1], t3[0, :, 2], color=HEAD_COLORS[h], s=12)
+    _draw3d(ax3, t3, head_color(h), lw=2.0)
+    ax3.scatter(t3[0, :, 0], t3[0, :, 1], t3[0, :, 2], color=head_color(h), s=12)
     _frame3d(ax3, t3, "the same pair in 3-D (x0, x1, stage)")
     fig.suptitle(f"One pair through the {S} Q stages", weight="bold")
-
-    def build():
-        return figure3d([line_trace(t3, name=f"head {h}, pair {p}", color=HEAD_COLORS[h], width=5, markers=True)],
-                        title=f"One pair through the {S} Q stages (block 0, head {h}, pair {p})")
-
-    inter, note = _interactive(build)
+    inter = figure3d([line_trace(t3, name=f"head {h}, pair {p}", color=head_color(h), width=5, markers=True)],
+                     title=f"One pair through the {S} Q stages (block 0, head {h}, pair {p})")
     cap = _caption(st, f"One pair (block 0, head {h}, slot {p}) of the Q projection through its {S} stages: each "
                        f"stage rotates the pair by its learned angle plus the Clifford nudge and scales x0, x1; the "
                        f"butterfly hands slot {p} a new coordinate pair between stages. Radius from {r[0]:.3f} at "
-                       f"the input to {r[-1]:.3f} after stage {S}.") + note
+                       f"the input to {r[-1]:.3f} after stage {S}.")
     return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
                                                                "radius_in": r[0], "radius_out": r[-1]})
 
@@ -136,7 +99,7 @@ def q_all_pairs(ctx) -> FigureOutput:
     fig = new_figure(figsize=(7.0, 6.0))
     ax = fig.add_subplot(1, 1, 1, projection="3d")
     for h in range(H):
-        _draw3d(ax, with_stage(tracks[h]), HEAD_COLORS[h % len(HEAD_COLORS)], lw=0.6, alpha=0.75)
+        _draw3d(ax, with_stage(tracks[h]), head_color(h), lw=0.6, alpha=0.75)
     ax.scatter(emb[:, 0], emb[:, 1], np.full(len(emb), -1.0), s=4, color="k", label="embedding ring (z = -1)")
     allt = np.concatenate([with_stage(tracks.reshape(H * P, S1, 2)).reshape(-1, 3),
                            np.c_[emb, np.full(len(emb), -1.0)]])
@@ -145,19 +108,14 @@ def q_all_pairs(ctx) -> FigureOutput:
     fig.suptitle(f"Q projection: all pairs through {S1 - 1} stages", weight="bold")
     r_emb = np.hypot(emb[:, 0], emb[:, 1])
     r_out = np.hypot(tracks[..., -1, 0], tracks[..., -1, 1])
-
-    def build():
-        traces = [line_trace(with_stage(tracks[h]), name=f"head {h}", color=HEAD_COLORS[h % len(HEAD_COLORS)],
-                             width=2) for h in range(H)]
-        ring = with_stage(emb[:, None, :], z0=-1.0)  # (P, 1, 3)
-        traces.append(line_trace(ring, name="embedding ring (z = -1)", color="#000000", markers=True))
-        return figure3d(traces, title=f"Q projection: all {H * P} pairs through {S1 - 1} stages")
-
-    inter, note = _interactive(build)
+    traces = [line_trace(with_stage(tracks[h]), name=f"head {h}", color=head_color(h), width=2) for h in range(H)]
+    ring = with_stage(emb[:, None, :], z0=-1.0)  # (P, 1, 3)
+    traces.append(line_trace(ring, name="embedding ring (z = -1)", color="#000000", markers=True))
+    inter = figure3d(traces, title=f"Q projection: all {H * P} pairs through {S1 - 1} stages")
     cap = _caption(st, f"All {H * P} pairs of block 0's Q projection ({H} heads × {P} pairs) through its "
                        f"{S1 - 1} stages, one colour per head. Below them (z = -1) the token's embedding: every "
                        f"pair at radius {r_emb.mean():.3f} (std {r_emb.std():.1e}), the text's uniform ring. After "
-                       f"the cascade the radii spread to mean {r_out.mean():.3f}, std {r_out.std():.3f}.") + note
+                       f"the cascade the radii spread to mean {r_out.mean():.3f}, std {r_out.std():.3f}.")
     return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
                                                                "ring_radius": r_emb.mean(), "out_std": r_out.std()})
 
@@ -174,12 +132,10 @@ def lit_mask(H: int, P: int) -> np.ndarray:
     return m
 
 
-def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[str], title: str,
-                 zlabel: str = "stage") -> None:
+def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[str], title: str) -> None:
     """One row of three panels for pair tracks ``[N, S+1, 2]``: a 3-D view (x0, x1, stage) with the ``lit``
-    pairs bold in ``colors[i]`` over every other pair faint, and two 2-D projections beside it -- the radius
-    against the stage and the (x0, x1) plane (start: circle, end: square) -- so the static image reads
-    without rotating it."""
+    pairs bold in ``colors[i]`` over the others faint, and beside it the radius against the stage and the (x0, x1)
+    plane (start: circle, end: square), so the static image reads without rotating it."""
     sub = spec.subgridspec(1, 3, width_ratios=(1.25, 1.0, 1.0))
     t3 = with_stage(tracks)  # (N, S+1, 3)
     ax = fig.add_subplot(sub[0, 0], projection="3d")
@@ -187,7 +143,7 @@ def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[st
         _draw3d(ax, t3[~lit], FADED, lw=0.35, alpha=0.35)
     for i in np.flatnonzero(lit):
         _draw3d(ax, t3[i:i + 1], colors[i], lw=1.8, alpha=1.0)
-    _frame3d(ax, t3, title, zlabel=zlabel)
+    _frame3d(ax, t3, title)
     r = np.hypot(tracks[..., 0], tracks[..., 1])  # (N, S+1)
     S1 = tracks.shape[1]
     ax2 = fig.add_subplot(sub[0, 1])
@@ -196,10 +152,7 @@ def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[st
                                           colors=FADED, linewidths=0.4, alpha=0.5))
     for i in np.flatnonzero(lit):
         ax2.plot(range(S1), r[i], color=colors[i], lw=1.5, marker="o", ms=2.5)
-    ax2.set_xlim(-0.3, S1 - 0.7)
-    ax2.set_ylim(0, float(r.max()) * 1.05 or 1.0)
-    ax2.set_xlabel(zlabel)
-    ax2.set_ylabel("pair radius r")
+    ax2.set(xlim=(-0.3, S1 - 0.7), ylim=(0, float(r.max()) * 1.05 or 1.0), xlabel="stage", ylabel="pair radius r")
     ax2.set_title("radius against stage", fontsize=8)
     ax3 = fig.add_subplot(sub[0, 2])
     if (~lit).any():
@@ -210,11 +163,7 @@ def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[st
         ax3.scatter(tracks[i, -1, 0], tracks[i, -1, 1], marker="s", s=14, color=colors[i], zorder=3,
                     edgecolors="k", linewidths=0.4)
     lim = float(np.abs(tracks).max()) * 1.05 or 1.0
-    ax3.set_xlim(-lim, lim)
-    ax3.set_ylim(-lim, lim)
-    ax3.set_aspect("equal")
-    ax3.set_xlabel("x0")
-    ax3.set_ylabel("x1")
+    ax3.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xlabel="x0", ylabel="x1")
     ax3.set_title("(x0, x1) plane: ○ input, □ output", fontsize=8)
 
 
@@ -229,25 +178,19 @@ def heads_figure(ctx, name: str) -> FigureOutput:
     fig = new_figure(figsize=(11.0, 2.9 * (H + 1) + 0.5))
     gs = fig.add_gridspec(H + 1, 1)
     for h in range(H):
-        draw_legible(fig, gs[h, 0], tracks[h], lit[h], [HEAD_COLORS[h % len(HEAD_COLORS)]] * P,
+        draw_legible(fig, gs[h, 0], tracks[h], lit[h], [head_color(h)] * P,
                      f"head {h} alone: {lit[h].sum()} pairs lit, {P - lit[h].sum()} faint")
-    colors = [HEAD_COLORS[h % len(HEAD_COLORS)] for h in range(H) for _ in range(P)]
+    colors = [head_color(h) for h in range(H) for _ in range(P)]
     draw_legible(fig, gs[H, 0], tracks.reshape(H * P, S1, 2), lit.reshape(-1), colors,
                  f"all {H} heads combined: {lit.sum()} lit, {H * P - lit.sum()} faint")
     fig.suptitle(f"Each head's {label} projection ({S1 - 1} stages, block 0): identical wiring, its own angles, "
                  "coupling, scales", weight="bold")
     slots = list(_lit(P))
-
-    def build():
-        traces = [line_trace(with_stage(tracks[~lit]), name=f"other {int((~lit).sum())} pairs", color=FADED,
-                             width=1, opacity=0.35)]
-        for h in range(H):
-            traces.append(line_trace(with_stage(tracks[h, slots]), name=f"head {h}: pairs {slots}",
-                                     color=HEAD_COLORS[h % len(HEAD_COLORS)], width=5, markers=True))
-        return figure3d(traces, title=f"{label}: {len(slots)} pairs per head lit, the other "
-                                      f"{H * P - H * len(slots)} faded")
-
-    inter, note = _interactive(build)
+    traces = [line_trace(with_stage(tracks[~lit]), name=f"other {int((~lit).sum())} pairs", color=FADED, width=1,
+                         opacity=0.35)]
+    traces += [line_trace(with_stage(tracks[h, slots]), name=f"head {h}: pairs {slots}", color=head_color(h),
+                          width=5, markers=True) for h in range(H)]
+    inter = figure3d(traces, title=f"{label}: {len(slots)} pairs per head lit, the other {H * P - lit.sum()} faded")
     phi = np.unwrap(np.arctan2(tracks[..., 1], tracks[..., 0]), axis=-1)  # (H, P, S+1)
     turn = np.abs(np.diff(phi, axis=-1)).mean(axis=(1, 2))  # (H,)
     r = np.hypot(tracks[..., 0], tracks[..., 1])
@@ -259,7 +202,7 @@ def heads_figure(ctx, name: str) -> FigureOutput:
                        "the cascade's input, square: its output). The wiring is the same for every head; the "
                        "learned parameters differ: mean |turn| per stage by head "
                        + ", ".join(f"{t:.3f}" for t in turn) + " rad; summed radius out/in by head "
-                       + ", ".join(f"{g:.3f}" for g in gain) + ". The rotatable view is in index.html.") + note
+                       + ", ".join(f"{g:.3f}" for g in gain) + ". The rotatable view is in index.html.")
     return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
                                                                "mean_turn_per_head": turn.tolist(),
                                                                "radius_gain_per_head": gain.tolist()})
@@ -297,9 +240,7 @@ def qkv_attention(ctx) -> FigureOutput:
     fig.colorbar(sc, ax=ax, shrink=0.6, pad=0.12, label="cos(φ_K − φ_Q)")
     ax2 = fig.add_subplot(gs[0, 1])
     im = ax2.imshow(cos_gap, cmap=COS_CMAP, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    ax2.set_xlabel("pair slot p (per head)")
-    ax2.set_ylabel("head")
-    ax2.set_yticks(range(H))
+    ax2.set(xlabel="pair slot p (per head)", ylabel="head", yticks=range(H))
     ax2.grid(False)
     ax2.set_title("cos of each pair's Q–K angle gap (blue aligned, red opposed)", fontsize=9)
     fig.colorbar(im, ax=ax2, shrink=0.8)
@@ -314,9 +255,6 @@ def qkv_attention(ctx) -> FigureOutput:
                        + " (heads 0..). Angles after rotary position; for a token with itself the rotary angles "
                          "cancel.")
     return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "mean_cos": float(cos_gap.mean())})
-
-
-# ------------------------------------------------------------------------------------------------ block 0
 
 
 @figure("grt.fig_block0_stages", title="All stages of block 0 stacked", source="GRT text",
@@ -346,20 +284,15 @@ def block0_stages(ctx) -> FigureOutput:
     ax.legend(handles=[Line2D([], [], color=STAGE_GROUP_COLORS[n], label=CASCADE_LABELS[n]) for n, _ in groups],
               loc="upper left", fontsize=7)
     fig.suptitle(f"All {n_total} rotation stages of block 0", weight="bold")
-
-    def build():
-        traces = [line_trace(with_stage(emb[:, None, :]), name="embedding ring (z = 0)", color="#000000",
-                             markers=True)]
-        traces += [line_trace(t3, name=f"{CASCADE_LABELS[n]} ({t3.shape[1] - 1} stages, {t3.shape[0]} pairs)",
-                              color=STAGE_GROUP_COLORS[n], width=1.5, opacity=0.6) for n, t3 in groups]
-        return figure3d(traces, title=f"All {n_total} stages of block 0 (drag to rotate)", z_title="stage (stacked)",
-                        height=640)
-
-    inter, note = _interactive(build)
+    traces = [line_trace(with_stage(emb[:, None, :]), name="embedding ring (z = 0)", color="#000000", markers=True)]
+    traces += [line_trace(t3, name=f"{CASCADE_LABELS[n]} ({t3.shape[1] - 1} stages, {t3.shape[0]} pairs)",
+                          color=STAGE_GROUP_COLORS[n], width=1.5, opacity=0.6) for n, t3 in groups]
+    inter = figure3d(traces, title=f"All {n_total} stages of block 0 (drag to rotate)", z_title="stage (stacked)",
+                     height=640)
     counts = ", ".join(f"{CASCADE_LABELS[n]} {t3.shape[1] - 1}" for n, t3 in groups)
     cap = _caption(st, f"Every rotation stage of block 0 stacked upward: {counts} = {n_total} stages (the text's 87 "
                        "per block: this trace counts them from the model's own cascades). z = 0 is the token's "
                        "embedding ring (one shared magnitude). Q, K, V run in parallel in the model and are stacked "
                        "here as the text stacks them; the FFN stages carry d_ff/2 pairs, most of them zero-padded at "
-                       "the expand's input.") + note
+                       "the expand's input.")
     return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance, "stages": n_total})

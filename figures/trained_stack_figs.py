@@ -1,11 +1,6 @@
-"""Trained-model figures of the GRT text's figure list that read every block at once: the attention weights per
-head, the Q–K angle gap of every pair, the learned residual gates, and the ring radius with the pair-radius spread.
-
-They trace the same corpus sentence through the same float32 figure model as :mod:`figures.trained_figs` and
-share its caption, but are kept apart from it because they use none of its pair-track geometry: each is a
-per-block statistic (heatmap, bars, histogram) over the whole stack, where those are block 0's 3-D cascades.  Two
-of them are evidence for measured claims (``grt.trained_gates``, ``grt.trained_ring_radius``) against the text's
-stated numbers.
+"""Trained-model figures that read every block at once: attention weights per head, the Q–K angle gap of every pair,
+the learned residual gates, and the ring radius with the pair-radius spread (evidence for ``grt.trained_gates`` and
+``grt.trained_ring_radius``).
 """
 
 from __future__ import annotations
@@ -39,10 +34,8 @@ def attention_heatmaps(ctx) -> FigureOutput:
         for h in range(H):
             ax = fig.add_subplot(len(show), H, r * H + h + 1)
             ax.imshow(w[h], cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0), interpolation="nearest")
-            ax.set_xticks(range(T))
-            ax.set_yticks(range(T))
-            ax.set_xticklabels(st.labels, fontsize=4.5)
-            ax.set_yticklabels(st.labels, fontsize=4.5)
+            ax.set_xticks(range(T), st.labels, fontsize=4.5)
+            ax.set_yticks(range(T), st.labels, fontsize=4.5)
             ax.tick_params(length=0, pad=1)
             ax.grid(False)
             diag = float(np.trace(w[h]) / T)
@@ -74,9 +67,7 @@ def qk_angle_gap(ctx) -> FigureOutput:
         im = ax.imshow(m, cmap=COS_CMAP, vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
         for h in range(1, H):
             ax.axvline(h * Ph - 0.5, color="k", lw=1)
-        ax.set_yticks(range(nb))
-        ax.set_ylabel("block")
-        ax.set_xlabel(f"pair (head-major: head h = pairs {Ph}h .. {Ph}h+{Ph - 1})")
+        ax.set(yticks=range(nb), ylabel="block", xlabel=f"pair (head-major: head h = pairs {Ph}h .. {Ph}h+{Ph - 1})")
         ax.set_title(f"cos(φ_K − φ_Q) per pair: {title}", fontsize=9)
         ax.grid(False)
         fig.colorbar(im, ax=ax, shrink=0.9, label="cos(Q–K gap)")
@@ -110,10 +101,8 @@ def gates(ctx) -> FigureOutput:
                 va="bottom", fontsize=6.5)
     ax.axhline(init, color="k", ls=":", lw=1, label=f"initial value {init:g}")
     ax.axvline(0.5, color="k", lw=0.6)
-    ax.set_xticks(x)
-    ax.set_xticklabels(["text's\nblock 0"] + [f"ours\nblock {b}" for b in range(nb)])
-    ax.set_ylabel("gate g = sigmoid(ℓ)")
-    ax.set_ylim(0, 1.1)
+    ax.set_xticks(x, ["text's\nblock 0"] + [f"ours\nblock {b}" for b in range(nb)])
+    ax.set(ylabel="gate g = sigmoid(ℓ)", ylim=(0, 1.1))
     ax.legend(loc="upper right", fontsize=7, ncol=2)
     order = ["attn ≥ mixer ≥ FFN" if r[0] >= r[1] >= r[2] else "not attn ≥ mixer ≥ FFN" for r in g]
     ax.set_title("hatched: the text's trained block 0; filled: this model's measured gates", fontsize=9)
@@ -160,28 +149,21 @@ def radius_spread(ctx) -> FigureOutput:
     ax0.axvline(STATED_RING_RADIUS, color="k", ls="--", lw=1, label=f"text: ≈ {STATED_RING_RADIUS}")
     ax0.axvline(st.tm.config.embed_radius_init, color="#2ca02c", ls=":", lw=1.2,
                 label=f"init {st.tm.config.embed_radius_init:g}")
-    ax0.set_xlabel("radius")
-    ax0.set_ylabel("fraction")
+    ax0.set(xlabel="radius", ylabel="fraction")
     ax0.set_title("the embedding's ring radius after training", fontsize=9)
     ax0.legend(fontsize=6.5)
     ax = fig.add_subplot(gs[0, 1])
     ax.boxplot(list(spread), positions=range(nb1), widths=0.5)
     ax.plot(range(nb1), spread[:, st.token], marker="o", color="#d62728", label=f"traced token ('{TRACE_WORD}')")
-    ax.set_xticks(range(nb1))
-    ax.set_xticklabels(["emb"] + [f"after {b}" for b in range(nb1 - 1)])
-    ax.set_xlabel("stream (embedding, then after each block)")
-    ax.set_ylabel("std / mean of a token's pair radii")
+    ax.set_xticks(range(nb1), ["emb"] + [f"after {b}" for b in range(nb1 - 1)])
+    ax.set(xlabel="stream (embedding, then after each block)", ylabel="std / mean of a token's pair radii")
     ax.set_title("spread of pair radii per token (box: the sentence)", fontsize=9)
     ax.legend()
     ax2 = fig.add_subplot(gs[0, 2])
     segs = [np.c_[np.arange(nb1), radii[:, p]] for p in range(radii.shape[1])]
     ax2.add_collection(LineCollection(segs, colors="#1f77b4", linewidths=0.5, alpha=0.4))
-    ax2.set_xlim(-0.2, nb1 - 0.8)
-    ax2.set_ylim(0, float(radii.max()) * 1.05)
-    ax2.set_xticks(range(nb1))
-    ax2.set_xticklabels(["emb"] + [str(b) for b in range(nb1 - 1)])
-    ax2.set_xlabel("block")
-    ax2.set_ylabel("pair radius")
+    ax2.set(xlim=(-0.2, nb1 - 0.8), ylim=(0, float(radii.max()) * 1.05), xlabel="block", ylabel="pair radius")
+    ax2.set_xticks(range(nb1), ["emb"] + [str(b) for b in range(nb1 - 1)])
     ax2.set_title(f"the traced token's {radii.shape[1]} pair radii, block by block", fontsize=9)
     fig.suptitle("The ring radius after training; pair radii differentiate across the stack", weight="bold")
     med = float(np.median(r_seen))

@@ -1,7 +1,10 @@
 """Synthetic claim records and proof results for the report tests (``test_figures``, ``test_report_browser``):
-every source status, a failing verdict, and HTML-special characters in the text."""
+every source status, a failing verdict, and HTML-special characters in the text; and a tiny untrained GRT
+checkpoint for the trained-model figures."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from proofs.core import ProofResult
 from rmsgauge import Claim, ClaimGroup
@@ -31,3 +34,17 @@ def synthetic_proofs() -> list[ProofResult]:
 
 
 CLAIMS = ClaimGroup(checks={"samples.synthetic": synthetic_claims})  # a claim source for figures.gather
+
+
+def write_untrained_checkpoint(path, seed: int = 0) -> Path:
+    """A checkpoint of a freshly initialized tiny GRT (no training): the trained-model figures drawn fast."""
+    from grt_model.config import GRTConfig
+    from grt_model.model import GRT
+    from lm.checkpoint import save_checkpoint
+    from rmsgauge import seed_everything
+
+    cfg = GRTConfig.small(d_model=32, n_heads=2, n_blocks=1, d_ff=64, block_size=64)
+    seed_everything(seed)
+    return save_checkpoint(path, model_kind="grt", model=GRT(cfg), optimizer=None,
+                           train_config={"batch_size": 0, "lr": 0.0, "wd": 0.0, "seed": seed, "dtype": "float32"},
+                           step=0, tokens_seen=0)

@@ -12,12 +12,15 @@ import re
 from pathlib import Path
 
 import pytest
-from report_samples import synthetic_claims, synthetic_proofs  # tests/ is on the path (conftest's folder)
+from report_samples import (  # tests/ is on the path (conftest's folder)
+    synthetic_claims,
+    synthetic_proofs,
+    write_untrained_checkpoint,
+)
 
 from figures import FigureContext, load_all, run
 from figures import gather as gather_mod
 from figures.__main__ import display_command, main
-from figures.model_source import write_untrained_checkpoint
 from figures.registry import resolve
 from figures.report import render_html, render_markdown
 from rmsgauge import Claim, ClaimGroup

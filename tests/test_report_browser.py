@@ -18,10 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_samples import synthetic_claims, synthetic_proofs  # tests/ is on the path (conftest's folder)
+from report_samples import (  # tests/ is on the path (conftest's folder)
+    synthetic_claims,
+    synthetic_proofs,
+    write_untrained_checkpoint,
+)
 
 from figures import FigureContext, load_all, run
-from figures.model_source import write_untrained_checkpoint
 from figures.registry import read_sidecars
 from proofs.core import ProofResult
 
