@@ -91,8 +91,9 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                  "every_variant": {v: {"delta": r["delta"], "seed_range": r["seed_range"]} for v, r in rows.items()}})
 
 
-def stability_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    rows = _grouped(records, lambda r: r["group"] == "stability")
+def stability_rows(records: list[dict[str, Any]], groups: tuple[str, ...] = ("stability",)
+                   ) -> dict[str, list[dict[str, Any]]]:
+    rows = _grouped(records, lambda r: r["group"] in groups)
     return {v: sorted(rs, key=lambda r: r["lr"]) for v, rs in rows.items()}
 
 
@@ -396,8 +397,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
     lines.append("   delta: against the shipped GRT's mean; tok/s: tokens over training seconds, measured while two "
                  "runs shared 2 cores")
     lines += ["", "2. stable by construction: 12 blocks, width 128, 200 steps (final val loss per lr; * unstable; "
-                  "div@N: non-finite at step N)"]
-    rows = stability_rows(records)
+                  "div@N: non-finite at step N; *-tuned: the tuning search's multipliers)"]
+    rows = stability_rows(records, ("stability", "stability_tuned"))
     lrs = sorted({r["lr"] for rs in rows.values() for r in rs})
     lines.append(f"   {'model':26s}" + "".join(f"{lr:>9g}" for lr in lrs) + "  largest stable  ratio last/first "
                                                                            "init->trained (at 1e-3)")
