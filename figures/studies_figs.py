@@ -192,3 +192,57 @@ def tuning_search_fig(ctx) -> FigureOutput:
            "runs for the GRT and its parameter-matched dense twin; then the best point at two fresh seeds, beside "
            "the global-lr runs.")
     return FigureOutput(fig=fig, caption=cap, numbers=numbers)
+
+
+def _long_curve(name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(tokens, sampled validation bits/byte) at every evaluation of a long run's committed log."""
+    path = RESULTS / "logs" / f"{name}.log.jsonl"
+    if not path.is_file():
+        return None
+    evals = [json.loads(x) for x in path.read_text().splitlines() if '"eval"' in x]
+    evals = [e for e in evals if e.get("event") == "eval" and e.get("val_bpb") is not None]
+    return np.array([e["tokens"] for e in evals]), np.array([e["val_bpb"] for e in evals])
+
+
+@figure("studies.fig_vocab", title="A real vocabulary: GRT against parameter-matched dense on byte-level BPE",
+        source="GRT text", claims=("studies.space_efficient_bpe",))
+def vocab_fig(ctx) -> FigureOutput:
+    recs = [r for r in _records() if r["group"] in ("vocab", "long") and r.get("val_bpb_full") is not None]
+    if not recs:
+        raise FigureUnavailable("no BPE run is recorded yet")
+    fig = new_figure(figsize=(12.0, 3.8))
+    ax, bx, cx = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    numbers: dict[str, Any] = {}
+    sweeps = sorted({r["variant"] for r in recs if r.get("phase") == "sweep"})
+    for tag in sweeps:  # e.g. bpe-small-grt: colour by model, line style by size
+        pts = sorted((r["lr"], r["val_bpb_full"]) for r in recs if r["variant"] == tag and r["phase"] == "sweep")
+        kind, size = tag.split("-")[2], tag.split("-")[1]
+        ax.plot(*zip(*pts), "o-" if size == "small" else "s--", color="C0" if kind == "grt" else "C1", ms=4,
+                lw=1, label=f"{kind} {size}")
+        numbers[f"{tag}-sweep"] = dict((f"{lr:g}", b) for lr, b in pts)
+    ax.set(xscale="log", xlabel="peak learning rate (1M-token sweep)", ylabel="validation bits/byte, whole split",
+           title="lr sweeps")
+    if sweeps:
+        ax.legend(fontsize=7)
+    finals = [r for r in recs if r["group"] == "vocab" and r.get("phase") == "final"]
+    for r in finals:
+        kind = r["model"]
+        bx.plot(r["params"]["total"], r["val_bpb_full"], "o", color="C0" if kind == "grt" else "C1", ms=5)
+        numbers[r["name"]] = r["val_bpb_full"]
+    bx.set(xscale="log", xlabel="parameters (tied head)", ylabel="validation bits/byte, whole split",
+           title="3M-token finals (each seed)" if finals else "3M-token finals: none recorded yet")
+    for kind in ("grt", "dense"):
+        curve = _long_curve(f"long-{kind}")
+        if curve is not None and len(curve[0]):
+            cx.plot(*curve, color="C0" if kind == "grt" else "C1", lw=1, label=kind)
+            numbers[f"long-{kind}-last"] = float(curve[1][-1])
+    has_long = any(f"long-{k}-last" in numbers for k in ("grt", "dense"))
+    cx.set(xlabel="training tokens", ylabel="validation bits/byte (16-batch sample)",
+           title="the long pair, 20 tokens/parameter" if has_long else "the long pair: not run yet")
+    if has_long:
+        cx.legend(fontsize=7)
+    cap = ("Byte-level BPE (vocabulary 8,192, trained on the GCIDE training split only), float32 training, both "
+           "models at their tuning search's multipliers; blue GRT (phase embedding, tied head), orange its "
+           "parameter-matched dense twin (tied head). Bits per byte: every validation token's loss in bits over "
+           "the bytes it stands for, so they compare with the byte-level runs.")
+    return FigureOutput(fig=fig, caption=cap, numbers=numbers)

@@ -39,17 +39,23 @@ def results(tmp_path, monkeypatch):
                   lr_mult={"matrices": 3.0}, val_bpb_full=2.8),
              _rec("tune-dense-best-seed1", "tuning", "tune-dense-best", "dense", search="tune-dense",
                   phase="tuned", seed=1, lr_mult={"matrices": 3.0}, val_bpb_full=2.82)]
+    recs += [_rec(f"bpe-small-{m}-sweep-lr{lr:g}", "vocab", f"bpe-small-{m}", m, phase="sweep", lr=lr,
+                  val_bpb_full=2.0 + lr) for m in ("grt", "dense") for lr in (1e-3, 3e-3)]
+    recs += [_rec(f"bpe-small-{m}-final-seed{s}", "vocab", f"bpe-small-{m}", m, phase="final", seed=s,
+                  val_bpb_full=1.9 + 0.01 * s) for m in ("grt", "dense") for s in (0, 1)]
     (tmp_path / "logs").mkdir()
     (tmp_path / "runs.json").write_text(json.dumps(recs))
     log = [{"event": "eval", "step": s, "tokens": 100 * s, "gates": [[0.5 + 0.01 * s, 0.5, 0.5], [0.5, 0.6, 0.4]]}
            for s in range(3)]
     (tmp_path / "logs" / "shipped-seed0.log.jsonl").write_text("\n".join(json.dumps(x) for x in log))
+    long = [{"event": "eval", "step": s, "tokens": 100 * s, "val_bpb": 3.0 - 0.1 * s} for s in range(3)]
+    (tmp_path / "logs" / "long-grt.log.jsonl").write_text("\n".join(json.dumps(x) for x in long))
     monkeypatch.setattr(sf, "RESULTS", tmp_path)
     return tmp_path
 
 
 @pytest.mark.parametrize("fn", [sf.content_adaptive_fig, sf.stability_fig, sf.depth_fig, sf.gate_trajectories,
-                                sf.tuning_search_fig])
+                                sf.tuning_search_fig, sf.vocab_fig])
 def test_figures_draw_from_records_deterministically(results, fn):
     tmp_dir = results
     out1 = fn(FigureContext(out_dir=tmp_dir, quick=True))
@@ -59,9 +65,16 @@ def test_figures_draw_from_records_deterministically(results, fn):
 
 
 @pytest.mark.parametrize("fn", [sf.content_adaptive_fig, sf.stability_fig, sf.depth_fig, sf.gate_trajectories,
-                                sf.tuning_search_fig])
+                                sf.tuning_search_fig, sf.vocab_fig])
 def test_no_records_is_unavailable(tmp_path, monkeypatch, fn):
     tmp_dir = tmp_path
     monkeypatch.setattr(sf, "RESULTS", tmp_path)
     with pytest.raises(FigureUnavailable):
         fn(FigureContext(out_dir=tmp_dir, quick=True))
+
+
+def test_the_vocabulary_figure_reads_sweeps_finals_and_the_long_curve(results):
+    out = sf.vocab_fig(FigureContext(out_dir=results, quick=True))
+    assert out.numbers["bpe-small-grt-sweep"] == {"0.001": 2.001, "0.003": 2.003}
+    assert out.numbers["bpe-small-dense-final-seed1"] == 1.91
+    assert out.numbers["long-grt-last"] == pytest.approx(2.8) and "long-dense-last" not in out.numbers
