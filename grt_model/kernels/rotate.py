@@ -106,42 +106,39 @@ def _rot_to(src, dst, i0s, i1s, cf, act):
 
 
 @kernel
-def _pair_bwd(g, xs, i0, i1, cf):
-    """One pair's backward given its input rows ``xs[i0], xs[i1]`` and its map ``cf = (a, b, c, d)``: ``g <- M^T g``
-    in place on rows ``i0, i1``; returns ``sum_t g x^T`` (the 2x2 map's gradient, row-major)."""
-    a = cf[0]
-    b = cf[1]
-    c = cf[2]
-    d = cf[3]
-    s00 = np.float32(0.0)  # numba widens these to float64 in the float64 kernel; float32 sums vectorize
-    s01 = np.float32(0.0)
-    s10 = np.float32(0.0)
-    s11 = np.float32(0.0)
-    for t in range(g.shape[1]):
-        x0 = xs[i0, t]
-        x1 = xs[i1, t]
-        g0 = g[i0, t]
-        g1 = g[i1, t]
-        s00 += g0 * x0
-        s01 += g0 * x1
-        s10 += g1 * x0
-        s11 += g1 * x1
-        g[i0, t] = a * g0 + c * g1
-        g[i1, t] = b * g0 + d * g1
-    return s00, s01, s10, s11
-
-
-@kernel
 def _rot_bwd(g, xs, i0s, i1s, cf, act, gm):
     """Backward of a stage given its input ``xs``, in place on ``g`` (grad of the output -> of the input):
-    ``gm[p] += sum_t g x^T`` (autograd on the four coefficients takes it on to the angle and the scales)."""
+    ``g <- M^T g`` and ``gm[p] += sum_t g x^T`` (the 2x2 map's gradient, row-major; autograd on the four
+    coefficients takes it on to the angle and the scales)."""
+    tt = g.shape[1]
     for p in range(i0s.shape[0]):
-        if act[p] != 0:
-            s00, s01, s10, s11 = _pair_bwd(g, xs, i0s[p], i1s[p], cf[p])
-            gm[p, 0] += s00
-            gm[p, 1] += s01
-            gm[p, 2] += s10
-            gm[p, 3] += s11
+        if act[p] == 0:
+            continue
+        i0 = i0s[p]
+        i1 = i1s[p]
+        a = cf[p, 0]
+        b = cf[p, 1]
+        c = cf[p, 2]
+        d = cf[p, 3]
+        s00 = np.float32(0.0)  # numba widens these to float64 in the float64 kernel; float32 sums vectorize
+        s01 = np.float32(0.0)
+        s10 = np.float32(0.0)
+        s11 = np.float32(0.0)
+        for t in range(tt):
+            x0 = xs[i0, t]
+            x1 = xs[i1, t]
+            g0 = g[i0, t]
+            g1 = g[i1, t]
+            s00 += g0 * x0
+            s01 += g0 * x1
+            s10 += g1 * x0
+            s11 += g1 * x1
+            g[i0, t] = a * g0 + c * g1
+            g[i1, t] = b * g0 + d * g1
+        gm[p, 0] += s00
+        gm[p, 1] += s01
+        gm[p, 2] += s10
+        gm[p, 3] += s11
 
 
 @kernel
@@ -165,7 +162,25 @@ def _rot_inv_bwd(x, g, i0s, i1s, cf, icf, act, gmt):
             y1 = x[i1, t]
             x[i0, t] = ia * y0 + ib * y1
             x[i1, t] = ic * y0 + id_ * y1
-        s00, s01, s10, s11 = _pair_bwd(g, x, i0, i1, cf[p])
+        a = cf[p, 0]
+        b = cf[p, 1]
+        c = cf[p, 2]
+        d = cf[p, 3]
+        s00 = np.float32(0.0)
+        s01 = np.float32(0.0)
+        s10 = np.float32(0.0)
+        s11 = np.float32(0.0)
+        for t in range(tt):
+            x0 = x[i0, t]
+            x1 = x[i1, t]
+            g0 = g[i0, t]
+            g1 = g[i1, t]
+            s00 += g0 * x0
+            s01 += g0 * x1
+            s10 += g1 * x0
+            s11 += g1 * x1
+            g[i0, t] = a * g0 + c * g1
+            g[i1, t] = b * g0 + d * g1
         gmt[p, 0] = s00
         gmt[p, 1] = s01
         gmt[p, 2] = s10
