@@ -16,18 +16,13 @@ Closed forms (per block unless noted; :math:`P_h = d_{head}/2`, :math:`P = d/2`,
    \text{embedding (once)}:\quad & V(P+1) \quad\text{vs dense } Vd, \qquad \text{ratio } (P+1)/d\\
    \text{final norm (once)}:\quad & d;\qquad \text{head (once)}: 0 \text{ tied, } Vd \text{ untied (both models)}.
 
-**Where the GRT costs more.**  A coupled stage of width :math:`w` stores
-:math:`4(w/2)^2 = w^2` coupling numbers: *one dense matrix of its own width per
-stage*.  Q per head per stage at :math:`d_{head}=64`: 32 angles + 64 scales + 4096
-coupling = 4,192; 11 stages x 4 heads = 184,448 against a dense
-:math:`256^2 = 65,536` (2.81x).  The mixer's single stage stores
-:math:`256^2 = 65,536` coupling numbers, a whole dense :math:`d\times d` matrix, for a
-sublayer a dense transformer does not have.  The savings are the embedding
-(:math:`\approx` half) and the uncoupled FFN (64,512 vs 524,288 per block).
+A coupled stage of width :math:`w` stores :math:`w^2` coupling numbers, one dense matrix of its own width: Q/K/V/O
+cost 2.81x a dense projection at the reference config, and the mixer is a whole :math:`d\times d` matrix a dense
+transformer does not have; the savings are the embedding (about half) and the uncoupled FFN.
 
 The dense counterpart is ``lm.dense.DenseTransformer`` (one layer up: never imported here) with
 ``qk_norm=False`` (no biases, pre-norm RMSNorm gains, same head tying);
-:func:`dense_param_counts` is checked against that module's parameters, and
+:func:`dense_param_counts` is checked against that module's parameters (in the tests), and
 :func:`grt_param_counts` against :func:`module_param_counts` of a built :class:`GRT`.
 """
 
@@ -44,7 +39,8 @@ COMPONENTS = ("embedding", "q", "k", "v", "o", "mixer", "ffn_expand", "ffn_contr
 KINDS = ("angles", "scales", "coupling", "other")
 
 
-def _stage(width: int, coupling: bool) -> dict[str, int]:
+def per_stage_cost(width: int, coupling: bool) -> dict[str, int]:
+    """One stage of one head at ``width``: angles, scales, coupling (e.g. 32 / 64 / 4096 at width 64)."""
     P = width // 2
     return {"angles": P, "scales": 2 * P, "coupling": 4 * P * P if coupling else 0, "other": 0}
 
@@ -57,46 +53,25 @@ def grt_param_counts(cfg: GRTConfig) -> dict[str, dict[str, int]]:
     """Closed-form GRT counts: ``{component: {kind: count}}`` over the whole model (all blocks)."""
     nb, H = cfg.n_blocks, cfg.n_heads
     zero = dict.fromkeys(KINDS, 0)
-    proj = _times(_stage(cfg.d_head, cfg.qkvo_coupling), H * cfg.qkvo_stages * nb)
-    out = {
+    proj = _times(per_stage_cost(cfg.d_head, cfg.qkvo_coupling), H * cfg.qkvo_stages * nb)
+    return {
         "embedding": {**zero, "angles": cfg.vocab_size * cfg.pairs, "other": cfg.vocab_size},  # phases + r
         "q": proj, "k": dict(proj), "v": dict(proj), "o": dict(proj),
-        "mixer": _times(_stage(cfg.d_model, cfg.mixer_coupling), cfg.mixer_stages * nb),
-        "ffn_expand": _times(_stage(cfg.d_ff, cfg.ffn_coupling), cfg.ffn_stages * nb),
-        "ffn_contract": _times(_stage(cfg.d_ff, cfg.ffn_coupling), cfg.ffn_stages * nb),
+        "mixer": _times(per_stage_cost(cfg.d_model, cfg.mixer_coupling), cfg.mixer_stages * nb),
+        "ffn_expand": _times(per_stage_cost(cfg.d_ff, cfg.ffn_coupling), cfg.ffn_stages * nb),
+        "ffn_contract": _times(per_stage_cost(cfg.d_ff, cfg.ffn_coupling), cfg.ffn_stages * nb),
         "norms": {**zero, "other": 3 * cfg.d_model * nb + cfg.d_model},
         "gates": {**zero, "other": 3 * nb},
         "head": {**zero, "other": 0 if cfg.tie_head else cfg.vocab_size * cfg.d_model},
     }
-    return out
 
 
 def dense_param_counts(cfg: GRTConfig) -> dict[str, int]:
     """Closed-form counts of the dense pre-norm transformer of the same widths (no QK-norm, no biases)."""
     d, nb = cfg.d_model, cfg.n_blocks
-    return {
-        "embedding": cfg.vocab_size * d,
-        "q": d * d * nb, "k": d * d * nb, "v": d * d * nb, "o": d * d * nb,
-        "mixer": 0,
-        "ffn_expand": d * cfg.d_ff * nb,
-        "ffn_contract": cfg.d_ff * d * nb,
-        "norms": 2 * d * nb + d,
-        "gates": 0,
-        "head": 0 if cfg.tie_head else cfg.vocab_size * d,
-    }
-
-
-def dense_module_counts(model: torch.nn.Module) -> dict[str, int]:
-    """Count a built ``DenseTransformer``'s parameters per component, by parameter name."""
-    names = {"tok_emb": "embedding", "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o",
-             "mlp.up": "ffn_expand", "mlp.down": "ffn_contract", "norm": "norms", "head": "head"}
-    out = dict.fromkeys(COMPONENTS, 0)
-    for name, p in model.named_parameters():
-        comp = next((c for key, c in names.items() if key in name), None)
-        if comp is None:
-            raise KeyError(f"dense parameter {name!r} has no accounting component")
-        out[comp] += p.numel()
-    return out
+    return {"embedding": cfg.vocab_size * d, **dict.fromkeys(("q", "k", "v", "o"), d * d * nb), "mixer": 0,
+            "ffn_expand": d * cfg.d_ff * nb, "ffn_contract": cfg.d_ff * d * nb, "norms": 2 * d * nb + d, "gates": 0,
+            "head": 0 if cfg.tie_head else cfg.vocab_size * d}
 
 
 def module_param_counts(model: torch.nn.Module) -> dict[str, dict[str, int]]:
@@ -107,33 +82,21 @@ def module_param_counts(model: torch.nn.Module) -> dict[str, dict[str, int]]:
     """
     H = model.config.n_heads
     out = {c: dict.fromkeys(KINDS, 0) for c in COMPONENTS}
-    kind_of = {"angles": "angles", "raw_scales": "scales", "coupling": "coupling"}
+    kind_of = {"angles": "angles", "phases": "angles", "raw_scales": "scales", "coupling": "coupling"}
+    component_of = {".attn.o.": "o", ".mixer.": "mixer", ".ffn.expand.": "ffn_expand", ".ffn.contract.": "ffn_contract",
+                    "embed.": "embedding", "head.": "head"}  # by a part of the name; else by its leaf
     for name, p in model.named_parameters():
         leaf = name.rsplit(".", 1)[-1]
         kind = kind_of.get(leaf, "other")
-        if name == "embed.phases":
-            out["embedding"]["angles"] += p.numel()
-        elif name == "embed.magnitudes":
-            out["embedding"]["other"] += p.numel()
-        elif ".attn.qkv." in name:
+        if ".attn.qkv." in name:
             for j, comp in enumerate("qkv"):
                 out[comp][kind] += p[j * H : (j + 1) * H].numel()
-        elif ".attn.o." in name:
-            out["o"][kind] += p.numel()
-        elif ".mixer." in name:
-            out["mixer"][kind] += p.numel()
-        elif ".ffn.expand." in name:
-            out["ffn_expand"][kind] += p.numel()
-        elif ".ffn.contract." in name:
-            out["ffn_contract"][kind] += p.numel()
-        elif leaf == "gain":
-            out["norms"]["other"] += p.numel()
-        elif leaf == "gate_logits":
-            out["gates"]["other"] += p.numel()
-        elif name.startswith("head."):
-            out["head"]["other"] += p.numel()
-        else:
+            continue
+        comp = next((c for key, c in component_of.items() if key in name),
+                    {"gain": "norms", "gate_logits": "gates"}.get(leaf))
+        if comp is None:
             raise KeyError(f"GRT parameter {name!r} has no accounting component")
+        out[comp][kind] += p.numel()
     return out
 
 
@@ -195,7 +158,3 @@ def format_table(rows: list[ParamRow]) -> str:
                      f"{r.angles:>10,}{r.scales:>10,}{r.coupling:>11,}{r.other:>10,}{flag}")
     return "\n".join(lines)
 
-
-def per_stage_cost(width: int, coupling: bool) -> dict[str, int]:
-    """One stage of one head at ``width``: angles, scales, coupling (e.g. 32 / 64 / 4096 at width 64)."""
-    return _stage(width, coupling)

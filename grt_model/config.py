@@ -1,38 +1,19 @@
 r"""``GRTConfig``: every size of the Geometric Rotation Transformer in one typed dataclass.
 
-The dataclass defaults ARE the source text's reference configuration
-(``../shared/seeds/001_cfb910613b442095.txt``): vocabulary 50,000, :math:`d = 256`
-(128 pairs), 4 heads of :math:`d_{head} = 64` (32 pairs), 12 blocks,
-:math:`d_{ff} = 1024`; Q, K, V, O 11 stages each, the mixer 1 stage, the FFN
-21 + 21 stages; Clifford coupling on for Q/K/V/O and the mixer, off for the FFN
-("The FFN's rotation angles are fixed; it adapts only through RadialGELU").
-
-Stage count per block (heads run in parallel, so a head-stacked cascade counts once):
+The defaults are the source text's reference configuration (``../shared/seeds/001_cfb910613b442095.txt``);
+stages per block (heads run in parallel, so a head-stacked cascade counts once):
 
 .. math::  S_{block} = 4\,S_{qkvo} + S_{mixer} + 2\,S_{ffn} = 4\cdot 11 + 1 + 2\cdot 21 = 87,
            \qquad S_{total} = 12 \cdot 87 = 1044.
 
-:meth:`GRTConfig.small` is the byte-level preset (vocabulary 256, the bundled
-corpus) used by tests and quick training runs.  A config round-trips through a
-checkpoint as a plain dict: ``GRTConfig(**cfg.to_dict())``.
+:meth:`GRTConfig.small` is the byte-level preset.  A config round-trips through a checkpoint as a plain dict:
+``GRTConfig(**cfg.to_dict())``.  Choices the text leaves open are the fields commented so; two need more words:
 
-Choices the text leaves open (each documented where it is implemented):
-
-* ``block_size`` -- the text never states a context length; 256 here.
-* ``rope`` -- the text is silent on position; a rotation model encodes it as a
-  rotation of the Q/K pairs (RoFormer, Su et al. 2021, arXiv:2104.09864).
-* ``gate_init`` -- the gates are :math:`g = \sigma(\ell)` (see
-  :class:`grt_model.model.GRTBlock`); the text reports trained block-0 gates
-  0.99 / 0.97 / 0.79 but no initialization; 0.5 is the sigmoid's steepest point.
-* ``final_gain_init`` -- the final PearlNorm's gain at init; with a tied head the
-  logits are :math:`\langle \gamma\odot\hat x, e_v\rangle` and a unit gain gives
-  logit std :math:`\approx r_e\sqrt{P/2}\approx 6.3` (a loss near 20 at step 0),
-  so ``None`` means :math:`1/\sqrt{P}` when tied (logit std :math:`\approx 0.56`)
-  and 1 when untied.
-* ``mixer_first_stage`` -- which butterfly stride the mixer's stage uses; 0
-  (stride 1, pairs inside a head) is the schedule every cascade starts with.
-  Stride 1 never crosses a head boundary, so the mixer crosses heads *only*
-  through its coupling (see :mod:`grt_model.model`).
+* ``final_gain_init`` -- with a tied head the logits are :math:`\langle \gamma\odot\hat x, e_v\rangle` and a unit
+  gain gives logit std :math:`\approx r_e\sqrt{P/2}\approx 6.3` (a loss near 20 at step 0), so ``None`` means
+  :math:`1/\sqrt{P}` when tied (logit std :math:`\approx 0.56`) and 1 when untied.
+* ``mixer_first_stage`` -- 0 (stride 1, pairs inside a head) is the schedule every cascade starts with; stride 1
+  never crosses a head boundary, so the mixer crosses heads *only* through its coupling (:mod:`grt_model.model`).
 """
 
 from __future__ import annotations
@@ -75,11 +56,12 @@ class GRTConfig:
     ffn_coupling: bool = False  # the text: the FFN's angles are fixed (adapts only through RadialGELU)
     coupling_norm: str = "pair_energy"  # how the Clifford features are normalized: see COUPLING_NORMS
     mixer_first_stage: int = 0  # butterfly stage index of the mixer's first stage (0: stride 1)
-    rope: bool = True  # rotary position on Q/K pairs (the text is silent on position)
+    rope: bool = True  # rotary position on Q/K pairs (the text is silent on position; RoFormer, arXiv:2104.09864)
     rope_base: float = 10000.0
     tie_head: bool = True  # logits = PearlNorm(x) @ embedding.cartesian_table().T
     embed_radius_init: float = 0.79  # the text's block-0 ring radius (one magnitude per token)
-    gate_init: float = 0.5  # g = sigmoid(logit) at init; trained block-0 values in the text: 0.99/0.97/0.79
+    gate_init: float = 0.5  # g = sigmoid(logit) at init, the sigmoid's steepest point (the text gives only
+    # trained block-0 values: 0.99/0.97/0.79)
     norm_eps: float = 0.0  # PearlNorm eps; 0 keeps it exactly homogeneous of degree 0 (a scale gauge)
     final_gain_init: float | None = None  # None: 1/sqrt(P) with a tied head (logit std ~0.56), 1 untied
     coupling_init_std: float = 0.02  # normal std of every coupling W at init (small nudges)
@@ -170,14 +152,7 @@ class GRTConfig:
 
         Heads run in parallel inside one cascade call, so Q counts ``qkvo_stages`` once, not once per head.
         """
-        per = {
-            "q": self.qkvo_stages,
-            "k": self.qkvo_stages,
-            "v": self.qkvo_stages,
-            "o": self.qkvo_stages,
-            "mixer": self.mixer_stages,
-            "ffn_expand": self.ffn_stages,
-            "ffn_contract": self.ffn_stages,
-        }
+        per = {**dict.fromkeys(("q", "k", "v", "o"), self.qkvo_stages), "mixer": self.mixer_stages,
+               "ffn_expand": self.ffn_stages, "ffn_contract": self.ffn_stages}
         block = sum(per.values())
         return {**per, "per_block": block, "n_blocks": self.n_blocks, "total": block * self.n_blocks}

@@ -7,22 +7,15 @@ on every forward pass and never stored:
 .. math::  x_{v,2p} = r_v\cos\theta_{v,p}, \qquad x_{v,2p+1} = r_v\sin\theta_{v,p},
            \qquad p = 0,\dots,P-1.
 
-The layout (coordinates :math:`2p, 2p+1` form pair :math:`p`) is the stage-0
-butterfly pairing (stride 1, see :mod:`grt_model.butterfly`), so the embedding
-seeds stage 0's pairs directly.  Source: ``001_cfb910613b442095.txt``, "The
-embedding stores a token the same way -- as phases ... one angle θ per pair plus a
-single magnitude r shared across the whole token".
+Pair :math:`p` is coordinates :math:`2p, 2p+1`, the stage-0 butterfly pairing, so the embedding seeds stage 0's
+pairs directly.  Source: ``001_cfb910613b442095.txt``, "The embedding stores a token the same way -- as phases ...
+one angle θ per pair plus a single magnitude r shared across the whole token"; :math:`V(P+1)` parameters against
+:math:`Vd` for a dense table.
 
-Parameter count :math:`V(P+1)` against :math:`V d = 2VP` for a dense table:
-ratio :math:`(P+1)/(2P)`, i.e. 129/256 = 0.50390625 at d = 256 ("about half").
-
-Initialization (the text gives none, only the trained block-0 ring): phases
-uniform on :math:`(-\pi, \pi]` (every direction equally likely, so distinct tokens
-start nearly orthogonal: :math:`\mathbb E\langle x_u, x_v\rangle = 0`), magnitudes
-all equal to ``radius_init`` (0.79, the radius of the text's block-0 ring, so
-every token enters as a ring of that radius).  The magnitude is stored raw, not
-softplus-positive: :math:`(-r, \theta)` and :math:`(r, \theta + \pi)` rebuild the same
-vector, so a sign change is harmless and a constraint would only add a kink.
+Initialization (the text gives none): phases uniform on :math:`(-\pi, \pi]` (distinct tokens start nearly
+orthogonal), magnitudes ``radius_init`` (0.79, the text's trained block-0 ring).  The magnitude is stored raw, not
+softplus-positive: :math:`(-r, \theta)` and :math:`(r, \theta + \pi)` rebuild the same vector, so a sign change
+is harmless and a constraint would only add a kink.
 """
 
 from __future__ import annotations

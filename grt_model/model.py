@@ -1,7 +1,6 @@
 r"""The Geometric Rotation Transformer: blocks of normalize-process-gate-add around rotation cascades.
 
-Source: ``../shared/seeds/001_cfb910613b442095.txt``.  One block (all sizes from
-:class:`~grt_model.config.GRTConfig`; reference numbers in brackets):
+Source: ``../shared/seeds/001_cfb910613b442095.txt``.  One block (sizes from :class:`~grt_model.config.GRTConfig`):
 
 .. math::
    x &\leftarrow x + g_{attn}\;O\big(\operatorname{Attn}(Q(\hat x), K(\hat x), V(\hat x))\big),
@@ -9,69 +8,39 @@ Source: ``../shared/seeds/001_cfb910613b442095.txt``.  One block (all sizes from
    x &\leftarrow x + g_{mix}\;M(\operatorname{PearlNorm}_2(x))\\
    x &\leftarrow x + g_{ffn}\;\Pi\,C_2\big(\operatorname{RadialGELU}(C_1(\Pi^\top \operatorname{PearlNorm}_3(x)))\big)
 
-* **Q, K, V, O** [11 stages each, coupling on]: each head's own cascade on its own
-  :math:`d_{head}` [64] slice.  Q, K and V are *one* :class:`RotationCascade` call with
-  ``heads = 3 n_heads``: the normalized token is broadcast to ``[..., 3, H, d_head]``
-  and flattened, so cascade head :math:`jH + h` is projection :math:`j\in\{q,k,v\}`
-  of head :math:`h`.  O is a second cascade with ``heads = n_heads``.
-* **Attention**: standard causal :math:`\operatorname{softmax}(QK^\top/\sqrt{d_{head}})V`
-  (``F.scaled_dot_product_attention``), with rotary position (RoFormer,
-  arXiv:2104.09864) on the adjacent Q/K pairs when ``config.rope`` -- the text is
-  silent on position; a rotation model should encode it as rotation.  Per head
-  :math:`q\cdot k = \sum_p r^q_p r^k_p\cos(\varphi^k_p-\varphi^q_p)`: the text's "each pair
-  contributing the cosine of its Q-K angle gap" (see :meth:`grt_model.trace.BlockTrace.qk_angle_gap`).
-* **Mixer** [1 stage at :math:`d_{model}` = 256, coupling on]: its only stage has
-  stride :math:`2^{\,\text{first\_stage} \bmod \log_2 d}` = 1, pairing coordinates
-  :math:`(2p, 2p+1)`, which never straddle a head boundary (multiples of
-  :math:`d_{head}`).  So the mixer's *rotation wiring* stays inside each head; it
-  crosses heads **only through the coupling**: pair :math:`p`'s nudge
-  :math:`\Delta\theta_p = \tanh(F W_{:,p})` reads the features of all 128 pairs (all
-  four heads), and the features are normalized by the mean pair energy of the
-  whole token.  With ``mixer_coupling=False`` the mixer would not cross heads at
-  all (tested).  The cross-head Jacobian block into a head has rank at most its
-  pair count (one angle per pair), against rank 1 before the mixer (only through
-  PearlNorm's single per-token factor).
-* **FFN** [21 + 21 stages at :math:`d_{ff}` = 1024, coupling off]: :math:`\Pi^\top`
-  zero-pads the :math:`d_{model}` coordinates to :math:`d_{ff}` (coordinates
-  :math:`0..d_{model}-1` carry the signal: 128 of 512 pairs), expand cascade
-  :math:`C_1`, RadialGELU, contract cascade :math:`C_2`, and :math:`\Pi` **keeps the first**
-  :math:`d_{model}` **coordinates** ("the 512-pair signal shrinks back to 128 pairs").
-  Why truncation: :math:`\Pi` is the adjoint of the zero padding (a coordinate
-  projection, :math:`\lVert\Pi\rVert_2 = 1`), so with coupling off the FFN's linear
-  part :math:`\Pi C_2 G C_1 \Pi^\top` is a compression of rotations and can never
-  amplify beyond the scales -- the text's "can't blow up" story survives; summing
-  the four 256-blocks instead would be a fixed map of norm 2, not a rotation.
-  Information from all 512 pairs still reaches the kept 128: 21 stages exceed
-  :math:`\log_2 d_{ff}` = 10, so every kept output depends on every input
-  coordinate of :math:`C_2` (the mixing property).
-* **Gates** :math:`g = \sigma(\ell)\in(0,1)` per sublayer (``gate_logits [3]``,
-  order attention, mixer, FFN): a write can be damped but neither flipped in sign
-  nor amplified past the sublayer itself, matching the text's trained block-0
-  values 0.99 / 0.97 / 0.79 (all in (0, 1)).  Init :math:`g = ` ``config.gate_init``.
-* Final PearlNorm; logits :math:`= \hat x\,E^\top` with :math:`E` the phase embedding's
-  rebuilt ``[V, d]`` table (``tie_head``) or a dense untied head.
+* **Q, K, V, O**: each head's own cascade on its :math:`d_{head}` slice; Q, K and V are *one*
+  :class:`RotationCascade` call with ``heads = 3 n_heads`` (cascade head :math:`jH + h` is projection
+  :math:`j\in\{q,k,v\}` of head :math:`h`), O a second one.
+* **Attention**: causal :math:`\operatorname{softmax}(QK^\top/\sqrt{d_{head}})V` with rotary position (RoFormer,
+  arXiv:2104.09864) on the adjacent Q/K pairs when ``config.rope``.  Per head
+  :math:`q\cdot k = \sum_p r^q_p r^k_p\cos(\varphi^k_p-\varphi^q_p)`: the text's "each pair contributing the
+  cosine of its Q-K angle gap" (:meth:`grt_model.trace.BlockTrace.qk_angle_gap`).
+* **Mixer**: its stage has stride 1, whose pairs never straddle a head boundary, so it crosses heads **only
+  through the coupling**: pair :math:`p`'s nudge :math:`\tanh(F W_{:,p})` reads the features of every pair of
+  the token.  The cross-head Jacobian block into a head has rank at most its pair count, against rank 1 before
+  the mixer (PearlNorm's single per-token factor).
+* **FFN** (coupling off): :math:`\Pi^\top` zero-pads :math:`d_{model}` to :math:`d_{ff}`, expand :math:`C_1`,
+  RadialGELU, contract :math:`C_2`, and :math:`\Pi` **keeps the first** :math:`d_{model}` **coordinates**.  Why
+  truncation: :math:`\Pi` is the adjoint of the padding (:math:`\lVert\Pi\rVert_2 = 1`), so the linear part
+  :math:`\Pi C_2 G C_1 \Pi^\top` is a compression of rotations and never amplifies beyond the scales (the text's
+  "can't blow up"); summing the four blocks instead would be a fixed map of norm 2.  21 stages exceed
+  :math:`\log_2 d_{ff} = 10`, so every kept output still depends on every input of :math:`C_2`.
+* **Gates** :math:`g = \sigma(\ell)\in(0,1)` per sublayer (``gate_logits [3]``: attention, mixer, FFN): a write
+  can be damped but neither flipped nor amplified, as the text's trained block-0 gates 0.99 / 0.97 / 0.79.
+* Final PearlNorm; logits :math:`= \hat x\,E^\top` with :math:`E` the phase embedding's rebuilt table
+  (``tie_head``) or a dense untied head.
 
-**The residual Jacobian.**  A sublayer :math:`f` gives :math:`\partial(x + f(x)) = I + J_f`.
-The text says its determinant "can go negative".  Sufficient condition for
-:math:`\det(I + J_f) > 0`: :math:`\lVert J_f\rVert_2 < 1`.  Proof: every eigenvalue
-:math:`\lambda` of :math:`J_f` has :math:`|\lambda|\le\lVert J_f\rVert_2 < 1`;
-:math:`\det(I+J_f) = \prod_i (1+\lambda_i)`; a real :math:`\lambda` gives
-:math:`1+\lambda > 0`; complex ones come in conjugate pairs with
-:math:`(1+\lambda)(1+\bar\lambda) = |1+\lambda|^2 > 0`.  For the mixer sublayer
-:math:`J_f = g\,J_M J_{PN}` and :math:`\lVert J_{PN}\rVert_2 \le \lVert\gamma\rVert_\infty \rho/\mu^2`
-(:mod:`grt_model.pearlnorm`), so :math:`g\,\lVert J_M\rVert_2\lVert\gamma\rVert_\infty\rho/\mu^2 < 1`
-suffices.  Witness of a negative determinant: mixer angles :math:`\pi`, unit scales,
-coupling off, gain 1: :math:`J_f = -\tfrac g\mu(I - uv^\top)` and
-:math:`\det(I+J_f) = (1 - g/\mu)^{d-1}`, negative for even :math:`d` as soon as the
-token's mean pair radius :math:`\mu < g` (tested against ``slogdet``).
+**The residual Jacobian** :math:`I + J_f` of a sublayer can have a negative determinant (the text).
+:math:`\lVert J_f\rVert_2 < 1` suffices for :math:`\det(I + J_f) > 0`: every eigenvalue has :math:`|\lambda| < 1`,
+so real ones give :math:`1+\lambda > 0` and conjugate pairs :math:`|1+\lambda|^2 > 0`.  For the mixer
+:math:`J_f = g\,J_M J_{PN}` with :math:`\lVert J_{PN}\rVert_2 \le \lVert\gamma\rVert_\infty \rho/\mu^2`
+(:mod:`grt_model.pearlnorm`).  Witness of a negative determinant: mixer angles :math:`\pi`, unit scales, coupling
+off, gain 1 give :math:`\det(I+J_f) = (1 - g/\mu)^{d-1}`, negative for even :math:`d` once the token's mean pair
+radius :math:`\mu < g`.
 
-Vectorized throughout: heads are stacked in the cascade calls, tokens in the batch
-dims; the only Python loops run over blocks and (inside the cascade) stages.
-Nothing hard-codes a device or dtype; ``GRT(cfg, dtype=torch.float64)`` builds in
-float64 directly (exact unit scales), ``.to(device, dtype)`` converts.
-
-A traced forward (every intermediate recorded) is :func:`grt_model.trace.trace_model`; the attention seam
-(overrides, the explicit softmax) is :mod:`grt_model.attention`.
+Heads are stacked in the cascade calls and tokens in the batch dims: the only Python loops run over blocks and
+stages.  ``GRT(cfg, dtype=torch.float64)`` builds in float64 directly (exact unit scales).  The traced forward is
+:func:`grt_model.trace.trace_model`; the attention seam is :mod:`grt_model.attention`.
 """
 
 from __future__ import annotations

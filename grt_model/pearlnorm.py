@@ -5,21 +5,16 @@ With the adjacent (stage-0) pairing :math:`r_p = \sqrt{x_{2p}^2 + x_{2p+1}^2}`,
 .. math::  \mu(x) = \frac1P\sum_{p=0}^{P-1} r_p, \qquad
            \operatorname{PearlNorm}(x) = \frac{x}{\mu(x) + \epsilon}\odot\gamma .
 
-Source: ``001_cfb910613b442095.txt`` -- PearlNorm "rescales by a single
-per-token factor read from the pair radii ... its learned per-coordinate gain
-leaves the radii unequal".  The text does not say *which* factor; the mean pair
-radius is the one read from the radii alone (an :math:`\ell_{2,1}` group norm
-divided by :math:`P`); the RMS of the radii would just be :math:`\sqrt2` times
-RMSNorm.  By the power-mean inequality :math:`\mu \le \sqrt{\tfrac1P\sum r_p^2}`,
-with equality exactly on a ring (all radii equal, e.g. the embedding).
+Source: ``001_cfb910613b442095.txt`` -- PearlNorm "rescales by a single per-token factor read from the pair radii
+... its learned per-coordinate gain leaves the radii unequal".  The text does not say *which* factor; the mean pair
+radius is the one read from the radii alone (an :math:`\ell_{2,1}` group norm over :math:`P`; the RMS of the radii
+would just be :math:`\sqrt2` times RMSNorm).  :math:`\mu \le \sqrt{\tfrac1P\sum r_p^2}` (power means), with
+equality exactly on a ring.
 
-**A scale gauge** (the sense of the gauge package): with :math:`\epsilon = 0`,
-:math:`\operatorname{PearlNorm}(cx) = \operatorname{PearlNorm}(x)` for every
-:math:`c > 0` (:math:`\mu` is positively homogeneous of degree 1), so by Euler's
-theorem the Jacobian kills the input, :math:`J(x)\,x = 0`, and any weight
-:math:`W` feeding it is invisible in scale: :math:`\langle\nabla_W L, W\rangle = 0`.
-With :math:`\epsilon > 0`, :math:`\tfrac{d}{dc}\operatorname{PearlNorm}(cx)|_{c=1}
-= \epsilon\,x\odot\gamma/(\mu+\epsilon)^2` (the gauge breaks by exactly that).
+**A scale gauge**: with :math:`\epsilon = 0`, :math:`\operatorname{PearlNorm}(cx) = \operatorname{PearlNorm}(x)`
+for every :math:`c > 0`, so by Euler's theorem :math:`J(x)\,x = 0` and a weight :math:`W` feeding it has
+:math:`\langle\nabla_W L, W\rangle = 0`.  With :math:`\epsilon > 0` the gauge breaks by exactly
+:math:`\tfrac{d}{dc}\operatorname{PearlNorm}(cx)|_{c=1} = \epsilon\,x\odot\gamma/(\mu+\epsilon)^2`.
 
 **Jacobian** (gain omitted, :math:`\epsilon = 0`, all :math:`r_p > 0`):
 
@@ -31,10 +26,8 @@ an oblique projector along :math:`x`, so :math:`\lVert I - uv^\top\rVert_2 = \lV
 
 .. math::  \lVert J\rVert_2 = \frac{\rho}{\mu^2}, \qquad \rho = \sqrt{\tfrac1P\textstyle\sum_p r_p^2}.
 
-``eps`` defaults to 0 (the exact gauge).  An all-zero token is divided by
-``finfo.tiny`` instead of 0 (it maps to 0, not NaN), and a pair with
-:math:`r_p = 0` contributes the subgradient 0 to :math:`\nabla\mu` (the minimum-norm
-subgradient of the cone :math:`r_p`) instead of autograd's NaN.
+``eps`` defaults to 0 (the exact gauge).  An all-zero token is divided by ``finfo.tiny`` (it maps to 0, not NaN),
+and a pair with :math:`r_p = 0` contributes the minimum-norm subgradient 0 to :math:`\nabla\mu`, not autograd's NaN.
 """
 
 from __future__ import annotations

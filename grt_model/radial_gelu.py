@@ -1,25 +1,21 @@
 r"""RadialGELU: GELU on each pair's radius, the pair's angle untouched.
 
-With the adjacent pairing :math:`x_p = (x_{2p}, x_{2p+1})`, :math:`r_p = \lVert x_p\rVert`
-and the exact GELU :math:`\operatorname{GELU}(r) = r\,\Phi(r)` (Hendrycks & Gimpel 2016,
-arXiv:1606.08415; :math:`\Phi` the standard normal CDF, via erf),
+With the adjacent pairing :math:`x_p = (x_{2p}, x_{2p+1})`, :math:`r_p = \lVert x_p\rVert` and the exact GELU
+:math:`\operatorname{GELU}(r) = r\,\Phi(r)` (Hendrycks & Gimpel 2016, arXiv:1606.08415; :math:`\Phi` the standard
+normal CDF, via erf),
 
 .. math::  y_p = \frac{\operatorname{GELU}(r_p)}{r_p}\,x_p = \Phi(r_p)\,x_p .
 
-Since :math:`\Phi > 0` the output points the same way as the input (angle
-preserved exactly) and its radius is :math:`r_p\Phi(r_p) = \operatorname{GELU}(r_p)`.
-Source: ``001_cfb910613b442095.txt`` ("RadialGELU applies GELU to each pair's radius
-while preserving its angle ... the only nonlinearity in the FFN").
-
-The pairing is the adjacent one: in the FFN it is the pairing of the expand
-cascade's last stage at the reference sizes (stage 20 at :math:`d_{ff} = 1024` has stride
-:math:`2^{20 \bmod 10} = 1`), i.e. exactly the pairs that stage just rotated.
+Since :math:`\Phi > 0` the angle is preserved exactly and the radius is :math:`\operatorname{GELU}(r_p)`.  Source:
+``001_cfb910613b442095.txt`` ("RadialGELU applies GELU to each pair's radius while preserving its angle ... the only
+nonlinearity in the FFN").  In the FFN the adjacent pairing is that of the expand cascade's last stage at the
+reference sizes (stage 20 at :math:`d_{ff} = 1024` has stride :math:`2^{20 \bmod 10} = 1`): the pairs that stage
+just rotated.
 
 **At r = 0** (the FFN's padded pairs start there) the map is :math:`C^1` with Jacobian
-:math:`\Phi(0) I = I/2`: :math:`J = \Phi(r)I + \varphi(r)\,x x^\top/r \to I/2`.  Autograd
-through :math:`\sqrt{r^2}` would give 0 * inf = NaN there; the double-where trick
-evaluates :math:`\Phi` on a safe radius and selects :math:`\Phi(0) = 1/2` at zero pairs,
-so the value and the gradient are finite and exact.
+:math:`J = \Phi(r)I + \varphi(r)\,x x^\top/r \to I/2`.  Autograd through :math:`\sqrt{r^2}` would give
+0 * inf = NaN there; the double-where trick evaluates :math:`\Phi` on a safe radius and selects
+:math:`\Phi(0) = 1/2` at zero pairs, so the value and the gradient are finite and exact.
 """
 
 from __future__ import annotations

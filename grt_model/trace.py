@@ -87,20 +87,6 @@ class BlockTrace:
         """The block's cascades in the text's order: Q, K, V, O, mixer, FFN expand, FFN contract."""
         return [self.q, self.k, self.v, self.o, self.mixer, self.ffn_expand, self.ffn_contract]
 
-    def stages(self) -> list[tuple[str, int, torch.Tensor]]:
-        """All rotation stages of the block in order (87 at the reference config).
-
-        Each entry ``(cascade name, stage index, pairs [B, T, n_pairs, 2])``: the
-        stage's output in its own pairing, heads flattened into pairs (4 heads x 32
-        = 128 pairs for Q/K/V/O, 128 for the mixer, 512 for the FFN).
-        """
-        out = []
-        for c in self.cascades():
-            for s in range(c.n_stages):
-                p = c.pairs(s + 1)  # (B, T, heads, P, 2)
-                out.append((c.name, s, p.flatten(-3, -2)))
-        return out
-
     def qk_angle_gap(self, query_pos: int | None = None, key_pos: int | None = None,
                      rotary: bool = True) -> torch.Tensor:
         """Angle gap phi_k - phi_q per adjacent pair, wrapped to (-pi, pi].

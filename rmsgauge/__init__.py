@@ -1,9 +1,5 @@
-"""rmsgauge core: the small shared pieces at the bottom of the import graph.
-
-Every package that emits claims (``gauge``, ``dynamics``, ``grt_model``) uses the
-same :class:`Claim` record, the same tolerance helper, the same seed function and
-the same atomic writer.  Nothing here imports anything else of ours, so
-``import grt_model`` stays standalone (it depends on this core only).
+"""rmsgauge core, the bottom of the import graph: the :class:`Claim` record, the tolerance helper, the seed
+function, the atomic writer and the CLI guard every other package shares (nothing here imports them).
 """
 
 from rmsgauge.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text, json_safe

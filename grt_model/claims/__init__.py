@@ -1,12 +1,7 @@
-"""The GRT's structural claims, each measured with its margin: :data:`CLAIMS`, run by ``python -m grt_model --claims``
-and the report.
-
-Every number in ``measured`` is computed in the run; ``stated`` is the source text's value
-(``../shared/seeds/001_cfb910613b442095.txt``).  Verification runs in float64 (``grt.model_trains`` in float32,
-where the model trains), each check seeded from the run's seed.  The property tests in ``tests/test_grt_*.py``
-check the same properties over Hypothesis-drawn inputs; this package measures one representative instance of each
-at the reference widths where affordable: the geometry in :mod:`grt_model.claims.geometry`, the model and its
-wiring in :mod:`grt_model.claims.model`, their helpers in :mod:`grt_model.claims.tools`.
+"""The GRT's structural claims (:data:`CLAIMS`, run by ``python -m grt_model --claims`` and the report) against
+``../shared/seeds/001_cfb910613b442095.txt``: one representative instance of each at the reference widths where
+affordable (``tests/test_grt_*.py`` draw many), in float64 (``grt.model_trains`` in float32, where the model
+trains), each check seeded from the run's seed.
 """
 
 from grt_model.claims.geometry import (

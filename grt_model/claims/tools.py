@@ -33,16 +33,12 @@ def fd_tolerance(dtype, *, size: int = 1, depth: int = 1) -> Tolerance:
     return tolerance(dtype, size=size, depth=depth, safety=DEFAULT_SAFETY * eps ** (-1.0 / 3.0))
 
 
-def fd_step(dtype) -> float:
-    return eps_of(dtype) ** (1.0 / 3.0)
-
-
 def gradcheck(fn: Callable, inputs: tuple[torch.Tensor, ...], *, size: int, depth: int) -> bool:
     """``torch.autograd.gradcheck`` with the FD step and tolerance derived above (float64 inputs)."""
     dt = inputs[0].dtype
     tol = fd_tolerance(dt, size=size, depth=depth)
     # raise_exception=False: a wrong backward is a FAILS verdict with numbers, never a GradcheckError traceback
-    return bool(torch.autograd.gradcheck(fn, inputs, eps=fd_step(dt), atol=tol.atol, rtol=tol.rtol,
+    return bool(torch.autograd.gradcheck(fn, inputs, eps=eps_of(dt) ** (1.0 / 3.0), atol=tol.atol, rtol=tol.rtol,
                                          raise_exception=False))
 
 

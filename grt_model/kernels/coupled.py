@@ -29,6 +29,21 @@ def _gather(src, i0s, i1s, X):
 
 
 @kernel
+def _scatter(X, i0s, i1s, dst):
+    """The inverse of :func:`_gather`: ``dst[i0[p]] = X[0, p]``, ``dst[i1[p]] = X[1, p]``."""
+    tt = dst.shape[1]
+    X0 = X[0]
+    X1 = X[1]
+    for p in range(i0s.shape[0]):
+        r0 = i0s[p]
+        r1 = i1s[p]
+        for t in range(tt):
+            dst[r0, t] = X0[p, t]
+        for t in range(tt):
+            dst[r1, t] = X1[p, t]
+
+
+@kernel
 def _features(X, tiny, F, M):
     """The Clifford features of the gathered pairs ``X [2, P, tt]`` into ``F [4P, tt]`` and
     ``M [3, tt]`` = (1/m, 1/sqrt(m), whether m is above its floor)."""
@@ -133,13 +148,7 @@ def _rotate_scatter(X, T, sc, i0s, i1s, Y, dst):
         a1 = sc[p, 1]
         for t in range(tt):
             Y1[p, t] = (SS[p, t] * X0[p, t] + CC[p, t] * X1[p, t]) * a1
-    for p in range(P):
-        r0 = i0s[p]
-        r1 = i1s[p]
-        for t in range(tt):
-            dst[r0, t] = Y0[p, t]
-        for t in range(tt):
-            dst[r1, t] = Y1[p, t]
+    _scatter(Y, i0s, i1s, dst)
 
 
 @kernel
@@ -255,12 +264,6 @@ def _cstage_bwd(g, i0s, i1s, sc, w, X, F, T, M, Gb, GZ, accm, gf, dw, gth, gsc, 
     for p in range(P):
         for t in range(tt):
             G1[p, t] += accm[t] * X1[p, t]
-    for p in range(P):
-        r0 = i0s[p]
-        r1 = i1s[p]
-        for t in range(tt):
-            g[r0, t] = G0[p, t]
-        for t in range(tt):
-            g[r1, t] = G1[p, t]
+    _scatter(Gb, i0s, i1s, g)
 
 

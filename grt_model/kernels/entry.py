@@ -58,12 +58,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from grt_model.kernels.coupled import (
-    _cstage_bwd,
-    _cstage_fwd,
-    _cstage_replay,
-    _features,
-)
+from grt_model.kernels.coupled import _cstage_bwd, _cstage_fwd, _cstage_replay, _features
 from grt_model.kernels.gelu import _gelu, _gelu_apply, _gelu_bwd, _gelu_drift, _gelu_pdf
 from grt_model.kernels.jit import kernel
 from grt_model.kernels.rotate import (
@@ -114,13 +109,10 @@ def rot_cascade_fwd(x, out, i0, i1, cf, tt, tile_lo, tile_hi):
 
 @kernel
 def rot_cascade_bwd(x, gy, gx, i0, i1, cf, icf, tt, seg, drift_tol, try_inv, tile_lo, tile_hi, gm):
-    """Backward of :func:`rot_cascade_fwd` over tiles ``[tile_lo, tile_hi)``: per tile and head, run the stages
-    forward, then walk back *inverting* each stage (no stored activations); if the recovered input drifts from
-    the true one by more than ``drift_tol`` (relative), redo the tile with the storing backward (checkpoints
-    every ``seg`` stages) and keep storing for the rest of the call (``try_inv=False``: store from the start).
-    Adds ``sum_t g x^T`` per pair into ``gm [H, S, P, 4]`` (this call's own) and the input gradient into
-    ``gx`` (zeros on entry: heads sharing an input head add up); returns the number of (tile, head) passes
-    that took the storing path."""
+    """Backward of :func:`rot_cascade_fwd` by inversion, or by storing past ``drift_tol`` (the module docstring;
+    ``try_inv=False``: store from the start).  Adds ``sum_t g x^T`` per pair into ``gm [H, S, P, 4]`` (this call's
+    own) and the input gradient into ``gx`` (zeros on entry: heads sharing an input head add up); returns the
+    number of (tile, head) passes that took the storing path."""
     N = x.shape[0]
     H, S, P = cf.shape[:3]
     W = 2 * P
@@ -192,11 +184,9 @@ def coupled_cascade_fwd(x, out, i0, i1, th, cs, sn, sc, wt, exact, tiny, tt, kee
 @kernel
 def coupled_cascade_bwd(x, rec, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, tiny, tt, seg, keep, tile_lo,
                         tile_hi, gth, gsc, gw):
-    """Backward of :func:`coupled_cascade_fwd`: per tile and head, rebuild the stage inputs (a kept stage from
-    its nudges in ``rec``, without its coupling GEMM; the others in full), checkpointed every ``seg`` stages,
-    each segment re-run keeping its stages' pairs and angles, then walked back (features recomputed from the
-    pairs).  Adds the parameter gradients into ``gth [H,S,P]``, ``gsc [H,S,P,2]``, ``gw [H,S,4P,P]`` (this
-    call's own) and the input gradient into ``gx`` (zeros on entry)."""
+    """Backward of :func:`coupled_cascade_fwd` by rebuilding the stage inputs (the module docstring).  Adds the
+    parameter gradients into ``gth [H,S,P]``, ``gsc [H,S,P,2]``, ``gw [H,S,4P,P]`` (this call's own) and the input
+    gradient into ``gx`` (zeros on entry)."""
     N = x.shape[0]
     H, S, P = th.shape
     W = 2 * P
@@ -295,11 +285,10 @@ def ffn_fwd(z, out, ei0, ei1, ecf, eact, ci0, ci1, ccf, cact, exact, save, cdf_a
 @kernel
 def ffn_bwd(z, cdf_all, gy, gz, ei0, ei1, ecf, eicf, eact, ci0, ci1, ccf, cicf, cact, exact, tt, seg, drift_tol,
             try_inv, tile_lo, tile_hi, egm, cgm):
-    """Backward of :func:`ffn_fwd`: per tile, re-run the forward (the GELU from its saved ``Phi``), then
-    walk back inverting the contract stages, through the GELU, and inverting the expand stages, checking
-    each inversion's drift as :func:`rot_cascade_bwd` does (and falling back to the storing backward the
-    same way).  ``egm [S1, P, 4]``, ``cgm [S2, P, 4]`` collect ``sum_t g x^T`` per pair.  Returns the number
-    of cascade passes that took the storing path."""
+    """Backward of :func:`ffn_fwd`: re-run the forward (the GELU from its saved ``Phi``), then walk back through
+    the contract stages, the GELU and the expand stages, each cascade as :func:`rot_cascade_bwd` does.
+    ``egm [S1, P, 4]``, ``cgm [S2, P, 4]`` collect ``sum_t g x^T`` per pair.  Returns the number of cascade
+    passes that took the storing path."""
     N, din = z.shape
     dout = gy.shape[1]
     S1, P = ecf.shape[:2]

@@ -1,10 +1,6 @@
-r"""The fused CPU path: numba kernels (:mod:`grt_model.kernels.entry`) behind ``torch.autograd.Function``\ s.
+r"""The fused CPU path: numba kernels (:mod:`grt_model.kernels.entry`, whose docstring says how they work) behind
+``torch.autograd.Function``\ s.
 
-:func:`cascade_fused` computes :func:`~grt_model.cascade_ops.cascade_eager`'s function with all stages run over a
-tile of tokens while it stays in cache.  Coupling off, the backward saves only the cascade's input and recovers
-the stage inputs by inverting each stage (drift-checked).  Coupled, the forward also keeps the angle nudges
-``tanh(F W)`` of the last stages that fit :attr:`Tuning.angle_bytes_per_token`, so the backward's rebuild of
-those stages skips their coupling GEMM (3 coupling GEMMs per stage in a training step instead of 4).
 :func:`ffn_fused` runs the whole coupling-off FFN in one kernel per direction and skips, exactly, the pairs the
 zero padding keeps at zero and the pairs that never reach a kept coordinate (about 30% of the FFN's stage work
 at the reference sizes).  ``torch.get_num_threads()`` chunks of tiles run on the runtime's worker threads;
@@ -14,8 +10,10 @@ parameter gradients are summed in chunk order, deterministic for a given thread 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import lru_cache, partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -180,6 +178,24 @@ def _coupled_params(angles: torch.Tensor, raw_scales: torch.Tensor) -> tuple[np.
     return _np(angles), _np(torch.cos(angles)), _np(torch.sin(angles)), _np(F.softplus(raw_scales))
 
 
+def _or_eager(fused: Callable[[], Any], eager: Callable[[], Any]) -> Any:
+    """``fused()``, or ``eager()`` where a kernel fails to compile (one notice, eager from then on)."""
+    try:
+        return fused()
+    except Exception as e:
+        if not runtime.RUNTIME.compile_failed(e):
+            raise
+        return eager()
+
+
+def _backward(ctx, gy: torch.Tensor, fused_backward: Callable, *inputs: torch.Tensor | None) -> tuple:
+    """A fused call's backward: the kernels' (``fused_backward(ctx, gy)``), or its eager graph's for a double
+    backward (``create_graph=True``) and after a kernel failed to compile."""
+    if torch.is_grad_enabled():
+        return _eager_grads(ctx, gy, *inputs)
+    return _or_eager(lambda: fused_backward(ctx, gy.contiguous()), lambda: _eager_grads(ctx, gy, *inputs))
+
+
 class _CascadeFn(torch.autograd.Function):
     """``y = C(x)`` for ``x [N, Hin*W]``: fused forward; the backward recomputes from the saved input (and,
     coupled, from the angle nudges of the last ``keep`` stages the forward kept)."""
@@ -210,27 +226,19 @@ class _CascadeFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gy):
-        x, angles, raw_scales, coupling, rec = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph=True: differentiate the eager graph instead
-            return _eager_grads(ctx, gy, x, angles, raw_scales, coupling)
-        try:
-            return _CascadeFn._fused_backward(ctx, x, angles, raw_scales, coupling, rec, gy.contiguous())
-        except Exception as e:
-            if not ctx.plan.runtime.compile_failed(e):
-                raise
-            return _eager_grads(ctx, gy, x, angles, raw_scales, coupling)
+        return _backward(ctx, gy, _CascadeFn._fused_backward, *ctx.saved_tensors[:4])
 
     @staticmethod
-    def _fused_backward(ctx, x, angles, raw_scales, coupling, rec, gy):
+    def _fused_backward(ctx, gy):
+        x, angles, raw_scales, coupling, rec = ctx.saved_tensors
         plan = ctx.plan
         k, st = plan.runtime.kernels(), plan.tuning
         H, S, P = angles.shape
         i0, i1 = pair_tables(ctx.width, ctx.first_stage, S)
         gx = torch.zeros_like(x)  # the kernels add: cascade heads sharing an input head sum their gradients
-        xa, gya, item, N = _np(x), _np(gy), x.element_size(), x.shape[0]
+        xa, gya, item, N, tt = _np(x), _np(gy), x.element_size(), x.shape[0], st.tile_tokens
+        C = len(_chunks(N, tt))
         if coupling is None:
-            tt = st.tile_tokens
-            C = len(_chunks(N, tt))
             gm = _grad_chunks(C, H, S, P, 4)
             run = partial(k.rot_cascade_bwd, xa, gya, gx.numpy(), i0, i1, _np(stage_maps(angles, raw_scales)),
                           _np(stage_inverse_maps(angles, raw_scales)), tt,
@@ -241,8 +249,6 @@ class _CascadeFn(torch.autograd.Function):
             plan.stats.stored_passes += sum(stored)
             g_ang, g_raw = _maps_vjp(angles, raw_scales, gm.sum(0))
             return gx, g_ang, g_raw, None, None, None, None, None
-        tt = st.tile_tokens
-        C = len(_chunks(N, tt))
         gth, gsc, gw = _grad_chunks(C, H, S, P), _grad_chunks(C, H, S, P, 2), _grad_chunks(C, H, S, 4 * P, P)
         per_stage = 5 * P * tt * item  # records per stage: the stage's pairs [2P] and cos, sin, 1 - tanh^2 [3P]
         run = partial(k.coupled_cascade_bwd, xa, _np(rec), gya, gx.numpy(), i0, i1,
@@ -275,19 +281,13 @@ def cascade_fused(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tenso
     """:func:`~grt_model.cascade_ops.cascade_eager`'s function (``pair_energy`` features) with the fused kernels,
     on CPU tensors of one dtype, float32 or float64; eager, after one notice, where the kernels are unavailable."""
     params = (angles, raw_scales, coupling)
-    rt = runtime.RUNTIME
-    if not rt.available():
+    if not runtime.RUNTIME.available():
         return cascade_eager(x, *params, width, first_stage)
-    lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]).contiguous()  # (N, Hin*W)
-    try:
-        train = torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (x2, *params))
-        y = _CascadeFn.apply(x2, *params, width, first_stage, _Plan(tuning, stats), train)
-    except Exception as e:
-        if not rt.compile_failed(e):
-            raise
-        y = cascade_eager(x2, *params, width, first_stage)
-    return y.reshape(*lead, angles.shape[0] * width)
+    train = torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in (x2, *params))
+    y = _or_eager(lambda: _CascadeFn.apply(x2, *params, width, first_stage, _Plan(tuning, stats), train),
+                  lambda: cascade_eager(x2, *params, width, first_stage))
+    return y.reshape(*x.shape[:-1], angles.shape[0] * width)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -329,20 +329,12 @@ class _FFNFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gy):
-        params = ctx.saved_tensors[:5]  # z and the four parameter tensors
-        if torch.is_grad_enabled():  # create_graph=True: differentiate the eager graph instead
-            return _eager_grads(ctx, gy, *params)
-        if not ctx.saved_rec:
-            raise RuntimeError("ffn_fused: backward through a call made without grad (no GELU records saved)")
-        try:
-            return _FFNFn._fused_backward(ctx, gy.contiguous())
-        except Exception as e:
-            if not ctx.plan.runtime.compile_failed(e):
-                raise
-            return _eager_grads(ctx, gy, *params)
+        return _backward(ctx, gy, _FFNFn._fused_backward, *ctx.saved_tensors[:5])  # z and the four parameters
 
     @staticmethod
     def _fused_backward(ctx, gy):
+        if not ctx.saved_rec:
+            raise RuntimeError("ffn_fused: backward through a call made without grad (no GELU records saved)")
         z, e_angles, e_raw, c_angles, c_raw, rec = ctx.saved_tensors
         plan = ctx.plan
         k, st = plan.runtime.kernels(), plan.tuning
@@ -383,14 +375,10 @@ def ffn_fused(z: torch.Tensor, e_angles: torch.Tensor, e_raw: torch.Tensor, c_an
     if not 1 <= d_out <= W:
         raise ValueError(f"ffn_fused: d_out must be in [1, {W}], got {d_out}")
     params = (e_angles, e_raw, c_angles, c_raw)
-    rt = runtime.RUNTIME
-    if not rt.available():
+    if not runtime.RUNTIME.available():
         return ffn_eager(z, *params, d_out)
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (z, *params))
-    try:
-        y = _FFNFn.apply(z.reshape(-1, z.shape[-1]).contiguous(), *params, d_out, save, _Plan(tuning, stats))
-    except Exception as e:
-        if not rt.compile_failed(e):
-            raise
-        return ffn_eager(z, *params, d_out)
+    y = _or_eager(lambda: _FFNFn.apply(z.reshape(-1, z.shape[-1]).contiguous(), *params, d_out, save,
+                                       _Plan(tuning, stats)),
+                  lambda: ffn_eager(z, *params, d_out))
     return y.reshape(*z.shape[:-1], d_out)

@@ -1,11 +1,8 @@
 """Which code computes a cascade or the GRT FFN, decided from the tensors alone: the one rule is :func:`use_kernels`.
 
-The fused kernels (:mod:`grt_model.kernels.fused`) run CPU calls in float32 or float64 of at least
-:data:`MIN_TOKENS` tokens whose parameters share the input's dtype and device, outside ``torch.func`` transforms,
-where numba loads; every other call runs the eager PyTorch code of :mod:`grt_model.cascade_ops` (any device and
-dtype, derivatives of any order).  Both compute the same function (``tests/test_fast_cascade.py``), so the rule
-decides speed, never the result beyond round-off.  Tests and benchmarks that want one path call
-:func:`~grt_model.kernels.fused.cascade_fused` or :func:`~grt_model.cascade_ops.cascade_eager` directly.
+Calls it turns down run the eager PyTorch code of :mod:`grt_model.cascade_ops` (any device and dtype, derivatives
+of any order).  Both compute the same function (``tests/test_fast_cascade.py``), so the rule decides speed, never
+the result beyond round-off.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""The numba kernel module and the worker threads that run its tile chunks: :data:`RUNTIME`, one per process
-(a cache, like ``functools.lru_cache`` of a compiled function: loading the kernels twice would only repeat work).
+"""The numba kernel module and the worker threads that run its tile chunks: :data:`RUNTIME`, one per process.
 
 Where the kernels cannot be imported (no numba) or compiled, :meth:`KernelRuntime.mark_unavailable` logs one
 notice (logger ``grt_model.kernels``, WARNING) and every cascade runs eager from then on.  A test that needs
-a runtime without kernels replaces :data:`RUNTIME` with its own ``KernelRuntime()`` (``monkeypatch.setattr``).
+a runtime without kernels replaces :data:`RUNTIME` with its own ``KernelRuntime()``.
 """
 
 from __future__ import annotations
