@@ -28,12 +28,6 @@ from dynamics.simulate import OptimConfig, Stepper, Trace, angle_between
 from rmsgauge import Claim, tolerance
 
 
-def mean_cos_angle(tr: Trace, w: slice) -> np.ndarray:
-    """Per replica, arccos of the window-mean cosine of the per-step angle (``(R,)``)."""
-    cos = tr.ww[w] / np.sqrt(tr.x[w] * tr.x_next[w])  # (W, R)
-    return np.arccos(np.clip(cos.mean(0), -1.0, 1.0))
-
-
 def noise_angle_row(tr: Trace, info: dict[str, Any]) -> dict[str, Any]:
     r"""Equilibrium angle on the noise toy: arccos of the mean per-step cosine, against our law and the published one.
 
@@ -42,8 +36,9 @@ def noise_angle_row(tr: Trace, info: dict[str, Any]) -> dict[str, Any]:
     """
     c = tr.cfg
     w = slice(info["burn"], tr.steps)
-    phi_rep = mean_cos_angle(tr, w)  # (R,) independent replicas
-    phi = float(np.arccos(np.clip((tr.ww[w] / np.sqrt(tr.x[w] * tr.x_next[w])).mean(), -1.0, 1.0)))
+    cos = tr.ww[w] / np.sqrt(tr.x[w] * tr.x_next[w])  # (W, R) per-step cosines
+    phi_rep = np.arccos(np.clip(cos.mean(0), -1.0, 1.0))  # (R,) independent replicas
+    phi = float(np.arccos(np.clip(cos.mean(), -1.0, 1.0)))
     se = float(phi_rep.std(ddof=1) / math.sqrt(len(phi_rep))) if len(phi_rep) > 1 else 0.0
     ours = laws.equilibrium_angle(c.optimizer, c.decay, c.lr, c.wd, c.momentum, c.betas)
     pub, pub_src = laws.published_angle(c.optimizer, c.decay, c.lr, c.wd, c.momentum, c.betas)
@@ -72,19 +67,12 @@ def check_equilibrium_angle(ctx: Context) -> Claim:
         return no_decay_claim(ctx, "dynamics.equilibrium_angle", "a rotational equilibrium", None)
     if plan.single:
         cfgs = [(plan.cfg(ctx.lr_for("noise") or D.toy_lr), D.noise_n)]
-    else:
-        cfgs = []
-        for g in D.angle_grid:
-            g = dict(g)
-            n = g.pop("n", D.noise_n)
-            cfgs.append((OptimConfig(**g), n))
+    else:  # an "n" in a grid entry is the noise toy's dimension, the rest the optimizer's
+        cfgs = [(OptimConfig(**{k: v for k, v in g.items() if k != "n"}), g.get("n", D.noise_n)) for g in D.angle_grid]
     rows: dict[str, Any] = {}
     ok = True
     for cfg, n in cfgs:
-        tr, info = ctx.noise_trace(cfg, n=n)
-        r = noise_angle_row(tr, info)
-        key = f"{cfg.label()} n={n}"
-        rows[key] = r
+        r = rows[f"{cfg.label()} n={n}"] = noise_angle_row(*ctx.noise_trace(cfg, n=n))
         # the finite-n rows document the published formula's drift; the verdict uses the large-n rows
         if n >= SMALL_NOISE_N:
             ok &= r["holds"]
@@ -221,11 +209,9 @@ def check_angular_rate_scaling(ctx: Context) -> Claim:
     rows[f"regression/{toy.dtype}"] = rate_row(toy.weight, toy_loss, ctx.main_cfg, plan.lr if plan.single else None,
                                                toy.dtype)
     if not plan.single:  # Adam's contrast: its first step does not shrink with the gradient
-        def adam_cfg(lr: float) -> OptimConfig:
-            return OptimConfig(optimizer="adamw", decay="torch", lr=lr, wd=0.1)
-
-        rows[f"qknorm/{prob.dtype} adamw"] = rate_row(prob.weight, lambda: prob.loss_on(xb, yb), adam_cfg, None,
-                                                      prob.dtype)
+        rows[f"qknorm/{prob.dtype} adamw"] = rate_row(
+            prob.weight, lambda: prob.loss_on(xb, yb),
+            lambda lr: OptimConfig(optimizer="adamw", decay="torch", lr=lr, wd=0.1), None, prob.dtype)
     main = rows[f"qknorm/{prob.dtype}"]
     ok = all(r["holds"] for r in rows.values())
     # the source's own numbers against its two statements

@@ -252,54 +252,6 @@ def window_norm_row(tr: Trace, frac: float = 0.35) -> dict[str, Any]:
             "holds": bool(np.abs(ratio - 1).max() <= tol)}
 
 
-def _phase_fixed_points(ctx: Context) -> dict[str, dict[str, Any]]:
-    """Step (a) of :func:`check_equilibrium_norm`: the exact, deterministic fixed point and relaxation on the
-    phase toy (G = 1 exactly), SGD only; one row per (decay, lr, wd)."""
-    plan, D = ctx.plan, ctx.defaults
-    if plan.single:
-        grid = [(plan.decay, ctx.lr_for("phase") or D.toy_lr, plan.wd)] if plan.optimizer == "sgd" else []
-    else:
-        grid = list(D.phase_grid)
-    rows = {}
-    for decay, lr, wd in grid:
-        ctx.progress(f"phase toy fixed point: sgd/{decay} lr={lr:g} wd={wd:g}")
-        rows[f"sgd/{decay} lr={lr:g} wd={wd:g}"] = phase_fixed_point(decay, lr, wd, dtype=ctx.dtype_for("float64"),
-                                                                     steps=plan.steps)
-    return rows
-
-
-def _noise_configs(ctx: Context) -> list[OptimConfig]:
-    """The optimizers whose fixed point the noise toy measures: the plan's one, or one per law by default."""
-    if ctx.plan.single:
-        return [ctx.plan.cfg(ctx.lr_for("noise") or ctx.defaults.toy_lr)]
-    return [OptimConfig(optimizer="sgd", decay="source", lr=0.1, wd=0.05),
-            OptimConfig(optimizer="sgdm", decay="source", lr=0.1, wd=0.05),
-            OptimConfig(optimizer="sgdm", decay="l2", lr=0.1, wd=0.1),
-            OptimConfig(optimizer="adamw", decay="torch", lr=0.01, wd=0.5)]
-
-
-def _noise_fixed_points(ctx: Context, cfgs: list[OptimConfig]) -> dict[str, dict[str, Any]]:
-    """Step (b): the noise toy (E G^2 fluctuates, gradients uncorrelated), each optimizer's law."""
-    rows = {}
-    for cfg in cfgs:
-        tr, info = ctx.noise_trace(cfg, start_factor=2.0)
-        r = noise_norm_row(tr, info)
-        r["equilibration_steps_needed"] = info["burn_needed"]
-        rows[cfg.label()] = r
-    return rows
-
-
-def _training_fixed_points(ctx: Context) -> dict[str, dict[str, Any]]:
-    """Step (c): the training runs (SGD law per gauge group, quasi-stationary G); a row whose window is not
-    stationary (its own allowance above ``UNINFORMATIVE_TOL``) is reported but not in the verdict."""
-    rows = {}
-    for tr in (ctx.toy_trace(), ctx.model_trace()):
-        r = window_norm_row(tr)
-        r["in_verdict"] = r["tol"] <= UNINFORMATIVE_TOL  # else: run more --steps
-        rows[_fmt_cfg(tr)] = r
-    return rows
-
-
 EQUILIBRIUM_NORM_LAW = (
     "SGD: ||W*||^4 = lr^2 G^2/(1-(1-d)^2) = lr^2 G^2/(2d - d^2), G = ||g|| ||W|| (gradient at unit norm); "
     "the map x -> (1-d)^2 x + lr^2 G^2/x has slope 2(1-d)^2 - 1 at x*, stable for 0 < d < 1, relaxation "
@@ -312,23 +264,46 @@ EQUILIBRIUM_NORM_LAW = (
 def check_equilibrium_norm(ctx: Context) -> Claim:
     """The norm's fixed point and relaxation: exact on the phase toy, each optimizer's law on the noise toy,
     and the SGD law on the training runs (see :data:`EQUILIBRIUM_NORM_LAW`)."""
-    plan = ctx.plan
+    plan, D = ctx.plan, ctx.defaults
     if plan.single and plan.wd == 0.0:
         return no_decay_claim(ctx, "dynamics.equilibrium_norm", "fixed point 2 wd ||W*||^2 = lr^2 ||g||^2",
                               "2 wd ||W*||^2 = lr^2 ||g||^2")
     details: dict[str, Any] = {}
     measured: dict[str, Any] = {}
-    phase_rows = _phase_fixed_points(ctx)
+    # (a) the phase toy (G = 1 exactly), SGD only: the exact, deterministic fixed point and relaxation
+    if plan.single:
+        grid = [(plan.decay, ctx.lr_for("phase") or D.toy_lr, plan.wd)] if plan.optimizer == "sgd" else []
+    else:
+        grid = list(D.phase_grid)
+    phase_rows = {}
+    for decay, lr, wd in grid:
+        ctx.progress(f"phase toy fixed point: sgd/{decay} lr={lr:g} wd={wd:g}")
+        phase_rows[f"sgd/{decay} lr={lr:g} wd={wd:g}"] = phase_fixed_point(decay, lr, wd, steps=plan.steps,
+                                                                           dtype=ctx.dtype_for("float64"))
     if phase_rows:
         details["data: phase toy (G=1 exactly; SGD)"] = phase_rows
         measured["phase_fixed_point_max_rel_err"] = max(r["rel_dev_final"] for r in phase_rows.values())
         measured["phase_source_fixed_point_rel_err"] = [r["source_fixed_point_rel_err"] for r in phase_rows.values()]
         measured["tau_measured/pred"] = [r["tau_measured"] / r["tau_pred"] for r in phase_rows.values()]
-    noise_cfgs = _noise_configs(ctx)
-    noise_rows = _noise_fixed_points(ctx, noise_cfgs)
+    # (b) the noise toy (E G^2 fluctuates, gradients uncorrelated): the plan's optimizer, or one per law
+    noise_cfgs = [plan.cfg(ctx.lr_for("noise") or D.toy_lr)] if plan.single else [
+        OptimConfig(optimizer="sgd", decay="source", lr=0.1, wd=0.05),
+        OptimConfig(optimizer="sgdm", decay="source", lr=0.1, wd=0.05),
+        OptimConfig(optimizer="sgdm", decay="l2", lr=0.1, wd=0.1),
+        OptimConfig(optimizer="adamw", decay="torch", lr=0.01, wd=0.5)]
+    noise_rows = {}
+    for cfg in noise_cfgs:
+        tr, info = ctx.noise_trace(cfg, start_factor=2.0)
+        noise_rows[cfg.label()] = {**noise_norm_row(tr, info), "equilibration_steps_needed": info["burn_needed"]}
     details["data: noise toy (random-walk regime)"] = noise_rows
     measured["noise_max_rel_err"] = max(abs(r["rel_err"]) for r in noise_rows.values())
-    train_rows = _training_fixed_points(ctx) if plan.optimizer == "sgd" or not plan.single else {}
+    # (c) the training runs (SGD law per gauge group, quasi-stationary G); a row whose window is not stationary
+    # (its own allowance above UNINFORMATIVE_TOL: run more --steps) is reported but not in the verdict
+    train_rows = {}
+    if plan.optimizer == "sgd" or not plan.single:
+        for tr in (ctx.toy_trace(), ctx.model_trace()):
+            r = window_norm_row(tr)
+            train_rows[_fmt_cfg(tr)] = {**r, "in_verdict": r["tol"] <= UNINFORMATIVE_TOL}
     if train_rows:
         details["data: training runs (window mean vs law with window E G^2)"] = train_rows
         measured["training_max_rel_err"] = max(r["max_rel_err"] for r in train_rows.values())

@@ -115,7 +115,6 @@ class Context:
             d.angle_grid = tuple(d.angle_grid[i] for i in (0, 3, 6, 7))
         self._cache: dict[Any, Any] = {}
         self.traces: list[Trace] = []  # every training run, for the radial-gradient record
-        self._corpus: ByteCorpus | None = None
 
     # ------------------------------------------------------------------ helpers
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
@@ -124,9 +123,7 @@ class Context:
         return self._cache[key]
 
     def corpus(self) -> ByteCorpus:
-        if self._corpus is None:
-            self._corpus = ByteCorpus.load()
-        return self._corpus
+        return self.memo("corpus", ByteCorpus.load)
 
     def _run(self, problem, cfg: OptimConfig, steps: int, every: int = 0) -> Trace:
         t0 = time.perf_counter()

@@ -168,10 +168,9 @@ class EquilibriumMonitor:
                 if u is not None:
                     self._sums[g.name][0] += nu
                     self._sums[g.name][1] += float((u * w0).sum())
-                r = {"norm": norm, "angle": laws.tensor_angle(w0.cpu().numpy(), w1.cpu().numpy()), "nu": nu}
                 pred, why = self._predict(g, law, norm0, why)
-                r.update(pred)
-                r["why"] = why
+                r = {"norm": norm, "angle": laws.tensor_angle(w0.cpu().numpy(), w1.cpu().numpy()), "nu": nu, **pred,
+                     "why": why}
                 r["lag"] = self._lag(g, law, norm) if why is None else self._forget_law(g)
                 self._follow(g, law, r, step, norm0)
                 if r.get("norm_eq") is not None and math.isfinite(r["norm_eq"]) and self._reached[g.name] is None \
@@ -351,13 +350,8 @@ class EquilibriumMonitor:
     def series(self, group: str, key: str) -> tuple[list[int], list[float]]:
         """``(steps, values)`` of one recorded quantity (``norm``, ``angle``, ``angle_eq``, ``norm_eq``,
         ``norm_track``, ``nu``, ``lag``)."""
-        steps, vals = [], []
-        for h in self.history:
-            v = h["groups"][group].get(key)
-            if v is not None:
-                steps.append(h["step"])
-                vals.append(float(v))
-        return steps, vals
+        recorded = [h for h in self.history if h["groups"][group].get(key) is not None]
+        return [h["step"] for h in recorded], [float(h["groups"][group][key]) for h in recorded]
 
     def summary(self, tail_fraction: float = TAIL_FRACTION) -> dict[str, Any]:
         """Per group: first/last norm, tail-mean effective learning rate against the prediction, the equilibrium

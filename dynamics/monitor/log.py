@@ -137,15 +137,8 @@ def _floats(x: Any) -> Any:
 def read_records(path: str | Path, *, up_to: int | None = None) -> list[dict[str, Any]]:
     """The ``equilibrium`` records of a JSON-lines log in step order, one per step (where a resumed run recorded
     a step again, its later record), up to step ``up_to``; a line cut short by a killed writer is skipped."""
-    by_step: dict[int, dict[str, Any]] = {}
-    with Path(path).open() as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and rec.get("event") == "equilibrium" and (up_to is None or rec["step"] <= up_to):
-                by_step[int(rec["step"])] = _floats(rec)
+    by_step = {int(rec["step"]): _floats(rec) for rec in _equilibrium_records(Path(path))
+               if up_to is None or rec["step"] <= up_to}
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -168,9 +161,8 @@ def _holds_data(path: Path) -> bool:
     return path.exists() and path.stat().st_size > 0
 
 
-def _last_groups(path: Path) -> list[str] | None:
-    """The group names of a log's last ``equilibrium`` record (None when it holds none)."""
-    last = None
+def _equilibrium_records(path: Path) -> Iterable[dict[str, Any]]:
+    """The ``equilibrium`` records of a JSON-lines log in file order (a line a killed writer cut short is skipped)."""
     with path.open() as f:
         for line in f:
             if '"equilibrium"' not in line:
@@ -180,5 +172,10 @@ def _last_groups(path: Path) -> list[str] | None:
             except json.JSONDecodeError:
                 continue
             if isinstance(rec, dict) and rec.get("event") == "equilibrium":
-                last = list(rec.get("groups", {}))
-    return last
+                yield rec
+
+
+def _last_groups(path: Path) -> list[str] | None:
+    """The group names of a log's last ``equilibrium`` record (None when it holds none)."""
+    groups = [list(rec.get("groups", {})) for rec in _equilibrium_records(path)]
+    return groups[-1] if groups else None
