@@ -1,15 +1,11 @@
-r"""The GRT and the dense baseline as Hugging Face ``transformers`` classes (``pip install -e ".[hf]"``).
+r"""The GRT and the dense baseline as Hugging Face ``transformers`` classes (``pip install -e ".[hf]"``); importing
+this module registers them with the Auto factories (usage: the README's Hugging Face section).
 
-Importing this module registers them with ``AutoConfig``, ``AutoModelForCausalLM`` and ``AutoTokenizer``; the
-plain ``lm_eval`` CLI loads an exported folder with ``trust_remote_code=True`` through its shim ``rmsgauge_hf.py``.
-The configs keep the project config in ``project_config`` and derive the usual fields (``max_position_embeddings``
-= ``block_size``).  ``self.model`` IS the project's module: without cache or padding ``forward`` calls it (the
-logits bit for bit); otherwise it runs :func:`lm.sample.cached_forward`, the module's own forward with only its
-attention step cached (exact inside the window; past it the window is re-read, as ``lm.sample.generate`` does).
-The tokenizer is UTF-8 bytes (ids 0..255, :func:`rmsgauge.corpus.encode`); ``"\n"`` doubles as BOS/EOS/PAD, is
-never added to an encoding, is kept by decoding, and neither stops generation nor counts as padding.  Sampling
-agrees with ``lm.sample`` (temperature, top-k, one ``torch.multinomial`` draw per step on the generator
-``torch.manual_seed(s)`` sets), except that HF softmaxes in float32.
+The configs keep the project config in ``project_config`` and derive the usual fields.  ``self.model`` IS the
+project's module: without cache or padding ``forward`` calls it (the logits bit for bit); otherwise it runs
+:func:`lm.sample.cached_forward` (exact inside the window; past it the window is re-read, as ``lm.sample`` does).
+The tokenizer is UTF-8 bytes; ``"\n"`` doubles as BOS/EOS/PAD, is never added to an encoding, is kept by decoding,
+and neither stops generation nor counts as padding.  HF softmaxes in float32, ``lm.sample`` in float64.
 """
 
 from __future__ import annotations
