@@ -220,10 +220,10 @@ def build_parser():
                     "finished training run as one. Exit status 1 on a checksum mismatch or a corrupt file.")
     sub = add_subcommands(p)
     ls = add_subcommand(sub, "list", "the shipped models and their model cards' headline numbers")
-    ls.add_argument("--root", default=None, help="folder to read instead of the package's")
     v = add_subcommand(sub, "verify", "check every shipped file against its card's sha256 (exit 1 on a mismatch)")
     v.add_argument("names", nargs="*", help="models to verify (default: all shipped)")
-    v.add_argument("--root", default=None, help="folder to read instead of the package's")
+    for sp in (ls, v):
+        sp.add_argument("--root", default=None, help="folder to read instead of the package's")
     s = add_subcommand(sub, "ship", "write a finished run's weights, log and model card into the package")
     s.add_argument("run_dir", help="the run folder (with ckpt.pt, log.jsonl, summary.json)")
     s.add_argument("--name", required=True, help=f"model name ({', '.join(NAMES)})")

@@ -108,12 +108,10 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
                              f"{file_cfg['model']} model")
         mdict, tdict = config_to_dict(default_model_config(kind)), TrainConfig().to_dict()
     cfg_cls, _ = model_classes(kind)
-    if "train" in file_cfg:
-        reject_unknown_keys("--config train", file_cfg["train"], tdict)
-        tdict.update(file_cfg["train"])
-    if "model_config" in file_cfg:
-        reject_unknown_keys(f"--config model_config ({cfg_cls.__name__})", file_cfg["model_config"], mdict)
-        mdict.update(file_cfg["model_config"])
+    for key, what, d in (("train", "train", tdict), ("model_config", f"model_config ({cfg_cls.__name__})", mdict)):
+        if key in file_cfg:
+            reject_unknown_keys(f"--config {what}", file_cfg[key], d)
+            d.update(file_cfg[key])
     # the train and model keys set on this command line
     explicit, explicit_model = _apply_set(args.set or [], tdict, mdict, cfg_cls.__name__)
     for flag in TRAIN_FLAGS:
@@ -187,8 +185,9 @@ def _check_resume(ckpt: dict, tdict: dict, mcfg: Any) -> None:
     if (old_t.get("max_steps"), old_t.get("max_tokens")) != (tdict["max_steps"], tdict["max_tokens"]):
         sys.stderr.write("note: the run length changed on --resume; the cosine schedule is recomputed for the "
                          "new length, so from here on this is not the continuation of the original run\n")
-    if config_to_dict(mcfg) != {**old_m}:
-        diff = sorted(k for k in old_m if config_to_dict(mcfg).get(k) != old_m[k])
+    new_m = config_to_dict(mcfg)
+    if new_m != {**old_m}:
+        diff = sorted(k for k in old_m if new_m.get(k) != old_m[k])
         raise ValueError(f"model config keys {diff} differ from the checkpoint's; --resume keeps the model")
 
 
