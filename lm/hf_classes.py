@@ -242,11 +242,9 @@ register()
 
 def wrap(model: nn.Module) -> _ProjectForCausalLM:
     """The HF model around an in-memory project module (shares its parameters, no copy)."""
-    kind = kind_of(model)
-    cfg_cls, model_cls = HF_CLASSES[kind]
+    cfg_cls, model_cls = HF_CLASSES[kind_of(model)]
     hf = model_cls(cfg_cls(project_config=config_to_dict(model.config)), model=model)
-    first = next(model.parameters())
-    hf.config.dtype = first.dtype  # what save_pretrained records (the project trains in float32)
+    hf.config.dtype = next(model.parameters()).dtype  # what save_pretrained records (the project trains in float32)
     return hf
 
 

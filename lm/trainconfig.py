@@ -64,14 +64,12 @@ class TrainConfig:
         for name, choices in _CHOICES:
             check_choice(f"train.{name}", getattr(self, name), choices)
         check_device("train.device", self.device)
-        if not isinstance(self.data, str):
-            raise ValueError(f"train.data must be a path string (\"\" = the bundled corpus), got {self.data!r}")
-        if not isinstance(self.out_dir, str) or not self.out_dir:
-            raise ValueError(f"train.out_dir must be a non-empty folder path, got {self.out_dir!r}")
-        if not isinstance(self.probe_gauges, bool):
-            raise ValueError(f"train.probe_gauges must be true or false, got {self.probe_gauges!r}")
-        if not isinstance(self.lr_mult, dict):
-            raise ValueError(f"train.lr_mult must be a mapping of lr group to multiplier, got {self.lr_mult!r}")
+        for name, ok, what in (("data", isinstance(self.data, str), 'a path string ("" = the bundled corpus)'),
+                               ("out_dir", isinstance(self.out_dir, str) and self.out_dir, "a non-empty folder path"),
+                               ("probe_gauges", isinstance(self.probe_gauges, bool), "true or false"),
+                               ("lr_mult", isinstance(self.lr_mult, dict), "a mapping of lr group to multiplier")):
+            if not ok:
+                raise ValueError(f"train.{name} must be {what}, got {getattr(self, name)!r}")
         for k, v in self.lr_mult.items():
             if k not in LR_GROUPS:
                 raise ValueError(f"train.lr_mult: unknown lr group {k!r}; the groups are {', '.join(LR_GROUPS)}")
