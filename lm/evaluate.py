@@ -147,8 +147,7 @@ def evaluate(model_or_dir: str | os.PathLike | torch.nn.Module, tasks: list[str]
     manager = task_manager or TaskManager(include_path=str(include_path) if include_path else None,
                                           include_defaults=include_defaults)
     return lm_eval.simple_evaluate(model=model, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit,
-                                   task_manager=manager, log_samples=log_samples,
-                                   bootstrap_iters=bootstrap_iters)
+                                   task_manager=manager, log_samples=log_samples, bootstrap_iters=bootstrap_iters)
 
 
 @torch.no_grad()

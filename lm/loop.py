@@ -154,8 +154,7 @@ def _unlock(lock: RunLock | None, out: Path, created: bool) -> None:
 
 
 def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-            hooks: list, progress: bool, trust_unverified: bool,
-            lock: RunLock | None) -> Run:
+            hooks: list, progress: bool, trust_unverified: bool, lock: RunLock | None) -> Run:
     """Check everything, then (only then) set the folder up, build, restore and log the start.  Over 60 lines on
     purpose: the run's state is built in one place, in the order a resume depends on (checks, folder, seed, model,
     optimizer, restore, log)."""
@@ -216,8 +215,7 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
               torch.tensor(extra.get("interval_loss_sum", 0.0), dtype=torch.float64, device=ctx.device),
               int(extra.get("interval_n", 0)), float(extra.get("train_time", 0.0)), list(extra.get("evals", [])),
               resumed, run_tokens0=tokens_seen)
-    info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write,
-                    run.bar.message)
+    info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write, run.bar.message)
     start_fields: dict[str, Any] = {}
     for h in hooks:
         start_fields.update(h.on_start(model, opt, info) or {})
@@ -338,8 +336,8 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
 
 
 def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True, force: bool = False,
-          hooks: list[StepHook] | None = None, trust_unverified: bool = False) -> dict[str, Any]:
+          progress: bool = True, force: bool = False, hooks: list[StepHook] | None = None,
+          trust_unverified: bool = False) -> dict[str, Any]:
     """Train and return the run summary (rank 0 also writes ``OUT/summary.json``).  ``force``: a folder that holds a
     run is moved aside first; ``stop_after``: stop with a checkpoint once this step is done, as an interruption
     would; ``trust_unverified``: resume from a checkpoint without a checksum file.  ``OUT/run.lock`` is held

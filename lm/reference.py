@@ -223,12 +223,12 @@ def build_parser():
     v = add_subcommand(sub, "verify", "check every shipped file against its card's sha256 (exit 1 on a mismatch)")
     v.add_argument("names", nargs="*", help="models to verify (default: all shipped)")
     for sp in (ls, v):
-        sp.add_argument("--root", default=None, help="folder to read instead of the package's")
+        sp.add_argument("--root", help="folder to read instead of the package's")
     s = add_subcommand(sub, "ship", "write a finished run's weights, log and model card into the package")
     s.add_argument("run_dir", help="the run folder (with ckpt.pt, log.jsonl, summary.json)")
     s.add_argument("--name", required=True, help=f"model name ({', '.join(NAMES)})")
     s.add_argument("--command", required=True, help="the exact command that trained the run (for the card)")
-    s.add_argument("--dest", default=None, help="folder to write into instead of the package's")
+    s.add_argument("--dest", help="folder to write into instead of the package's")
     s.add_argument("--trust-unverified", action="store_true",
                    help="ship a run whose checkpoint has no checksum file (refused without this flag)")
     return p

@@ -119,8 +119,7 @@ _REALS = (("lr", 0.0, 10.0, {"lo_open": True}), ("min_lr_frac", 0.0, 1.0, {}), (
 _INTS = (("warmup_steps", 0, None), ("batch_size", 1, None), ("max_steps", 1, None), ("max_tokens", 0, None),
          ("eval_interval", 0, None), ("eval_batches", 1, None), ("log_interval", 1, None), ("gauge_interval", 0, None),
          ("ckpt_interval", 0, None), ("seed", 0, 2**32 - 1), ("threads", 0, 1024))
-_CHOICES = (("schedule", ("cosine", "constant")), ("dtype", ("float32", "float64")),
-            ("tokenizer", ("bytes", "bpe")))
+_CHOICES = (("schedule", ("cosine", "constant")), ("dtype", ("float32", "float64")), ("tokenizer", ("bytes", "bpe")))
 
 # keys that shape the trajectory: changing them on --resume would not continue the same run
 RESUME_LOCKED = ("lr", "min_lr_frac", "warmup_steps", "schedule", "wd", "beta1", "beta2", "adam_eps", "grad_clip",
