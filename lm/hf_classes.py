@@ -70,10 +70,6 @@ class _ProjectHFConfig(PretrainedConfig):
         self.tie_word_embeddings = False
         super().__post_init__(**kwargs)
 
-    def project(self):
-        """The project config dataclass (``GRTConfig`` / ``DenseConfig``)."""
-        return config_from_dict(self.kind, self.project_config)
-
 
 class GRTHFConfig(_ProjectHFConfig):
     model_type = "rmsgauge-grt"
@@ -87,14 +83,12 @@ class DenseHFConfig(_ProjectHFConfig):
 
 class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
     base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
     _no_split_modules: ClassVar[list[str]] = []
 
     def __init__(self, config: _ProjectHFConfig, model: nn.Module | None = None) -> None:
         super().__init__(config)
         self.kind = config.kind
-        self.model = build_model(self.kind, config.project()) if model is None else model
+        self.model = model or build_model(self.kind, config_from_dict(self.kind, config.project_config))
         self.generation_config = GenerationConfig(**GENERATION_DEFAULTS)
         self.post_init()
 

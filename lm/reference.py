@@ -57,9 +57,8 @@ def reference_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
     """The model card of a shipped model (no checksum check: see :func:`verify_reference`)."""
     _, card_path, _ = _paths(name, root)
     if not card_path.is_file():
-        have = shipped_names(root)
         raise FileNotFoundError(f"no shipped reference model {name!r} (no {card_path}); shipped: "
-                                f"{', '.join(have) or 'none yet'}")
+                                f"{', '.join(shipped_names(root)) or 'none yet'}")
     try:
         card = json.loads(card_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
