@@ -276,8 +276,6 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-
     def work(args, _checked) -> int:
         if args.command == "install":
             path = install(GCIDE, args.deb)
@@ -294,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "deb", None) is not None and not Path(args.deb).is_file():
             raise ValueError(f"--deb {args.deb} is not a file")
 
-    return run_main(ap, argv, work, check=check)
+    return run_main(build_parser(), argv, work, check=check)
 
 
 if __name__ == "__main__":
