@@ -5,10 +5,4 @@ imports :mod:`grt_model` and :mod:`rmsgauge`, never the packages above it."""
 from lm.dense import DenseConfig, DenseTransformer
 from lm.rmsnorm import RMSNorm, rms_norm, rms_norm_jacobian
 
-__all__ = [
-    "DenseConfig",
-    "DenseTransformer",
-    "RMSNorm",
-    "rms_norm",
-    "rms_norm_jacobian",
-]
+__all__ = ["DenseConfig", "DenseTransformer", "RMSNorm", "rms_norm", "rms_norm_jacobian"]

@@ -4,9 +4,8 @@ r"""A real vocabulary: the GCIDE corpus (40 MB of English, from Debian's package
     python -m lm.bpe install --deb dict-gcide_0.48.5+nmu2_all.deb   # a .deb fetched by hand (any machine)
     python -m lm.bpe status           # where the corpus and the cached tokenizers are
 
-Debian's ``dict-gcide`` (Webster's 1913 and WordNet) installs with one command, is pinned by sha256 (it has not
-changed since 2022 in Debian 12) and is never downloaded at run time; its three non-UTF-8 bytes are read as
-cp1252.  The corpus lives under ``$RMSGAUGE_DATA`` (default ``~/.cache/rmsgauge``).  The tokenizer (Hugging Face
+Debian's ``dict-gcide`` is pinned by sha256 and never downloaded at run time (the README says why this package).
+The corpus lives under ``$RMSGAUGE_DATA`` (default ``~/.cache/rmsgauge``).  The tokenizer (Hugging Face
 ``tokenizers``: GPT-2's pre-tokenizer and byte alphabet, no special tokens) is trained on the training split only
 and each split is tokenized on its own, so no validation byte reaches a training token; every token stands for a
 known number of bytes, which makes bits per byte exact (:func:`lm.scoring.full_split_bpb`).
@@ -27,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from rmsgauge import atomic_write_bytes
 from rmsgauge.atomic import sha256_bytes
@@ -251,19 +249,11 @@ class TokenCorpus:
         return cls(np.concatenate([train, val]), len(train), tok.get_vocab_size(), token_byte_lengths(tok),
                    {"train": at, "val": len(data) - at}, val_fraction, f"{sha}-bpe{vocab_size}")
 
-    def split(self, name: str) -> np.ndarray:
-        if name == "train":
-            return self.tokens[: self.split_at]
-        if name == "val":
-            return self.tokens[self.split_at:]
-        raise ValueError(f"split must be 'train' or 'val', got {name!r}")
+    split = ByteCorpus.split  # the tokens before / from split_at
+    batch = ByteCorpus.batch
 
     def tokens_per_byte(self, name: str) -> float:
         return len(self.split(name)) / self.split_bytes[name]
-
-    def batch(self, name: str, batch_size: int, block_size: int, generator: torch.Generator | None = None,
-              device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        return ByteCorpus.batch(self, name, batch_size, block_size, generator, device)  # type: ignore[arg-type]
 
 
 def load_corpus(data: str, val_fraction: float, tokenizer: str = "bytes",
@@ -286,8 +276,6 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-
     def work(args, _checked) -> int:
         if args.command == "install":
             path = install(GCIDE, args.deb)
@@ -304,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "deb", None) is not None and not Path(args.deb).is_file():
             raise ValueError(f"--deb {args.deb} is not a file")
 
-    return run_main(ap, argv, work, check=check)
+    return run_main(build_parser(), argv, work, check=check)
 
 
 if __name__ == "__main__":

@@ -147,8 +147,7 @@ def evaluate(model_or_dir: str | os.PathLike | torch.nn.Module, tasks: list[str]
     manager = task_manager or TaskManager(include_path=str(include_path) if include_path else None,
                                           include_defaults=include_defaults)
     return lm_eval.simple_evaluate(model=model, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit,
-                                   task_manager=manager, log_samples=log_samples,
-                                   bootstrap_iters=bootstrap_iters)
+                                   task_manager=manager, log_samples=log_samples, bootstrap_iters=bootstrap_iters)
 
 
 @torch.no_grad()
@@ -256,12 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check(args: argparse.Namespace) -> tuple[list[str], Any, Any]:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    check_range("--batch-size", args.batch_size, 1)
-    check_range("--bootstrap-iters", args.bootstrap_iters, 0)
-    if args.num_fewshot is not None:
-        check_range("--num-fewshot", args.num_fewshot, 0)
-    if args.limit is not None:
-        check_range("--limit", args.limit, 1)
+    for flag, value, lo in (("--batch-size", args.batch_size, 1), ("--bootstrap-iters", args.bootstrap_iters, 0),
+                            ("--num-fewshot", args.num_fewshot, 0), ("--limit", args.limit, 1)):
+        if value is not None:  # --num-fewshot and --limit are optional
+            check_range(flag, value, lo)
     if not tasks:
         raise ValueError("--tasks must name at least one task, e.g. --tasks hellaswag,piqa")
     if args.only_include_path and not args.include_path:
@@ -312,12 +309,10 @@ def _work(args: argparse.Namespace, checked: tuple[list[str], Any, Any]) -> int:
     sys.stdout.write(f"[{'HOLDS' if claim.holds else 'FAILS'}] {claim.id}: {claim.measured['requests']} requests, "
                      f"max |harness - direct| / tolerance = {claim.measured['max_error_over_tolerance']:.3g}\n")
     if args.json:
-        atomic_write_json(args.json, json_safe({"model_dir": args.model_dir, "reference": args.reference,
-                                                "tasks": tasks,
-                                                "results": results["results"],
-                                                "versions": results.get("versions", {}),
-                                                "n-samples": results.get("n-samples", {}),
-                                                "claims": [claim.to_json()]}))
+        atomic_write_json(args.json, json_safe({
+            "model_dir": args.model_dir, "reference": args.reference, "tasks": tasks, "results": results["results"],
+            "versions": results.get("versions", {}), "n-samples": results.get("n-samples", {}),
+            "claims": [claim.to_json()]}))
     return 0 if claim.holds else 1
 
 

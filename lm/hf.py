@@ -1,10 +1,7 @@
 """``python -m lm.hf export|import``: project checkpoints <-> Hugging Face ``save_pretrained`` folders.
 
 The classes are :mod:`lm.hf_classes`, imported only when a conversion runs (so ``--help`` works without the ``hf``
-extra).  Nothing certified that was not checked: an export writes ``SHA256SUMS`` only from a verified source, an
-import checks the folder before and after loading and only then writes the checkpoint's sha256.  Nothing
-overwritten: an export goes to a new or empty folder, renamed into place; an import refuses an existing checkpoint
-(``--force`` moves it aside) and a run folder's ``ckpt.pt``.  The README's checksum policy has the details.
+extra).  Nothing certified that was not checked, nothing overwritten: the README's checksum policy.
 """
 
 from __future__ import annotations
@@ -26,17 +23,9 @@ from lm.models import MODEL_KINDS
 from lm.preflight import set_aside
 from lm.reference import load_model, model_inputs
 from lm.trainconfig import RUN_FILES
+from rmsgauge import check_output_dir, check_output_file
 from rmsgauge.atomic import current_umask
-from rmsgauge.cli import (
-    add_subcommand,
-    add_subcommands,
-    check_output_dir,
-    check_output_file,
-    check_outputs_against_inputs,
-    make_parser,
-    one_line,
-    run_main,
-)
+from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, one_line, run_main
 
 SHIM_NAME = "rmsgauge_hf"  # the auto_map module written into every directory
 SHIM_TEXT = ("# Loader shim for trust_remote_code: the classes live in the installed rmsgauge project\n"
@@ -126,7 +115,6 @@ def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = Fals
     from lm.hf_classes import load_pretrained
 
     verified = verify_export(model_dir, trust_unverified=trust_unverified)
-
     try:
         hf, info = load_pretrained(model_dir, output_loading_info=True)
     except Exception as e:

@@ -1,15 +1,11 @@
-r"""The GRT and the dense baseline as Hugging Face ``transformers`` classes (``pip install -e ".[hf]"``).
+r"""The GRT and the dense baseline as Hugging Face ``transformers`` classes (``pip install -e ".[hf]"``); importing
+this module registers them with the Auto factories (usage: the README's Hugging Face section).
 
-Importing this module registers them with ``AutoConfig``, ``AutoModelForCausalLM`` and ``AutoTokenizer``; the
-plain ``lm_eval`` CLI loads an exported folder with ``trust_remote_code=True`` through its shim ``rmsgauge_hf.py``.
-The configs keep the project config in ``project_config`` and derive the usual fields (``max_position_embeddings``
-= ``block_size``).  ``self.model`` IS the project's module: without cache or padding ``forward`` calls it (the
-logits bit for bit); otherwise it runs :func:`lm.sample.cached_forward`, the module's own forward with only its
-attention step cached (exact inside the window; past it the window is re-read, as ``lm.sample.generate`` does).
-The tokenizer is UTF-8 bytes (ids 0..255, :func:`rmsgauge.corpus.encode`); ``"\n"`` doubles as BOS/EOS/PAD, is
-never added to an encoding, is kept by decoding, and neither stops generation nor counts as padding.  Sampling
-agrees with ``lm.sample`` (temperature, top-k, one ``torch.multinomial`` draw per step on the generator
-``torch.manual_seed(s)`` sets), except that HF softmaxes in float32.
+The configs keep the project config in ``project_config`` and derive the usual fields.  ``self.model`` IS the
+project's module: without cache or padding ``forward`` calls it (the logits bit for bit); otherwise it runs
+:func:`lm.sample.cached_forward` (exact inside the window; past it the window is re-read, as ``lm.sample`` does).
+The tokenizer is UTF-8 bytes; ``"\n"`` doubles as BOS/EOS/PAD, is never added to an encoding, is kept by decoding,
+and neither stops generation nor counts as padding.  HF softmaxes in float32, ``lm.sample`` in float64.
 """
 
 from __future__ import annotations
@@ -74,10 +70,6 @@ class _ProjectHFConfig(PretrainedConfig):
         self.tie_word_embeddings = False
         super().__post_init__(**kwargs)
 
-    def project(self):
-        """The project config dataclass (``GRTConfig`` / ``DenseConfig``)."""
-        return config_from_dict(self.kind, self.project_config)
-
 
 class GRTHFConfig(_ProjectHFConfig):
     model_type = "rmsgauge-grt"
@@ -91,14 +83,12 @@ class DenseHFConfig(_ProjectHFConfig):
 
 class _ProjectForCausalLM(PreTrainedModel, GenerationMixin):
     base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
     _no_split_modules: ClassVar[list[str]] = []
 
     def __init__(self, config: _ProjectHFConfig, model: nn.Module | None = None) -> None:
         super().__init__(config)
         self.kind = config.kind
-        self.model = build_model(self.kind, config.project()) if model is None else model
+        self.model = model or build_model(self.kind, config_from_dict(self.kind, config.project_config))
         self.generation_config = GenerationConfig(**GENERATION_DEFAULTS)
         self.post_init()
 
@@ -246,11 +236,9 @@ register()
 
 def wrap(model: nn.Module) -> _ProjectForCausalLM:
     """The HF model around an in-memory project module (shares its parameters, no copy)."""
-    kind = kind_of(model)
-    cfg_cls, model_cls = HF_CLASSES[kind]
+    cfg_cls, model_cls = HF_CLASSES[kind_of(model)]
     hf = model_cls(cfg_cls(project_config=config_to_dict(model.config)), model=model)
-    first = next(model.parameters())
-    hf.config.dtype = first.dtype  # what save_pretrained records (the project trains in float32)
+    hf.config.dtype = next(model.parameters()).dtype  # what save_pretrained records (the project trains in float32)
     return hf
 
 

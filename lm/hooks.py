@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -30,7 +30,6 @@ class LoopInfo:
     message: Callable[[str], None]  # one line for the user (the progress stream)
 
 
-@runtime_checkable
 class StepHook(Protocol):
     def on_start(self, model: nn.Module, optimizer: torch.optim.Optimizer, info: LoopInfo) -> dict | None: ...
 

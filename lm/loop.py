@@ -125,12 +125,6 @@ class Run:
         return self.cfg.batch_size * int(self.model.config.block_size)
 
 
-def _agree(ctx: DistContext, error: BaseException | None) -> None:
-    """Raise ``error`` on rank 0 and a pointer to it on the other ranks, so no rank waits at a collective."""
-    if ctx.any_flags(error is not None)[0]:
-        raise error if error is not None else ValueError("rank 0 refused to start the run (see its error)")
-
-
 def _lock_folder(ctx: DistContext, out: Path, resume: bool, force: bool) -> tuple[RunLock | None, bool]:
     """Rank 0: check the folder, take its lock (:class:`lm.runlog.RunLock`), then check again under the lock (another
     process may have started a run there meanwhile).  Returns the lock and whether the folder was created."""
@@ -144,7 +138,9 @@ def _lock_folder(ctx: DistContext, out: Path, resume: bool, force: bool) -> tupl
         except Exception as e:
             _unlock(lock, out, created)
             error, lock = e, None
-    _agree(ctx, error)
+    # the error on rank 0, a pointer to it on the other ranks: no rank waits at a collective
+    if ctx.any_flags(error is not None)[0]:
+        raise error if error is not None else ValueError("rank 0 refused to start the run (see its error)")
     return lock, created
 
 
@@ -158,8 +154,7 @@ def _unlock(lock: RunLock | None, out: Path, created: bool) -> None:
 
 
 def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool, force: bool,
-            hooks: list, progress: bool, trust_unverified: bool,
-            lock: RunLock | None) -> Run:
+            hooks: list, progress: bool, trust_unverified: bool, lock: RunLock | None) -> Run:
     """Check everything, then (only then) set the folder up, build, restore and log the start.  Over 60 lines on
     purpose: the run's state is built in one place, in the order a resume depends on (checks, folder, seed, model,
     optimizer, restore, log)."""
@@ -183,13 +178,20 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
         raise ValueError(f"the data changed since the checkpoint in {out} was written (corpus sha256 "
                          f"{corpus.sha256[:16]}... != {old_sha[:16]}...); --resume continues the same run on the "
                          f"same bytes (restore the data, or start a new run)")
-    total = cfg.total_steps(T)
-    if ckpt is not None and int(ckpt["step"]) >= total:
+    total, start = cfg.total_steps(T), int(ckpt["step"]) if ckpt is not None else 0
+    if ckpt is not None and start >= total:
         raise ValueError(f"checkpoint {out / 'ckpt.pt'} is at step {ckpt['step']}, already >= the run's {total} "
                          f"steps; raise train.max_steps (or max_tokens) to continue")
 
-    if ctx.is_main:  # from here on the folder changes
-        _set_up_folder(out, force, lock)
+    if ctx.is_main:  # from here on the folder changes: --force moves an earlier run aside (the lock follows)
+        if force and run_files(out):
+            moved = set_aside(out)
+            if lock is not None:
+                lock.moved(moved)
+            sys.stderr.write(f"--force: moved the earlier run in {out} to {moved}\n")
+        out.mkdir(parents=True, exist_ok=True)
+        for tmp in clean_orphan_tmp(out, WRITTEN_FILES):
+            sys.stderr.write(f"removed {tmp.name}, left by a write that was killed\n")
     if ctx.world > 1:
         dist.barrier()
     if cfg.threads > 0:
@@ -197,26 +199,23 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
     seed_everything(cfg.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
     model = build_model(kind, model_cfg).to(device=ctx.device, dtype=getattr(torch, cfg.dtype))
     opt = make_optimizer(model, cfg)
-    start = 0
     if ckpt is not None:
         _restore_all(ckpt, model, opt, hooks)
-        start = int(ckpt["step"])
     ddp_model: nn.Module = model
     if ctx.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ddp_model = DDP(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
     per_byte = corpus.tokens_per_byte("val") if isinstance(corpus, TokenCorpus) else 1.0
+    resumed = start if ckpt is not None else None
+    tokens_seen = int(ckpt["tokens_seen"]) if ckpt is not None else 0
     run = Run(ctx, kind, cfg, model, ddp_model, opt, sampler, corpus.sha256, per_byte, out,
-              JsonLog(out / "log.jsonl" if ctx.is_main else None, start if ckpt is not None else None),
-              Progress(total, progress and ctx.is_main), hooks, total, start,
-              int(ckpt["tokens_seen"]) if ckpt is not None else 0,
+              JsonLog(out / "log.jsonl" if ctx.is_main else None, resumed),
+              Progress(total, progress and ctx.is_main), hooks, total, start, tokens_seen,
               torch.tensor(extra.get("interval_loss_sum", 0.0), dtype=torch.float64, device=ctx.device),
               int(extra.get("interval_n", 0)), float(extra.get("train_time", 0.0)), list(extra.get("evals", [])),
-              start if ckpt is not None else None)
-    run.run_tokens0 = run.tokens_seen
-    info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write,
-                    run.bar.message)
+              resumed, run_tokens0=tokens_seen)
+    info = LoopInfo(kind, cfg, start, total, ctx.is_main, sampler.probe_batch, run.log.write, run.bar.message)
     start_fields: dict[str, Any] = {}
     for h in hooks:
         start_fields.update(h.on_start(model, opt, info) or {})
@@ -228,19 +227,6 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
                    **start_fields,
                    "decay_tensors": sorted(n for g in opt.param_groups if g["weight_decay"] > 0 for n in g["names"])})
     return run
-
-
-def _set_up_folder(out: Path, force: bool, lock: RunLock | None) -> None:
-    """Rank 0, after every check: ``--force`` moves an earlier run aside (the lock follows to the fresh folder), and
-    temp files a killed write left are removed."""
-    if force and run_files(out):
-        moved = set_aside(out)
-        if lock is not None:
-            lock.moved(moved)
-        sys.stderr.write(f"--force: moved the earlier run in {out} to {moved}\n")
-    out.mkdir(parents=True, exist_ok=True)
-    for tmp in clean_orphan_tmp(out, WRITTEN_FILES):
-        sys.stderr.write(f"removed {tmp.name}, left by a write that was killed\n")
 
 
 def _restore_all(ckpt: dict, model: nn.Module, opt: torch.optim.Optimizer, hooks: list) -> None:
@@ -260,13 +246,11 @@ def _hook_name(hook: Any) -> str:
     return getattr(hook, "name", type(hook).__name__)
 
 
-def run_eval(run: Run, step: int, stop: _StopFlag | None = None) -> None:
+def run_eval(run: Run, step: int, stop: _StopFlag) -> None:
     """Evaluate, log an ``eval`` record; a non-finite validation loss stops the run."""
-    if stop is not None:
-        stop.busy = f"evaluating at step {step}"
+    stop.busy = f"evaluating at step {step}"
     vl = evaluate(run.model, run.sampler, run.cfg.eval_batches, run.ctx)
-    if stop is not None:
-        stop.busy = "training"
+    stop.busy = "training"
     rec = {"event": "eval", "step": step, "tokens": step * run.tokens_per_step, "val_loss": vl,
            "val_bpb": vl / math.log(2.0) * run.val_tokens_per_byte,
            "train_time_s": run.train_time}  # seconds of training so far: curves against wall-clock
@@ -352,8 +336,8 @@ def finish(run: Run, interrupted: bool, done: int) -> dict[str, Any]:
 
 
 def train(model_kind: str, model_cfg: Any, cfg: TrainConfig, *, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True, force: bool = False,
-          hooks: list[StepHook] | None = None, trust_unverified: bool = False) -> dict[str, Any]:
+          progress: bool = True, force: bool = False, hooks: list[StepHook] | None = None,
+          trust_unverified: bool = False) -> dict[str, Any]:
     """Train and return the run summary (rank 0 also writes ``OUT/summary.json``).  ``force``: a folder that holds a
     run is moved aside first; ``stop_after``: stop with a checkpoint once this step is done, as an interruption
     would; ``trust_unverified``: resume from a checkpoint without a checksum file.  ``OUT/run.lock`` is held

@@ -17,26 +17,6 @@ from lm.trainconfig import RUN_FILES, TrainConfig
 from rmsgauge import check_output_dir
 
 
-def estimate_memory(kind: str, model_cfg: Any, cfg: TrainConfig, world: int = 1) -> dict[str, int]:
-    """A lower estimate of one rank's training memory in bytes, from a parameter count on the meta device
-    (nothing allocated): parameters, gradients and AdamW's two moments (exact), plus the activations kept
-    for the backward pass (per token: a few tensors of width d per layer, the attention rows, the logits;
-    the GRT keeps each butterfly stage's output)."""
-    n = param_count(kind, model_cfg)
-    size = 8 if cfg.dtype == "float64" else 4
-    d = config_to_dict(model_cfg)
-    D, T, H, V = d["d_model"], d["block_size"], d["n_heads"], d["vocab_size"]
-    L, F = d[DEPTH_KEY[kind]], d.get("d_ff", 4 * D)
-    if kind == "grt":  # each stage's output is kept: Q/K/V/O, mixer (width D), FFN expand/contract (width d_ff)
-        per_layer = D * (4 * d.get("qkvo_stages", 1) + d.get("mixer_stages", 1)) + 2 * F * d.get("ffn_stages", 1)
-    else:
-        per_layer = 8 * D + 2 * F
-    per_token = L * (per_layer + H * T) + 3 * V
-    tokens = max(1, cfg.batch_size // max(1, world)) * T
-    return {"params": n, "weights_and_optimizer": 4 * n * size, "activations": tokens * per_token * size,
-            "total": 4 * n * size + tokens * per_token * size}
-
-
 def available_memory(device: torch.device) -> int | None:
     """Free memory for a run on ``device`` in bytes (CUDA: free device memory; CPU: MemAvailable, capped by a
     cgroup limit), or None where the OS does not say."""
@@ -56,14 +36,28 @@ def available_memory(device: torch.device) -> int | None:
 
 
 def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.device, world: int = 1) -> None:
-    est = estimate_memory(kind, model_cfg, cfg, world)
+    """Refuse a run whose lower estimate of one rank's training memory exceeds what ``device`` has free.  The
+    estimate counts the parameters on the meta device (nothing allocated): parameters, gradients and AdamW's two
+    moments (exact), plus the activations kept for the backward pass (per token: a few tensors of width d per layer,
+    the attention rows, the logits; the GRT keeps each butterfly stage's output)."""
+    n = param_count(kind, model_cfg)
+    size = 8 if cfg.dtype == "float64" else 4
+    d = config_to_dict(model_cfg)
+    D, T, H, V = d["d_model"], d["block_size"], d["n_heads"], d["vocab_size"]
+    L, F = d[DEPTH_KEY[kind]], d.get("d_ff", 4 * D)
+    if kind == "grt":  # each stage's output is kept: Q/K/V/O, mixer (width D), FFN expand/contract (width d_ff)
+        per_layer = D * (4 * d.get("qkvo_stages", 1) + d.get("mixer_stages", 1)) + 2 * F * d.get("ffn_stages", 1)
+    else:
+        per_layer = 8 * D + 2 * F
+    weights = 4 * n * size
+    activations = max(1, cfg.batch_size // max(1, world)) * T * (L * (per_layer + H * T) + 3 * V) * size
     avail = available_memory(device)
-    if avail is not None and est["total"] > avail:
+    if avail is not None and weights + activations > avail:
         gb = 1e9
         raise ValueError(
-            f"this run needs at least {est['total'] / gb:.2f} GB ({est['params']:,} parameters: "
-            f"{est['weights_and_optimizer'] / gb:.2f} GB with gradients and AdamW moments, activations "
-            f"{est['activations'] / gb:.2f} GB) but {device} has {avail / gb:.2f} GB available; reduce "
+            f"this run needs at least {(weights + activations) / gb:.2f} GB ({n:,} parameters: "
+            f"{weights / gb:.2f} GB with gradients and AdamW moments, activations "
+            f"{activations / gb:.2f} GB) but {device} has {avail / gb:.2f} GB available; reduce "
             f"model.d_model, model.{DEPTH_KEY[kind]}, model.block_size or train.batch_size")
 
 

@@ -67,8 +67,7 @@ def _tiny_grt() -> Recipe:
     from lm.models import config_to_dict
     from lm.trainconfig import TrainConfig
 
-    d_model = 64
-    mcfg = GRTConfig.small(d_model=d_model, n_heads=4, n_blocks=2, d_ff=4 * d_model, block_size=64)
+    mcfg = GRTConfig.small(d_model=64, n_heads=4, n_blocks=2, d_ff=4 * 64, block_size=64)
     tc = TrainConfig(lr=REFERENCE_BEST_LRS["grt"], warmup_steps=30, batch_size=16, max_steps=300, eval_interval=100,
                      eval_batches=4, log_interval=10, ckpt_interval=100, device="cpu", out_dir="runs/tiny-grt")
     return Recipe("tiny-grt", "grt", config_to_dict(mcfg), tc.to_dict(),

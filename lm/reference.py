@@ -57,9 +57,8 @@ def reference_card(name: str, root: str | Path | None = None) -> dict[str, Any]:
     """The model card of a shipped model (no checksum check: see :func:`verify_reference`)."""
     _, card_path, _ = _paths(name, root)
     if not card_path.is_file():
-        have = shipped_names(root)
         raise FileNotFoundError(f"no shipped reference model {name!r} (no {card_path}); shipped: "
-                                f"{', '.join(have) or 'none yet'}")
+                                f"{', '.join(shipped_names(root)) or 'none yet'}")
     try:
         card = json.loads(card_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -220,15 +219,15 @@ def build_parser():
                     "finished training run as one. Exit status 1 on a checksum mismatch or a corrupt file.")
     sub = add_subcommands(p)
     ls = add_subcommand(sub, "list", "the shipped models and their model cards' headline numbers")
-    ls.add_argument("--root", default=None, help="folder to read instead of the package's")
     v = add_subcommand(sub, "verify", "check every shipped file against its card's sha256 (exit 1 on a mismatch)")
     v.add_argument("names", nargs="*", help="models to verify (default: all shipped)")
-    v.add_argument("--root", default=None, help="folder to read instead of the package's")
+    for sp in (ls, v):
+        sp.add_argument("--root", help="folder to read instead of the package's")
     s = add_subcommand(sub, "ship", "write a finished run's weights, log and model card into the package")
     s.add_argument("run_dir", help="the run folder (with ckpt.pt, log.jsonl, summary.json)")
     s.add_argument("--name", required=True, help=f"model name ({', '.join(NAMES)})")
     s.add_argument("--command", required=True, help="the exact command that trained the run (for the card)")
-    s.add_argument("--dest", default=None, help="folder to write into instead of the package's")
+    s.add_argument("--dest", help="folder to write into instead of the package's")
     s.add_argument("--trust-unverified", action="store_true",
                    help="ship a run whose checkpoint has no checksum file (refused without this flag)")
     return p

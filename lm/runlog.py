@@ -41,10 +41,7 @@ class Progress:
         bar = "#" * int(20 * frac) + "." * (20 - int(20 * frac))
         line = (f"[{bar}] {step}/{self.total} loss {loss:.4f} | {tok_s / 1e3:.1f}k tok/s | "
                 f"lr {lr:.2e} | eta {_fmt_time(eta_s)}")
-        if self.tty:
-            sys.stderr.write("\r" + line.ljust(110))
-        else:
-            sys.stderr.write(line + "\n")
+        sys.stderr.write("\r" + line.ljust(110) if self.tty else line + "\n")
         sys.stderr.flush()
 
     def message(self, text: str) -> None:

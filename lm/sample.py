@@ -172,14 +172,11 @@ class ByteProgress:
     """Bytes generated so far, their rate and the time left, on stderr: one line rewritten in place on a terminal
     (at most every 0.2 s), a line every 10 s otherwise, and a last line with the total; nothing when disabled."""
 
-    def __init__(self, total: int, enabled: bool = True) -> None:
+    def __init__(self, total: int, what: str, enabled: bool = True) -> None:
         self.total, self.enabled, self.stream = total, enabled, sys.stderr
         self.tty = enabled and self.stream.isatty()
         self.interval = 0.2 if self.tty else 10.0
-        self.start = self.last = time.perf_counter()
-
-    def begin(self, what: str) -> None:
-        if self.enabled:
+        if enabled:
             self.stream.write(f"[sample] {what}\n")
             self.stream.flush()
         self.start = self.last = time.perf_counter()
@@ -244,16 +241,15 @@ def check(args: argparse.Namespace) -> tuple[nn.Module, torch.Tensor]:
     check_output_file("--json", args.json)
     flag = "--reference" if args.reference else "--checkpoint"
     check_outputs_against_inputs({flag: model_inputs(args.checkpoint, args.reference)}, {"--json": args.json})
-    model, _ = load_model(args.checkpoint, args.reference, trust_unverified=args.trust_unverified,
-                          device=args.device)
+    model, _ = load_model(args.checkpoint, args.reference, trust_unverified=args.trust_unverified, device=args.device)
     return model, prompt_ids(args.prompt, int(model.config.vocab_size)).to(args.device)
 
 
 def work(args: argparse.Namespace, checked: tuple[nn.Module, torch.Tensor]) -> int:
     model, ids = checked
-    progress = ByteProgress(args.tokens, enabled=not args.quiet)
-    progress.begin(f"{args.tokens} bytes from {args.reference or args.checkpoint} ({type(model).__name__}, context "
-                   f"{model.config.block_size} bytes, KV cache)")
+    progress = ByteProgress(args.tokens, f"{args.tokens} bytes from {args.reference or args.checkpoint} "
+                            f"({type(model).__name__}, context {model.config.block_size} bytes, KV cache)",
+                            enabled=not args.quiet)
     out = generate(model, ids, args.tokens, temperature=args.temperature, top_k=args.top_k,
                    generator=torch.Generator().manual_seed(args.seed), on_token=progress)
     data = bytes(out[0].cpu().tolist())

@@ -108,12 +108,10 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
                              f"{file_cfg['model']} model")
         mdict, tdict = config_to_dict(default_model_config(kind)), TrainConfig().to_dict()
     cfg_cls, _ = model_classes(kind)
-    if "train" in file_cfg:
-        reject_unknown_keys("--config train", file_cfg["train"], tdict)
-        tdict.update(file_cfg["train"])
-    if "model_config" in file_cfg:
-        reject_unknown_keys(f"--config model_config ({cfg_cls.__name__})", file_cfg["model_config"], mdict)
-        mdict.update(file_cfg["model_config"])
+    for key, what, d in (("train", "train", tdict), ("model_config", f"model_config ({cfg_cls.__name__})", mdict)):
+        if key in file_cfg:
+            reject_unknown_keys(f"--config {what}", file_cfg[key], d)
+            d.update(file_cfg[key])
     # the train and model keys set on this command line
     explicit, explicit_model = _apply_set(args.set or [], tdict, mdict, cfg_cls.__name__)
     for flag in TRAIN_FLAGS:
@@ -187,8 +185,9 @@ def _check_resume(ckpt: dict, tdict: dict, mcfg: Any) -> None:
     if (old_t.get("max_steps"), old_t.get("max_tokens")) != (tdict["max_steps"], tdict["max_tokens"]):
         sys.stderr.write("note: the run length changed on --resume; the cosine schedule is recomputed for the "
                          "new length, so from here on this is not the continuation of the original run\n")
-    if config_to_dict(mcfg) != {**old_m}:
-        diff = sorted(k for k in old_m if config_to_dict(mcfg).get(k) != old_m[k])
+    new_m = config_to_dict(mcfg)
+    if new_m != {**old_m}:
+        diff = sorted(k for k in old_m if new_m.get(k) != old_m[k])
         raise ValueError(f"model config keys {diff} differ from the checkpoint's; --resume keeps the model")
 
 
@@ -211,10 +210,10 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
     sample_cli.add_arguments(add_subcommand(subs, "sample", "generate bytes from a checkpoint (= python -m "
                                             "lm.sample)", description=sample_cli.DESCRIPTION))
     g = p.add_argument_group("what to train")
-    g.add_argument("--model", choices=MODEL_KINDS, default=None,
+    g.add_argument("--model", choices=MODEL_KINDS,
                    help="model family: the dense QK-norm transformer or the GRT (default: dense, the recipe's or "
                         "config's model, or the checkpoint's on --resume)")
-    g.add_argument("--recipe", metavar="NAME", default=None,
+    g.add_argument("--recipe", metavar="NAME",
                    help="start from a named recipe (lm.recipes): reference-grt or reference-dense, the exact "
                         "configuration that trained a shipped model, or tiny-grt, a first GRT that trains 300 steps "
                         "in minutes; its run folder defaults to runs/NAME")
@@ -223,45 +222,43 @@ def build_parser(prog: str = "python -m lm.train") -> argparse.ArgumentParser:
     g.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override one configuration key (repeatable): lr=1e-3, train.wd=0, model.n_layers=6; the "
                         "keys are listed below")
-    g.add_argument("--corpus", dest="data", default=None,
+    g.add_argument("--corpus", dest="data",
                    help="a file or a folder of .txt/.md files to train on, read as raw bytes (default: the bundled "
                         "Shakespeare)")
     m = p.add_argument_group("model size")
-    m.add_argument("--d-model", type=int, default=None,
+    m.add_argument("--d-model", type=int,
                    help=f"model width: channels of the residual stream; also sets d_ff = {FF_RATIO} x d_model "
                         f"unless --d-ff or --set d_ff is given")
-    m.add_argument("--d-ff", type=int, default=None,
-                   help="FFN width (model.d_ff; the GRT's must be a power of two >= d_model)")
-    m.add_argument("--n-heads", type=int, default=None, help="attention heads per layer (must divide --d-model)")
-    m.add_argument("--n-layers", type=int, default=None, help="transformer blocks (the GRT's n_blocks)")
-    m.add_argument("--block-size", type=int, default=None, help="context length in bytes (model.block_size)")
+    m.add_argument("--d-ff", type=int, help="FFN width (model.d_ff; the GRT's must be a power of two >= d_model)")
+    m.add_argument("--n-heads", type=int, help="attention heads per layer (must divide --d-model)")
+    m.add_argument("--n-layers", type=int, help="transformer blocks (the GRT's n_blocks)")
+    m.add_argument("--block-size", type=int, help="context length in bytes (model.block_size)")
     t = p.add_argument_group("optimization")
-    t.add_argument("--lr", type=float, default=None, help="peak learning rate after the warmup")
-    t.add_argument("--batch-size", type=int, default=None,
+    t.add_argument("--lr", type=float, help="peak learning rate after the warmup")
+    t.add_argument("--batch-size", type=int,
                    help="windows of --block-size bytes per optimizer step, summed over all processes")
-    t.add_argument("--max-steps", type=int, default=None, help="optimizer steps to train for")
-    t.add_argument("--max-tokens", type=int, default=None,
+    t.add_argument("--max-steps", type=int, help="optimizer steps to train for")
+    t.add_argument("--max-tokens", type=int,
                    help="training bytes to train for; when > 0 it sets the number of steps instead of --max-steps")
-    t.add_argument("--eval-interval", type=int, default=None,
+    t.add_argument("--eval-interval", type=int,
                    help="evaluate the validation loss every this many steps (0: only at the start and the end)")
-    t.add_argument("--seed", type=int, default=None, help="seed of the initial weights and of the batch order")
+    t.add_argument("--seed", type=int, help="seed of the initial weights and of the batch order")
     r = p.add_argument_group("run folder")
-    r.add_argument("--out-dir", default=None,
-                   help=f"folder for the log, checkpoint and summary (default: {TrainConfig.out_dir})")
+    r.add_argument("--out-dir", help=f"folder for the log, checkpoint and summary (default: {TrainConfig.out_dir})")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out-dir from its checkpoint, with the checkpoint's configuration")
     r.add_argument("--force", action="store_true",
                    help="start a new run even if --out-dir holds one: the old run is moved to "
                         "<out-dir>.replaced-<time>, never deleted")
-    r.add_argument("--stop-after", type=int, default=None, metavar="STEP",
+    r.add_argument("--stop-after", type=int, metavar="STEP",
                    help="stop with a checkpoint after this step, as an interruption would")
     r.add_argument("--json", metavar="PATH", help="also write the summary and its claim records to this file")
     r.add_argument("--trust-unverified", action="store_true",
                    help="--resume from a checkpoint that has no checksum file (ckpt.pt.sha256); refused without it")
     e = p.add_argument_group("machine")
-    e.add_argument("--device", default=None, help="where to train: auto (CUDA when present), cpu, cuda or cuda:N")
-    e.add_argument("--dtype", default=None, choices=("float32", "float64"), help="precision of the parameters")
-    e.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: torch's default)")
+    e.add_argument("--device", help="where to train: auto (CUDA when present), cpu, cuda or cuda:N")
+    e.add_argument("--dtype", choices=("float32", "float64"), help="precision of the parameters")
+    e.add_argument("--threads", type=int, help="torch CPU threads (0: torch's default)")
     e.add_argument("--quiet", action="store_true", help="no progress line")
     return p
 

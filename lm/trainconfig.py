@@ -64,14 +64,12 @@ class TrainConfig:
         for name, choices in _CHOICES:
             check_choice(f"train.{name}", getattr(self, name), choices)
         check_device("train.device", self.device)
-        if not isinstance(self.data, str):
-            raise ValueError(f"train.data must be a path string (\"\" = the bundled corpus), got {self.data!r}")
-        if not isinstance(self.out_dir, str) or not self.out_dir:
-            raise ValueError(f"train.out_dir must be a non-empty folder path, got {self.out_dir!r}")
-        if not isinstance(self.probe_gauges, bool):
-            raise ValueError(f"train.probe_gauges must be true or false, got {self.probe_gauges!r}")
-        if not isinstance(self.lr_mult, dict):
-            raise ValueError(f"train.lr_mult must be a mapping of lr group to multiplier, got {self.lr_mult!r}")
+        for name, ok, what in (("data", isinstance(self.data, str), 'a path string ("" = the bundled corpus)'),
+                               ("out_dir", isinstance(self.out_dir, str) and self.out_dir, "a non-empty folder path"),
+                               ("probe_gauges", isinstance(self.probe_gauges, bool), "true or false"),
+                               ("lr_mult", isinstance(self.lr_mult, dict), "a mapping of lr group to multiplier")):
+            if not ok:
+                raise ValueError(f"train.{name} must be {what}, got {getattr(self, name)!r}")
         for k, v in self.lr_mult.items():
             if k not in LR_GROUPS:
                 raise ValueError(f"train.lr_mult: unknown lr group {k!r}; the groups are {', '.join(LR_GROUPS)}")
@@ -121,8 +119,7 @@ _REALS = (("lr", 0.0, 10.0, {"lo_open": True}), ("min_lr_frac", 0.0, 1.0, {}), (
 _INTS = (("warmup_steps", 0, None), ("batch_size", 1, None), ("max_steps", 1, None), ("max_tokens", 0, None),
          ("eval_interval", 0, None), ("eval_batches", 1, None), ("log_interval", 1, None), ("gauge_interval", 0, None),
          ("ckpt_interval", 0, None), ("seed", 0, 2**32 - 1), ("threads", 0, 1024))
-_CHOICES = (("schedule", ("cosine", "constant")), ("dtype", ("float32", "float64")),
-            ("tokenizer", ("bytes", "bpe")))
+_CHOICES = (("schedule", ("cosine", "constant")), ("dtype", ("float32", "float64")), ("tokenizer", ("bytes", "bpe")))
 
 # keys that shape the trajectory: changing them on --resume would not continue the same run
 RESUME_LOCKED = ("lr", "min_lr_frac", "warmup_steps", "schedule", "wd", "beta1", "beta2", "adam_eps", "grad_clip",
