@@ -9,6 +9,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 
@@ -17,6 +18,7 @@ from gauge.measure import (
     SOURCE,
     grad_of,
     jacobian_tolerance,
+    loss_change,
     loss_tolerance,
     measured_tensor,
     output_tolerance,
@@ -54,24 +56,16 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
         y2 = q_norm_output(x, 2.0 * W, cfg.n_heads, 0.0, attn.q_norm.weight)  # power of two: exact in floats
         L0 = float(cap.loss)
         loss_cs = cs[torch.linspace(0, len(cs) - 1, 7).round().long()]  # 7 scales across the range, ends included
-        loss_dev = []
-        for c in loss_cs.tolist():
-            with scaled(W, c):
-                loss_dev.append(abs(float(loss_of(model, setup.idx, setup.targets)) - L0))
+        loss = partial(loss_of, model, setup.idx, setup.targets)
+        loss_dev = [loss_change(loss, L0, (W, c)) for c in loss_cs.tolist()]
     max_dev = float(dev.max())
     tol = output_tolerance(dtype, cfg, float(ref.abs().max())).bound()
     ltol = loss_tolerance(dtype, cfg, L0).bound()
     eps = eps_of(dtype)
     holds = max_dev <= tol and max(loss_dev) <= ltol
     return Claim(
-        id="gauge.forward_invariance",
-        statement=SOURCE["forward"],
-        stated=3e-15 if dtype == "float64" else None,
-        measured=max_dev,
-        tolerance=tol,
-        holds=holds,
-        summary=f"max dev {max_dev:.2g}",
-        dtype=dtype,
+        id="gauge.forward_invariance", statement=SOURCE["forward"], stated=3e-15 if dtype == "float64" else None,
+        measured=max_dev, tolerance=tol, holds=holds, summary=f"max dev {max_dev:.2g}", dtype=dtype,
         exact_law="RMSNorm(cz) = RMSNorm(z) exactly for c > 0 (eps = 0); in floats only the rounding of cW and of "
         "the matmul remains, O(eps_mach sqrt(d_model)) relative.",
         source_status="exact",
@@ -82,10 +76,7 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
             "worst_c": float(cs[worst]),
             "worst_c_entry_ulps": {"median": float(ulps.median()), "max": float(ulps.max())},
             "bitwise_equal_at_c_2": bool(torch.equal(y2, ref)),  # power-of-two scaling is exact in floats
-            "loss": L0,
-            "loss_c_points": len(loss_dev),
-            "max_loss_change": max(loss_dev),
-            "loss_tol": ltol,
+            "loss": L0, "loss_c_points": len(loss_dev), "max_loss_change": max(loss_dev), "loss_tol": ltol,
         },
     )
 
@@ -94,10 +85,7 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
     r""":math:`\langle g, W\rangle`, its relative size, :math:`\lVert g\rVert`; and :math:`g(cW) = g(W)/c`."""
     cfg, model = setup.config, setup.model(dtype)
     W = setup.weight(dtype)
-
-    def loss() -> torch.Tensor:
-        return loss_of(model, setup.idx, setup.targets)
-
+    loss = partial(loss_of, model, setup.idx, setup.targets)
     differentiated = [W]  # the record names this tensor, read off the model: what autograd measured, not a label
     (g,) = grad_of(loss, differentiated)
     radial, gn, wn = float((g * W).sum()), float(g.norm()), float(W.norm())
@@ -112,14 +100,10 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
     holds = (abs(rel) <= tol.rtol and vec_err <= tol.rtol
              and all(abs(r * c - 1.0) <= tol.rtol for c, r in ratios.items()))
     return Claim(
-        id="gauge.euler_radial_gradient",
-        statement=SOURCE["euler"],
+        id="gauge.euler_radial_gradient", statement=SOURCE["euler"],
         stated={"||g||": 3.6, "<g,W>": 1e-15} if dtype == "float64" else None,
-        measured={"<g,W>": radial, "<g,W>/(||g|| ||W||)": rel, "||g||": gn},
-        tolerance=tol.rtol,
-        holds=holds,
-        summary=f"<g,W>/(|g||W|) {rel:.2g}",
-        dtype=dtype,
+        measured={"<g,W>": radial, "<g,W>/(||g|| ||W||)": rel, "||g||": gn}, tolerance=tol.rtol, holds=holds,
+        summary=f"<g,W>/(|g||W|) {rel:.2g}", dtype=dtype,
         exact_law="<g,W> = d/dc L(cW)|_{c=1} = 0 exactly (Euler, degree 0). Differentiating L(cW) = L(W) gives "
         "c g(cW) = g(W): the gradient is homogeneous of degree -1, so ||g|| scales as 1/||W|| and a bare "
         "||g|| (the source's 3.6) says nothing without ||W||; ||g||*||W|| is the scale-free number.",
@@ -181,15 +165,10 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
     worst = max(rel_fwd, rel_closed, rel_auto, float(back), J_diff)
     holds = worst <= tol and all(r["max_error_vs_law"] <= tol for r in eps_rows)
     return Claim(
-        id="gauge.jacobian_null_space",
-        statement=SOURCE["jacobian"],
-        stated=0.0,
+        id="gauge.jacobian_null_space", statement=SOURCE["jacobian"], stated=0.0,
         measured={"autograd jvp": rel_fwd, "autograd jacrev": rel_auto, "closed form": rel_closed,
                   "backward <J^T u, z>": float(back)},
-        tolerance=tol,
-        holds=holds,
-        summary=f"|Jz| rel {max(rel_fwd, rel_auto, rel_closed):.2g}",
-        dtype=dtype,
+        tolerance=tol, holds=holds, summary=f"|Jz| rel {max(rel_fwd, rel_auto, rel_closed):.2g}", dtype=dtype,
         exact_law="J(z) = (I - z z^T/(n rho^2))/rho, rho^2 = ms(z) + eps, so J(z) z = (eps/rho^3) z: exactly 0 "
         "at eps = 0; J is symmetric, so every back-propagated gradient J^T u is orthogonal to z.",
         source_status="exact",
@@ -258,13 +237,10 @@ def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
         }
     holds = all(curve_ok) and all(radial_ok)
     return Claim(
-        id="gauge.epsilon_breaking",
-        statement=SOURCE["eps"],
-        stated="exact invariance",
+        id="gauge.epsilon_breaking", statement=SOURCE["eps"], stated="exact invariance",
         measured={"c": float(cs[0]), "dev_by_eps": dev_at_c_min},
         tolerance=output_tolerance(dtype, cfg, 1.0).rtol,  # the dtype round-off bound of the eps = 0 check
-        holds=holds,
-        summary=f"law err {max(v['max_c |measured - exact law|'] for v in per_eps.values()):.2g}",
+        holds=holds, summary=f"law err {max(v['max_c |measured - exact law|'] for v in per_eps.values()):.2g}",
         dtype=dtype,
         exact_law="RMSNorm_eps(cz) = r(c) RMSNorm_eps(z), r(c) - 1 = eps (c^2 - 1)/((c^2 m + eps)(1 + r)) "
         "= (eps/2m)(1 - 1/c^2) + O(eps^2/(c^4 m^2)), m = row mean square; <g,W> = eps sum_rows <dL/dy, y>/(m + eps).",

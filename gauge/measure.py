@@ -5,11 +5,12 @@ and the name of the measured tensor.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
 
-from gauge.model import GaugeConfig, GaugeSetup
+from gauge.model import GaugeConfig, GaugeSetup, scaled
 from lm import rms_norm
 from rmsgauge import Tolerance, tolerance
 
@@ -93,6 +94,14 @@ def grad_of(loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor])
     finally:
         for p in params:
             p.requires_grad_(False)
+
+
+def loss_change(loss_fn: Callable[[], torch.Tensor], L0: float, *scalings: tuple[torch.Tensor, float]) -> float:
+    """``|L - L0|`` with each ``(tensor, c)`` of ``scalings`` scaled by ``c`` (restored bit for bit after)."""
+    with contextlib.ExitStack() as stack:
+        for p, c in scalings:
+            stack.enter_context(scaled(p, c))
+        return abs(float(loss_fn()) - L0)
 
 
 def measured_tensor(setup: GaugeSetup, dtype: str, tensor: torch.Tensor | None = None) -> dict[str, object]:
