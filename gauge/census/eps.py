@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ from torch import nn
 
 from gauge.census.engine import Engine
 from gauge.census.norms import NormInfo, minus_bias, rows
-from gauge.census.records import Block, EpsReport
+from gauge.census.records import Block, EpsReport, layer_of
 from gauge.laws import break_scales, eps_ratio_minus_one
 from rmsgauge import tolerance
 
@@ -147,17 +146,12 @@ def eps_report(eng: Engine, pr: Probe, blk: Block, eps: float | None, cs: torch.
     return rep, [] if first else [_scale(w, blk, c) for c in ends]
 
 
-def _layer_key(name: str) -> str:
-    m = re.match(r"^(.*?\.\d+)\.", name)
-    return m.group(1) if m else name
-
-
 def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_own: float, bound: float,
                tick: Callable[[int, str], None] | None = None) -> list[float]:
     """``max |L - L(W)|`` at the model's eps for each ``(param, [scaled values])``; the items of one layer (up to
     :data:`LAYER_GROUP`) in one vmapped call, each candidate swapping one tensor."""
     out: list[float] = []
-    runs = [list(run) for _, run in itertools.groupby(items, key=lambda it: _layer_key(it[0]))]
+    runs = [list(run) for _, run in itertools.groupby(items, key=lambda it: layer_of(it[0], it[0]))]
     for group in (run[i:i + LAYER_GROUP] for run in runs for i in range(0, len(run), LAYER_GROUP)):
         names = list(dict.fromkeys(n for n, _ in group))
         owner = [k for k, (_, vs) in enumerate(group) for _ in vs]  # candidate -> item
