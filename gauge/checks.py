@@ -129,20 +129,16 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
         cap = capture_q_path(model, cfg.layer, setup.idx, setup.targets)
     z = cap.z.detach().reshape(-1, cfg.d_model // cfg.n_heads)  # (R, hd): every token's every head
     n = z.shape[-1]
-
-    def norm0(t: torch.Tensor) -> torch.Tensor:
-        return rms_norm(t, 0.0)
-
     rho = mean_square(z).sqrt()  # (R, 1)
     unit = z.norm(dim=-1, keepdim=True) / rho  # (R, 1): ||J||_2 ||z|| = ||z|| / rho
     # J z as a Jacobian-vector product by the double-backward trick (torch.func's forward mode would load
-    # torch.jit-scripted decompositions, deprecated in torch 2.13)
-    _, jz_fwd = torch.autograd.functional.jvp(norm0, z, z)  # (R, hd)
-    J_auto = torch.func.vmap(torch.func.jacrev(norm0))(z)  # (R, hd, hd) reverse mode, per row
+    # torch.jit-scripted decompositions, deprecated in torch 2.13); rms_norm's eps defaults to 0
+    _, jz_fwd = torch.autograd.functional.jvp(rms_norm, z, z)  # (R, hd)
+    J_auto = torch.func.vmap(torch.func.jacrev(rms_norm))(z)  # (R, hd, hd) reverse mode, per row
     J_closed = rms_norm_jacobian(z)  # (R, hd, hd)
     jz_closed = (J_closed @ z.unsqueeze(-1)).squeeze(-1)  # (R, hd)
     u = torch.randn(z.shape, dtype=z.dtype, generator=torch.Generator().manual_seed(cfg.seed))  # upstream grads
-    _, vjp = torch.func.vjp(norm0, z)
+    _, vjp = torch.func.vjp(rms_norm, z)
     (gz,) = vjp(u)  # (R, hd): the backward pass, J^T u
     back = ((gz * z).sum(-1, keepdim=True).abs() / (u.norm(dim=-1, keepdim=True) * unit)).max()
     rel_fwd = float((jz_fwd.norm(dim=-1, keepdim=True) / unit).max())

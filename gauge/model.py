@@ -16,7 +16,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -89,12 +89,7 @@ class GaugeSetup:
     models: dict[str, DenseTransformer]  # "float32" / "float64": identical weights
     idx: torch.Tensor  # (B, T) int64 input bytes
     targets: torch.Tensor  # (B, T) next bytes
-    train_losses: list[float] = field(default_factory=list)  # float32 training curve (first, ..., last)
     plain: GaugeSetup | None = None  # the same model without QK-norm (the census compares the two)
-
-    @property
-    def qk_norm(self) -> bool:
-        return self.models["float64"].config.qk_norm
 
     def model(self, dtype: str) -> DenseTransformer:
         return self.models[dtype]
@@ -115,22 +110,20 @@ def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True,
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: fixed by the seed alone
     model = DenseTransformer(dense_cfg).float()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)  # no decay: it is not the topic here
-    losses: list[float] = []
     for step in range(cfg.train_steps):
         x, y = corpus.batch("train", cfg.batch_size, cfg.block_size, gen)
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        losses.append(loss.item())
         if progress and (step + 1) % 10 == 0:
-            progress(f"  train (float32, qk_norm={qk_norm}) step {step + 1}/{cfg.train_steps}: loss {losses[-1]:.3f}")
+            progress(f"  train (float32, qk_norm={qk_norm}) step {step + 1}/{cfg.train_steps}: loss {loss.item():.3f}")
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)  # gradients are requested explicitly, per tensor
     idx, targets = corpus.batch("val", cfg.batch_size, cfg.block_size, gen)
     models = {"float32": model, "float64": copy.deepcopy(model).double()}
-    return GaugeSetup(config=cfg, models=models, idx=idx, targets=targets, train_losses=losses)
+    return GaugeSetup(config=cfg, models=models, idx=idx, targets=targets)
 
 
 def loss_of(model: DenseTransformer, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -97,7 +97,7 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
 
 def predicted_gauges(setup: GaugeSetup) -> list[str]:
     """The theory's list: exactly the weights whose output feeds an RMSNorm with nothing in between."""
-    if not setup.qk_norm:
+    if not setup.models["float64"].config.qk_norm:
         return []
     n = setup.config.n_layers
     return [f"blocks.{i}.attn.{p}_proj.weight" for i in range(n) for p in ("q", "k")]

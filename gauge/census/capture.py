@@ -98,10 +98,8 @@ def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
             if nrm != mod and z.untyped_storage().data_ptr() in ptrs:
                 readers.setdefault(mod, []).append(nrm)
     outs.clear()  # the activations are no longer needed
-    owner: dict[str, str] = {}
-    for mname, m in eng.model.named_modules():
-        for pn, _ in m.named_parameters(recurse=False):
-            owner.setdefault(f"{mname}.{pn}" if mname else pn, mname)
+    owner = {f"{mname}.{pn}" if mname else pn: mname for mname, m in eng.model.named_modules()
+             for pn, _ in m.named_parameters(recurse=False)}
     if check:
         _check_exact_variance(eng, norm_io, infos)
     eng.act_bytes = stats["size"] * 8

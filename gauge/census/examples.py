@@ -36,22 +36,17 @@ class ConvBN(nn.Module):
         return F.cross_entropy(self.head(h), y)
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    return (torch.randn(BATCH, CHANNELS_IN, SIDE, SIDE, generator=gen),
-            torch.randint(0, CLASSES, (BATCH,), generator=gen))
-
-
-def conv_bn() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def conv_bn(train: bool = True) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``--model gauge.census.examples:conv_bn``: conv -> BatchNorm2d in training mode (the model's own flag)."""
     torch.manual_seed(0)
-    return ConvBN().train(), _batch()
+    gen = torch.Generator().manual_seed(0)
+    return ConvBN().train(train), (torch.randn(BATCH, CHANNELS_IN, SIDE, SIDE, generator=gen),
+                                   torch.randint(0, CLASSES, (BATCH,), generator=gen))
 
 
 def conv_bn_eval() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``--model gauge.census.examples:conv_bn_eval``: the same net in eval mode (running statistics: no gauge)."""
-    torch.manual_seed(0)
-    return ConvBN().eval(), _batch()
+    return conv_bn(train=False)
 
 
 def dense_qknorm(d_model: int = 64, n_layers: int = 2) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
