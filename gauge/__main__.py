@@ -31,21 +31,16 @@ import torch
 
 from gauge.checks import CLAIMS
 from gauge.model import TORCH_EPS, GaugeConfig
-from rmsgauge import (
-    check_output_file,
-    check_range,
-    claims_table,
-    parse_dtype,
-    parse_float_list,
-    run_claims,
-    write_claims_json,
-)
-from rmsgauge.claims import Claim, verdict_line
+from rmsgauge.claims import Claim, claims_table, run_claims, verdict_line, write_claims_json
 from rmsgauge.cli import (
     add_subcommand,
     add_subcommands,
+    check_output_file,
     check_outputs_against_inputs,
+    check_range,
     make_parser,
+    parse_dtype,
+    parse_float_list,
     run_main,
     seconds_since_process_start,
 )
@@ -86,10 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"attention heads; d-model/n-heads must be even (default {d.n_heads})")
     m.add_argument("--n-layers", type=int, default=d.n_layers, help=f"blocks (default {d.n_layers})")
     m.add_argument("--layer", type=int, default=d.layer, help=f"which block's q_proj is W (default {d.layer})")
-    m.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"sequences per batch (default {d.batch_size})")
-    m.add_argument("--block-size", type=int, default=d.block_size,
-                   help=f"tokens per sequence (default {d.block_size})")
+    m.add_argument("--batch-size", type=int, default=d.batch_size, help=f"sequences per batch (default {d.batch_size})")
+    m.add_argument("--block-size", type=int, default=d.block_size, help=f"tokens per sequence (default {d.block_size})")
     m.add_argument("--train-steps", type=int, default=d.train_steps,
                    help=f"float32 AdamW steps before measuring; 0 = the initialization (default {d.train_steps})")
     m.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate for those steps (default {d.lr:g})")

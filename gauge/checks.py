@@ -68,8 +68,7 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
         measured=max_dev, tolerance=tol, holds=holds, summary=f"max dev {max_dev:.2g}", dtype=dtype,
         exact_law="RMSNorm(cz) = RMSNorm(z) exactly for c > 0 (eps = 0); in floats only the rounding of cW and of "
         "the matmul remains, O(eps_mach sqrt(d_model)) relative.",
-        source_status="exact",
-        details={
+        source_status="exact", details={
             **measured_tensor(setup, dtype),
             "c_points": len(cs), "c_min": cfg.c_min, "c_max": cfg.c_max, "eps": 0.0,  # log-spaced grid
             "max_dev_ulps_of_1": max_dev / eps,  # the output's scale: RMS = gain RMS, about 1
@@ -107,12 +106,10 @@ def check_euler_radial_gradient(setup: GaugeSetup, dtype: str) -> Claim:
         exact_law="<g,W> = d/dc L(cW)|_{c=1} = 0 exactly (Euler, degree 0). Differentiating L(cW) = L(W) gives "
         "c g(cW) = g(W): the gradient is homogeneous of degree -1, so ||g|| scales as 1/||W|| and a bare "
         "||g|| (the source's 3.6) says nothing without ||W||; ||g||*||W|| is the scale-free number.",
-        source_status="exact",
-        details={
+        source_status="exact", details={
             **measured_tensor(setup, dtype, differentiated[0]),
             # the loss: next-byte cross-entropy on a held-out batch after train_steps AdamW steps
-            "batch_size": cfg.batch_size, "seq_len": cfg.block_size, "train_steps": cfg.train_steps,
-            "||W||": wn,
+            "batch_size": cfg.batch_size, "seq_len": cfg.block_size, "train_steps": cfg.train_steps, "||W||": wn,
             "||g|| ||W||": gn * wn,  # the scale-free number
             "||g(2W)||/||g(W)||": ratios[2.0],  # law 1/2
             "||g(3W)||/||g(W)||": ratios[3.0],  # law 1/3
@@ -167,13 +164,11 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
         tolerance=tol, holds=holds, summary=f"|Jz| rel {max(rel_fwd, rel_auto, rel_closed):.2g}", dtype=dtype,
         exact_law="J(z) = (I - z z^T/(n rho^2))/rho, rho^2 = ms(z) + eps, so J(z) z = (eps/rho^3) z: exactly 0 "
         "at eps = 0; J is symmetric, so every back-propagated gradient J^T u is orthogonal to z.",
-        source_status="exact",
-        details={
+        source_status="exact", details={
             **measured_tensor(setup, dtype),
             "rows": z.shape[0], "row_width": n,  # QK-norm input rows (tokens x heads); each measure is the max
             # over rows of ||J z|| / (||J||_2 ||z||) = ||J z|| rho / ||z||
-            "max |J_autograd - J_closed| rho": J_diff,
-            "by_eps": eps_rows,
+            "max |J_autograd - J_closed| rho": J_diff, "by_eps": eps_rows,
         },
     )
 

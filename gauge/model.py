@@ -101,8 +101,7 @@ class GaugeSetup:
         return self.models[dtype].blocks[self.config.layer].attn.q_proj.weight  # (D, D) = (out, in)
 
 
-def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True,
-                progress: Callable[[str], None] | None = None) -> GaugeSetup:
+def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True, progress: Callable[[str], None] | None = None) -> GaugeSetup:
     """Seed, build, train ``cfg.train_steps`` AdamW steps in float32, copy to float64, draw the held-out batch."""
     dense_cfg = cfg.dense_config(qk_norm)
     corpus = ByteCorpus.load(cfg.corpus)

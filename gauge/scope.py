@@ -81,8 +81,7 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
         exact_law="With per-head QK-norm the gauge group is (R_{>0})^H: each head's row block of W_q scales freely "
         "(Euler per head: sum_{j in head} <g_j, W_j> = 0), but one neuron (row) is not a gauge: dL = (c-1)<g_j,W_j> "
         "+ O((c-1)^2) with <g_j, W_j> != 0.",
-        source_status="unstated",
-        details={
+        source_status="unstated", details={
             **measured_tensor(setup, dtype), "scales_c": list(cfg.census_c), "loss": L0, "rows": cfg.d_model,
             "rows_with_nonzero_radial": nonzero,  # <g_j, W_j> != 0 beyond the row's own round-off
             "|<g_j,W_j>|/(||g|| ||W||)": {"median": float(radial.abs().median()) / scale,
@@ -189,8 +188,7 @@ def check_census(setup: GaugeSetup, dtype: str) -> Claim:
         id="gauge.census", statement=SOURCE["census"], stated="the weight producing z = xW in a pre-norm block",
         measured=found, tolerance=max(d["loss_tol"] for d in details.values()),  # the radial bound is in details
         holds=ok and not exact_scales, summary=(f"{len(found.get('QK-norm gauges', []))} gauges with QK-norm, "
-                                                f"{len(found.get('no QK-norm gauges', []))} without"),
-        dtype=dtype,
+                                                f"{len(found.get('no QK-norm gauges', []))} without"), dtype=dtype,
         exact_law="A tensor is a scale gauge iff its output reaches the loss only through an RMSNorm with nothing "
         "added in between: with QK-norm that is W_q and W_k of every block (each per head); in a plain pre-norm "
         "block the norm comes BEFORE the weights and every weight writes into the residual stream, so no tensor "

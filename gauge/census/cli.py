@@ -206,9 +206,8 @@ def _hf_config(transformers: Any, spec: str) -> tuple[Any, bool]:
     cls = getattr(transformers, spec, None)
     if cls is None or not hasattr(cls, "config_class"):
         raise ValueError(f"--hf {spec!r} is neither a local config path nor a transformers model class name")
-    cfg_cls = cls.config_class
-    known = cfg_cls().to_dict()
-    return cfg_cls(**{k: v for k, v in HF_TINY.items() if k in known}), True
+    known = cls.config_class().to_dict()
+    return cls.config_class(**{k: v for k, v in HF_TINY.items() if k in known}), True
 
 
 def _fit_special_ids(config: Any, vocab: int, tiny: bool) -> None:

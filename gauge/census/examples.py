@@ -65,8 +65,7 @@ def grt(d_model: int = 32, n_layers: int = 1) -> tuple[nn.Module, tuple[torch.Te
     return _project("grt", d_model, n_layers)
 
 
-def _project(kind: str, d_model: int, n_layers: int,
-             **kw: Any) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def _project(kind: str, d_model: int, n_layers: int, **kw: Any) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     seed_everything(0)
     if kind == "dense":
         from lm.dense import DenseConfig, DenseTransformer

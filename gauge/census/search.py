@@ -87,11 +87,8 @@ def _axis_stats(g: torch.Tensor, w: torch.Tensor) -> dict[int, AxisStats]:
 
 def _target(name: str, g: torch.Tensor, w: torch.Tensor) -> Target:
     axes = _axis_stats(g, w)
-    if axes:
-        whole = tuple(float(t.sum()) for t in (axes[0].gw, axes[0].g2, axes[0].w2))
-    else:
-        whole = (float(g * w), float(g * g), float(w * w))
-    return Target((name,), tuple(w.shape), axes, whole)
+    sums = (axes[0].gw, axes[0].g2, axes[0].w2) if axes else (g * w, g * g, w * w)
+    return Target((name,), tuple(w.shape), axes, tuple(float(t.sum()) for t in sums))
 
 
 def gradient_screen(eng: Engine) -> tuple[float, dict[str, Target]]:

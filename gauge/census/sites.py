@@ -245,8 +245,7 @@ class EpsWatch(TorchFunctionMode):
         expr = f"x / ({st.expr} + eps)" if op == "/" else f"{op}({st.expr} + eps)" if op != "pow" else \
             f"({st.expr} + eps)^{args[1]:g}"
         family = ("layer" if st.centred else "rms") if st.expr in ("mean(x²)", "var(x)", "std(x)") else "other"
-        site = self._site(expr, NormInfo(family, "", st.centred, True), eps,
-                          SimpleNamespace(n=st.n, last=st.last))
+        site = self._site(expr, NormInfo(family, "", st.centred, True), eps, SimpleNamespace(n=st.n, last=st.last))
         out = func(*(*args[:at], stat, *args[at + 1:]), **kwargs)
         self._keep(site, st.source, out)
         return out
