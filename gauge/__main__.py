@@ -147,12 +147,10 @@ def census_lines(claims: list[Claim]) -> list[str]:
     """The per-tensor census, one line per tensor, read from each census record's structured details."""
     lines = []
     for c in claims:
-        if c.id != "gauge.census":
-            continue
         for label in ("QK-norm", "no QK-norm"):
-            d = c.details.get(label)
-            if d is None:
+            if c.id != "gauge.census" or label not in c.details:
                 continue
+            d = c.details[label]
             lines.append(f"census ({c.dtype}, {label}): max |L(cp) - L(p)|, c in {c.details['scales_c']} "
                          f"(tol {d['loss_tol']:.3g}); radial cos (tol {d['radial_cos_tol']:.3g})")
             for name, row in d["per_tensor"].items():

@@ -34,12 +34,6 @@ from rmsgauge import Claim, ClaimGroup, eps_of
 QUICK_TRAIN_STEPS = 10  # quick runs: enough steps to leave the symmetric initialization
 
 
-def _ulps(dev: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """``|dev|`` in units of the spacing of floats at ``|ref|`` (elementwise)."""
-    a = ref.abs()
-    return dev.abs() / (torch.nextafter(a, torch.full_like(a, math.inf)) - a)
-
-
 def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
     """Max output deviation of the QK-norm over ``c`` in ``[c_min, c_max]`` (eps = 0), and of the loss."""
     cfg, model = setup.config, setup.model(dtype)
@@ -52,7 +46,8 @@ def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
         dev, ref = scale_deviation(x, W, cfg.n_heads, 0.0, attn.q_norm.weight, cs)  # (C,), (N, H, hd)
         worst = int(dev.argmax())
         y_worst = q_norm_output(x, cs[worst].to(W.dtype) * W, cfg.n_heads, 0.0, attn.q_norm.weight)
-        ulps = _ulps(y_worst - ref, ref)  # (N, H, hd)
+        a = ref.abs()  # (N, H, hd): the deviation in units of the spacing of floats at |ref|
+        ulps = (y_worst - ref).abs() / (torch.nextafter(a, torch.full_like(a, math.inf)) - a)
         y2 = q_norm_output(x, 2.0 * W, cfg.n_heads, 0.0, attn.q_norm.weight)  # power of two: exact in floats
         L0 = float(cap.loss)
         loss_cs = cs[torch.linspace(0, len(cs) - 1, 7).round().long()]  # 7 scales across the range, ends included

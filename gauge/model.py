@@ -179,14 +179,8 @@ def capture_q_path(model: DenseTransformer, layer: int, idx: torch.Tensor, targe
     if attn.q_norm is None:
         raise ValueError("capture_q_path needs a QK-norm model (DenseConfig.qk_norm=True)")
     store: dict[str, torch.Tensor] = {}
-
-    def on_q_proj(_m, inputs, _out):
-        store["x"] = inputs[0].detach()
-
-    def on_q_norm(_m, inputs, out):
-        store["z"], store["y"] = inputs[0].detach(), out
-
-    handles = [attn.q_proj.register_forward_hook(on_q_proj), attn.q_norm.register_forward_hook(on_q_norm)]
+    handles = [attn.q_proj.register_forward_hook(lambda _m, inp, _out: store.update(x=inp[0].detach())),
+               attn.q_norm.register_forward_hook(lambda _m, inp, out: store.update(z=inp[0].detach(), y=out))]
     try:
         loss = loss_of(model, idx, targets)
     finally:

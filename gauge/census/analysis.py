@@ -34,8 +34,8 @@ from gauge.census.engine import (
     CensusError,
     Engine,
     Float64Everywhere,
-    batch_call_error,
     batch_loss_fn,
+    check_batch_call,
     finite_or_raise,
     is_compiled,
 )
@@ -95,8 +95,8 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     if (loss_fn is None) == (batch is None):
         raise ValueError("census needs exactly one of loss_fn (a closure) or batch (an example batch)")
     seed, scales = check_arguments(seed, mode, scales)
-    if batch is not None and (why := batch_call_error(model, batch)) is not None:
-        raise CensusError(why)
+    if batch is not None:
+        check_batch_call(model, batch)
     fn = loss_fn if loss_fn is not None else batch_loss_fn(batch)
     prev_default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)

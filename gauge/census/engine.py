@@ -139,20 +139,19 @@ def _as_call(batch: Any) -> tuple[tuple, dict, str]:
     return (batch,), {}, "model(batch)"
 
 
-def batch_call_error(model: nn.Module, batch: Any) -> str | None:
-    """Why ``model`` cannot be called with ``batch`` the way :func:`batch_loss_fn` calls it (None: it can, or its
-    signature does not say), read from the signature before any copy or forward."""
+def check_batch_call(model: nn.Module, batch: Any) -> None:
+    """A :class:`CensusError` where ``model`` cannot be called with ``batch`` the way :func:`batch_loss_fn` calls it,
+    read from the signature before any copy or forward (none where the signature does not say)."""
     args, kwargs, call = _as_call(batch)
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):  # a builtin or wrapped forward: the call itself will tell
-        return None
+        return
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
-        return f"census(model, batch=...) calls {call} and reads the loss from its output, but " \
-               f"{type(model).__name__}.forward does not take this batch ({e}); {LOSS_FN_HINT}"
-    return None
+        raise CensusError(f"census(model, batch=...) calls {call} and reads the loss from its output, but "
+                          f"{type(model).__name__}.forward does not take this batch ({e}); {LOSS_FN_HINT}") from None
 
 
 def batch_loss_fn(batch: Any) -> Callable[[nn.Module], torch.Tensor]:

@@ -147,7 +147,7 @@ def eps_report(eng: Engine, pr: Probe, blk: Block, eps: float | None, cs: torch.
 
 
 def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_own: float, bound: float,
-               tick: Callable[[int, str], None] | None = None) -> list[float]:
+               tick: Callable[[int, str], None]) -> list[float]:
     """``max |L - L(W)|`` at the model's eps for each ``(param, [scaled values])``; the items of one layer (up to
     :data:`LAYER_GROUP`) in one vmapped call, each candidate swapping one tensor."""
     out: list[float] = []
@@ -164,6 +164,5 @@ def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_ow
         dl = (eng.losses(names, make, len(flat), bound) - loss_own).abs()
         for k in range(len(group)):
             out.append(float(dl[torch.tensor([o == k for o in owner])].max()))
-        if tick is not None:
-            tick(len(group), group[-1][0])
+        tick(len(group), group[-1][0])
     return out
