@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from gauge.census.cli import main as census_main
 from gauge.checks import CLAIMS
 from gauge.model import TORCH_EPS, GaugeConfig
 from rmsgauge.claims import Claim, claims_table, run_claims, verdict_line, write_claims_json
@@ -44,6 +45,7 @@ from rmsgauge.cli import (
     run_main,
     seconds_since_process_start,
 )
+from rmsgauge.corpus import ByteCorpus, corpus_files
 
 
 def _dtype_choice(value: str) -> str:
@@ -124,8 +126,6 @@ def config_from_args(args: argparse.Namespace) -> GaugeConfig:
 
 def _check_corpus(args: argparse.Namespace) -> None:
     """The corpus is read (as the run will read it), both splits hold a window, and --json is none of its files."""
-    from rmsgauge.corpus import ByteCorpus, corpus_files
-
     if args.corpus is None:
         return
     if args.corpus == "" or not Path(args.corpus).exists():
@@ -170,8 +170,6 @@ def _check(args: argparse.Namespace) -> GaugeConfig | None:
 
 def _work(args: argparse.Namespace, cfg: GaugeConfig | None) -> int:
     if args.command == "census":  # python -m gauge census ...: the census of any model (its own flags)
-        from gauge.census.cli import main as census_main
-
         return census_main(args.rest)
     dtypes = ("float64", "float32") if args.dtype == "both" else (args.dtype,)
     torch.set_num_threads(args.threads)

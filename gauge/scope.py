@@ -98,8 +98,7 @@ def predicted_gauges(setup: GaugeSetup) -> list[str]:
     """The theory's list: exactly the weights whose output feeds an RMSNorm with nothing in between."""
     if not setup.models["float64"].config.qk_norm:
         return []
-    n = setup.config.n_layers
-    return [f"blocks.{i}.attn.{p}_proj.weight" for i in range(n) for p in ("q", "k")]
+    return [f"blocks.{i}.attn.{p}_proj.weight" for i in range(setup.config.n_layers) for p in ("q", "k")]
 
 
 def census_table(setup: GaugeSetup, dtype: str) -> list[dict]:
@@ -154,8 +153,7 @@ def census_summary(setup: GaugeSetup, dtype: str) -> tuple[list[str], dict[str, 
     """One model's census: the tensors found to be gauges, and the structured summary of the evidence."""
     rows = census_table(setup, dtype)
     gauges = [r["name"] for r in rows if r["gauge"]]
-    non = [r for r in rows if not r["gauge"]]
-    weakest = min(non, key=lambda r: r["max |dL|"]) if non else None
+    weakest = min((r for r in rows if not r["gauge"]), key=lambda r: r["max |dL|"], default=None)
     summary: dict[str, object] = {
         "tensors_tested": len(rows),
         "largest |dL| among gauges": max((r["max |dL|"] for r in rows if r["gauge"]), default=None),
@@ -178,9 +176,8 @@ def check_census(setup: GaugeSetup, dtype: str) -> Claim:
     for label, st in (("QK-norm", setup), ("no QK-norm", setup.plain)):
         if st is None:
             continue
-        gauges, summary = census_summary(st, dtype)
+        gauges, details[label] = census_summary(st, dtype)
         found[f"{label} gauges"] = gauges
-        details[label] = summary
         ok &= sorted(gauges) == sorted(predicted_gauges(st))
     cfg = setup.config
     exact_scales = [c for c in cfg.census_c if is_power_of_two(c)]

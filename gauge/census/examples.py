@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grt_model import GRT
+from grt_model.config import GRTConfig
+from lm.dense import DenseConfig, DenseTransformer
 from rmsgauge import seed_everything
 
 CHANNELS_IN, CHANNELS, CLASSES, SIDE, BATCH = 3, 6, 4, 6, 4
@@ -68,14 +71,9 @@ def grt(d_model: int = 32, n_layers: int = 1) -> tuple[nn.Module, tuple[torch.Te
 def _project(kind: str, d_model: int, n_layers: int, **kw: Any) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     seed_everything(0)
     if kind == "dense":
-        from lm.dense import DenseConfig, DenseTransformer
-
         model: nn.Module = DenseTransformer(DenseConfig(d_model=d_model, n_heads=4, n_layers=n_layers,
                                                               d_ff=2 * d_model, block_size=32, **kw))
     else:
-        from grt_model import GRT
-        from grt_model.config import GRTConfig
-
         model = GRT(GRTConfig(vocab_size=256, block_size=32, d_model=d_model, n_heads=2, n_blocks=n_layers,
                               d_ff=2 * d_model, qkvo_stages=3, mixer_stages=1, ffn_stages=3))
     gen = torch.Generator().manual_seed(0)
