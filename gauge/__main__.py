@@ -25,6 +25,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -173,15 +174,12 @@ def _work(args: argparse.Namespace, cfg: GaugeConfig | None) -> int:
         return census_main(args.rest)
     dtypes = ("float64", "float32") if args.dtype == "both" else (args.dtype,)
     torch.set_num_threads(args.threads)
-
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
+    progress = None if args.quiet else partial(print, file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    progress(f"gauge: d_model={cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, batch {cfg.batch_size}x"
-             f"{cfg.block_size}, seed {cfg.seed}; training {cfg.train_steps} AdamW steps in float32, "
-             f"measuring in {' and '.join(dtypes)}")
+    if progress:
+        progress(f"gauge: d_model={cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, batch {cfg.batch_size}x"
+                 f"{cfg.block_size}, seed {cfg.seed}; training {cfg.train_steps} AdamW steps in float32, "
+                 f"measuring in {' and '.join(dtypes)}")
     claims = run_claims(CLAIMS, cfg=cfg, dtypes=dtypes, progress=progress)
     elapsed = time.perf_counter() - t0
     if args.json:

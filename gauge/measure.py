@@ -77,11 +77,8 @@ def scale_deviation(x: torch.Tensor, W: torch.Tensor, n_heads: int, eps: float, 
     """
     ref = q_norm_output(x, W, n_heads, eps, gain)  # (N, H, hd)
     chunk = max(1, CHUNK_ELEMENTS // ref.numel())
-    devs = []
-    for cc in cs.to(W.dtype).split(chunk):  # a few chunks of scales, each one batched matmul
-        Wc = cc[:, None, None] * W  # (c, D, D)
-        y = q_norm_output(x, Wc, n_heads, eps, gain)  # (c, N, H, hd)
-        devs.append((y - ref).abs().flatten(1).amax(dim=1))
+    devs = [(q_norm_output(x, cc[:, None, None] * W, n_heads, eps, gain) - ref).abs().flatten(1).amax(dim=1)
+            for cc in cs.to(W.dtype).split(chunk)]  # a few chunks of scales (c, D, D), each one batched matmul
     return torch.cat(devs), ref
 
 

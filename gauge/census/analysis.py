@@ -136,9 +136,7 @@ def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition:
     by = {r.name: r for r in rows}
     _joint(eng, by, targets, base, bound, tol.rtol, cs, partition, prog)
     _attach_reasons(eng, rows, cap)
-    loss_own = base
-    if own_eps:
-        loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure")
+    loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure") if own_eps else base
     prog.phase("done")
     zeroed = {**eng.own_eps, **{s.label: s.eps for s in eng.watch.sites.values()}}
     kept = {f"{n}.{a}" if n else a: v for n, attrs in eng.kept_eps().items() for a, v in attrs.items()}

@@ -123,9 +123,7 @@ def _scale(w: torch.Tensor, blk: Block, c: torch.Tensor) -> torch.Tensor:
         return w * c
     f = torch.ones(w.shape[blk.axis], dtype=w.dtype)
     f[blk.start:blk.stop] = c
-    view = [1] * w.dim()
-    view[blk.axis] = w.shape[blk.axis]
-    return w * f.reshape(view)
+    return w * f.reshape([-1 if d == blk.axis else 1 for d in range(w.dim())])
 
 
 def eps_report(eng: Engine, pr: Probe, blk: Block, eps: float | None, cs: torch.Tensor,

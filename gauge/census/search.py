@@ -71,18 +71,15 @@ def _axis_stats(g: torch.Tensor, w: torch.Tensor) -> dict[int, AxisStats]:
     n0, n1 = int(w.shape[0]), int(w.shape[1]) if w.dim() > 1 else 1
     g3, w3 = g.reshape(n0, n1, -1), w.reshape(n0, n1, -1)
     step = max(1, STATS_CHUNK // max(w3[0].numel(), 1))
-    rows = {k: torch.empty(n0, dtype=w.dtype) for k in range(3)}
-    cols = {k: torch.zeros(w3.shape[1], dtype=w.dtype) for k in range(3)}
+    rows = [torch.empty(n0, dtype=w.dtype) for _ in range(3)]
+    cols = [torch.zeros(n1, dtype=w.dtype) for _ in range(3)]
     for lo in range(0, n0, step):
         gc, wc = g3[lo:lo + step], w3[lo:lo + step]
         for k, (a, b) in enumerate(((gc, wc), (gc, gc), (wc, wc))):
             prod = a * b
             rows[k][lo:lo + step] = prod.sum(dim=(1, 2))
             cols[k] += prod.sum(dim=(0, 2))
-    out = {0: AxisStats(rows[0], rows[1], rows[2])}
-    if w.dim() > 1:
-        out[1] = AxisStats(cols[0], cols[1], cols[2])
-    return out
+    return {0: AxisStats(*rows), 1: AxisStats(*cols)} if w.dim() > 1 else {0: AxisStats(*rows)}
 
 
 def _target(name: str, g: torch.Tensor, w: torch.Tensor) -> Target:
