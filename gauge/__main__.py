@@ -121,14 +121,9 @@ def config_from_args(args: argparse.Namespace) -> GaugeConfig:
     names = {f.name for f in dataclasses.fields(GaugeConfig)}
     cfg = GaugeConfig(**{**{n: getattr(args, n) for n in names}, "eps": tuple(args.eps),
                          "census_c": tuple(args.census_c)})
-    _check_corpus(args)
-    return cfg
-
-
-def _check_corpus(args: argparse.Namespace) -> None:
-    """The corpus is read (as the run will read it), both splits hold a window, and --json is none of its files."""
     if args.corpus is None:
-        return
+        return cfg
+    # the corpus is read (as the run will read it), both splits hold a window, and --json is none of its files
     if args.corpus == "" or not Path(args.corpus).exists():
         raise ValueError(f"--corpus must be an existing text file or folder, got {args.corpus!r}")
     check_outputs_against_inputs({"--corpus": [args.corpus, *corpus_files(args.corpus)]}, {"--json": args.json})
@@ -142,6 +137,7 @@ def _check_corpus(args: argparse.Namespace) -> None:
             raise ValueError(f"--corpus {args.corpus}: its {n} split holds {len(corpus.split(n))} bytes, fewer than "
                              f"--block-size + 2 = {need} (a window and its next byte); use a larger corpus or a "
                              f"smaller --block-size")
+    return cfg
 
 
 def census_lines(claims: list[Claim]) -> list[str]:

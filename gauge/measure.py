@@ -56,11 +56,6 @@ def radial_tolerance(dtype: str, cfg: GaugeConfig, scale: float) -> Tolerance:
     return tolerance(dtype, size=cfg.d_model, depth=2 * cfg.n_layers + 2, scale=scale)
 
 
-def jacobian_tolerance(dtype: str, n: int) -> Tolerance:
-    """Per-row ``J z`` relative to ``||J|| ||z||``: ``n``-term products through ~3 operations."""
-    return tolerance(dtype, size=n, depth=3)
-
-
 def q_norm_output(x: torch.Tensor, W: torch.Tensor, n_heads: int, eps: float,
                   gain: torch.Tensor | None) -> torch.Tensor:
     """``RMSNorm_eps(x W^T)`` per head: ``x (N, D)``, ``W (..., D, D)`` -> ``(..., N, H, hd)``."""

@@ -147,10 +147,6 @@ def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition:
                         else type(model).__name__, mode=eng.mode, notes=_notes(eng, cap), eps_kept=kept)
 
 
-def _covers(blocks: list[Block], shape: tuple[int, ...]) -> bool:
-    return any(sum(b.stop - b.start for b in blocks if b.axis == a) == shape[a] for a in {b.axis for b in blocks})
-
-
 def _search(eng: Engine, tgts: list[Target], base: float, bound: float, rtol: float, cs: torch.Tensor,
             partition: bool, prog: Progress) -> list[TensorCensus]:
     """Verdicts of ``tgts``: the finest gauge blocks the screen leaves (all targets' blocks confirmed together, in
@@ -167,7 +163,8 @@ def _search(eng: Engine, tgts: list[Target], base: float, bound: float, rtol: fl
                                   radial=t.radial, blocks=found.get(t.names, [])) for t in tgts}
     for t in tgts:
         r = rows[t.names]
-        if r.blocks and _covers(r.blocks, t.shape):  # a union of gauge blocks is a gauge (scale them in turn)
+        if r.blocks and any(sum(b.stop - b.start for b in r.blocks if b.axis == a) == t.shape[a]
+                            for a in {b.axis for b in r.blocks}):  # a union of gauge blocks is a gauge (in turn)
             r.status, r.loss_change = "gauge", max(b.loss_change for b in r.blocks)
     todo = [Member(t, None, 0, 1) for t in wholes if rows[t.names].status != "gauge"]
     passed = {m.tgt.names: dl for m, dl in confirm(eng, todo, cs, base, bound, prog.tick)} if todo else {}

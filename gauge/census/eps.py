@@ -12,6 +12,7 @@ or variance (centring families),
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from collections.abc import Callable
@@ -65,10 +66,8 @@ def _norm_io_forward(eng: Engine, norm: nn.Module, swaps: dict[str, torch.Tensor
 
     h = norm.register_forward_hook(hook)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), contextlib.suppress(_Stop):
             eng.call(swaps)
-    except _Stop:
-        pass
     finally:
         h.remove()
     return got["zy"]

@@ -70,10 +70,8 @@ def norm_info(m: nn.Module) -> NormInfo:
 
 
 def eps_attr(m: nn.Module) -> str | None:
-    for a in EPS_ATTRS:
-        if hasattr(m, a) and (isinstance(getattr(m, a), float) or (a == "eps" and isinstance(m, nn.RMSNorm))):
-            return a
-    return None
+    return next((a for a in EPS_ATTRS if hasattr(m, a) and (isinstance(getattr(m, a), float)
+                                                           or (a == "eps" and isinstance(m, nn.RMSNorm)))), None)
 
 
 def _last_dims(m: nn.Module) -> int:

@@ -183,17 +183,13 @@ def confirm(eng: Engine, members: list[Member], cs: torch.Tensor, base: float, b
     return confirm(eng, members[:h], cs, base, bound, tick) + confirm(eng, members[h:], cs, base, bound, tick)
 
 
-def divisors(n: int) -> list[int]:
-    """Every block size below ``n`` that tiles it, finest first (1 included: one row or filter per block)."""
-    return [b for b in range(1, n) if n % b == 0]
-
-
 def plan(tgt: Target, rtol: float, bound: float) -> dict[int, list[tuple[int, list[int]]]]:
     """Per axis: ``(size, candidate block indices)`` the screen leaves (blocks that pass the Euler screen and that
     the batch reads), finest first."""
     out: dict[int, list[tuple[int, list[int]]]] = {}
     for axis, st in tgt.axes.items():
-        for b in divisors(int(st.gw.numel())):
+        n = int(st.gw.numel())
+        for b in (b for b in range(1, n) if n % b == 0):  # every block size below n that tiles it
             rad, g2, w2 = (t.reshape(-1, b).sum(1) for t in (st.gw, st.g2, st.w2))
             perp = (g2 * w2 - rad * rad).clamp(min=0.0).sqrt()
             idx = ((rad.abs() <= rtol * (g2 * w2).sqrt()) & (perp > bound)).nonzero().flatten().tolist()

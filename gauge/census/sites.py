@@ -131,10 +131,7 @@ def _is_square(func: Callable, args: tuple) -> bool:
 def _trailing(src: torch.Tensor, out: torch.Tensor) -> int:
     """How many trailing dims of ``src`` a reduction to ``out`` removed (kept as 1 or dropped); 0: not trailing."""
     s, o = tuple(src.shape), tuple(out.shape)
-    for k in range(1, len(s) + 1):
-        if o == s[:len(s) - k] or o == s[:len(s) - k] + (1,) * k:
-            return k
-    return 0
+    return next((k for k in range(1, len(s) + 1) if o in (s[:len(s) - k], s[:len(s) - k] + (1,) * k)), 0)
 
 
 class EpsWatch(TorchFunctionMode):
