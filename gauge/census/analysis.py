@@ -133,8 +133,7 @@ def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition:
                           f"RNG and turns dropout off; seed the model's own generator in loss_fn, or use mode='eval'")
     cs = torch.tensor(scales, dtype=torch.float64)
     rows = _search(eng, list(targets.values()), base, bound, tol.rtol, cs, partition, prog)
-    by = {r.name: r for r in rows}
-    _joint(eng, by, targets, base, bound, tol.rtol, cs, partition, prog)
+    _joint(eng, {r.name: r for r in rows}, targets, base, bound, tol.rtol, cs, partition, prog)
     _attach_reasons(eng, rows, cap)
     loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure") if own_eps else base
     prog.phase("done")
@@ -168,11 +167,9 @@ def _search(eng: Engine, tgts: list[Target], base: float, bound: float, rtol: fl
             r.status, r.loss_change = "gauge", max(b.loss_change for b in r.blocks)
     todo = [Member(t, None, 0, 1) for t in wholes if rows[t.names].status != "gauge"]
     passed = {m.tgt.names: dl for m, dl in confirm(eng, todo, cs, base, bound, prog.tick)} if todo else {}
-    for m in todo:
-        t, r = m.tgt, rows[m.tgt.names]
-        r.loss_change = passed.get(t.names, r.loss_change)
-        if t.names not in passed:
-            continue
+    for t in (m.tgt for m in todo if m.tgt.names in passed):
+        r = rows[t.names]
+        r.loss_change = passed[t.names]
         measured = t.perp <= bound  # the gradient cannot show the batch reads it: a real move must
         move = nonradial_change(eng, t, base, bound) if measured else t.perp
         if move <= bound:

@@ -138,9 +138,8 @@ def eps_report(eng: Engine, pr: Probe, blk: Block, eps: float | None, cs: torch.
     meas, law, dl1, bs, out_tol, ymax = norm_deviation(eng, pr, w, ends, blk, e)
     agree = abs(meas - law) / law if law > 0 else (0.0 if meas <= out_tol else math.inf)
     first = not measure and pr.grad is not None and meas <= FIRST_ORDER_REL * ymax
-    rep = EpsReport(eps=e, loss_change=dl1, output_change=meas, output_law=law, law_agreement=agree,
-                    break_scales=bs, loss_first_order=first)
-    return rep, [] if first else [_scale(w, blk, c) for c in ends]
+    return EpsReport(eps=e, loss_change=dl1, output_change=meas, output_law=law, law_agreement=agree,
+                     break_scales=bs, loss_first_order=first), [] if first else [_scale(w, blk, c) for c in ends]
 
 
 def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_own: float, bound: float,

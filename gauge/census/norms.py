@@ -97,9 +97,7 @@ def minus_bias(info: NormInfo, m: nn.Module, y: torch.Tensor) -> torch.Tensor:
         return y
     if info.family in ("group", "batch", "instance"):
         ch = 1 if y.dim() >= 2 and not (info.family == "instance" and y.dim() == 2) else 0
-        view = [1] * y.dim()
-        view[ch] = b.numel()
-        return y - b.detach().reshape(view)
+        return y - b.detach().reshape([b.numel() if d == ch else 1 for d in range(y.dim())])
     return y - b.detach()
 
 
