@@ -61,9 +61,8 @@ class GaugeConfig:
         check_range("c_min", self.c_min, 0.0, lo_open=True)
         check_range("c_max", self.c_max, self.c_min, lo_open=True)
         check_range("c_points", self.c_points, 2)
-        for e in self.eps:
-            if e != TORCH_EPS:
-                check_range("eps", e, 0.0)
+        for e in (e for e in self.eps if e != TORCH_EPS):
+            check_range("eps", e, 0.0)
         for c in self.census_c:
             check_range("census_c", c, 0.0, lo_open=True)
 
