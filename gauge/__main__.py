@@ -25,30 +25,28 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
 
+from gauge.census.cli import main as census_main
 from gauge.checks import CLAIMS
 from gauge.model import TORCH_EPS, GaugeConfig
-from rmsgauge import (
-    check_output_file,
-    check_range,
-    claims_table,
-    parse_dtype,
-    parse_float_list,
-    run_claims,
-    write_claims_json,
-)
-from rmsgauge.claims import Claim, verdict_line
+from rmsgauge.claims import Claim, claims_table, run_claims, verdict_line, write_claims_json
 from rmsgauge.cli import (
     add_subcommand,
     add_subcommands,
+    check_output_file,
     check_outputs_against_inputs,
+    check_range,
     make_parser,
+    parse_dtype,
+    parse_float_list,
     run_main,
     seconds_since_process_start,
 )
+from rmsgauge.corpus import ByteCorpus, corpus_files
 
 
 def _dtype_choice(value: str) -> str:
@@ -86,10 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"attention heads; d-model/n-heads must be even (default {d.n_heads})")
     m.add_argument("--n-layers", type=int, default=d.n_layers, help=f"blocks (default {d.n_layers})")
     m.add_argument("--layer", type=int, default=d.layer, help=f"which block's q_proj is W (default {d.layer})")
-    m.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"sequences per batch (default {d.batch_size})")
-    m.add_argument("--block-size", type=int, default=d.block_size,
-                   help=f"tokens per sequence (default {d.block_size})")
+    m.add_argument("--batch-size", type=int, default=d.batch_size, help=f"sequences per batch (default {d.batch_size})")
+    m.add_argument("--block-size", type=int, default=d.block_size, help=f"tokens per sequence (default {d.block_size})")
     m.add_argument("--train-steps", type=int, default=d.train_steps,
                    help=f"float32 AdamW steps before measuring; 0 = the initialization (default {d.train_steps})")
     m.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate for those steps (default {d.lr:g})")
@@ -125,16 +121,9 @@ def config_from_args(args: argparse.Namespace) -> GaugeConfig:
     names = {f.name for f in dataclasses.fields(GaugeConfig)}
     cfg = GaugeConfig(**{**{n: getattr(args, n) for n in names}, "eps": tuple(args.eps),
                          "census_c": tuple(args.census_c)})
-    _check_corpus(args)
-    return cfg
-
-
-def _check_corpus(args: argparse.Namespace) -> None:
-    """The corpus is read (as the run will read it), both splits hold a window, and --json is none of its files."""
-    from rmsgauge.corpus import ByteCorpus, corpus_files
-
     if args.corpus is None:
-        return
+        return cfg
+    # the corpus is read (as the run will read it), both splits hold a window, and --json is none of its files
     if args.corpus == "" or not Path(args.corpus).exists():
         raise ValueError(f"--corpus must be an existing text file or folder, got {args.corpus!r}")
     check_outputs_against_inputs({"--corpus": [args.corpus, *corpus_files(args.corpus)]}, {"--json": args.json})
@@ -148,18 +137,17 @@ def _check_corpus(args: argparse.Namespace) -> None:
             raise ValueError(f"--corpus {args.corpus}: its {n} split holds {len(corpus.split(n))} bytes, fewer than "
                              f"--block-size + 2 = {need} (a window and its next byte); use a larger corpus or a "
                              f"smaller --block-size")
+    return cfg
 
 
 def census_lines(claims: list[Claim]) -> list[str]:
     """The per-tensor census, one line per tensor, read from each census record's structured details."""
     lines = []
     for c in claims:
-        if c.id != "gauge.census":
-            continue
         for label in ("QK-norm", "no QK-norm"):
-            d = c.details.get(label)
-            if d is None:
+            if c.id != "gauge.census" or label not in c.details:
                 continue
+            d = c.details[label]
             lines.append(f"census ({c.dtype}, {label}): max |L(cp) - L(p)|, c in {c.details['scales_c']} "
                          f"(tol {d['loss_tol']:.3g}); radial cos (tol {d['radial_cos_tol']:.3g})")
             for name, row in d["per_tensor"].items():
@@ -179,20 +167,15 @@ def _check(args: argparse.Namespace) -> GaugeConfig | None:
 
 def _work(args: argparse.Namespace, cfg: GaugeConfig | None) -> int:
     if args.command == "census":  # python -m gauge census ...: the census of any model (its own flags)
-        from gauge.census.cli import main as census_main
-
         return census_main(args.rest)
     dtypes = ("float64", "float32") if args.dtype == "both" else (args.dtype,)
     torch.set_num_threads(args.threads)
-
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
+    progress = None if args.quiet else partial(print, file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    progress(f"gauge: d_model={cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, batch {cfg.batch_size}x"
-             f"{cfg.block_size}, seed {cfg.seed}; training {cfg.train_steps} AdamW steps in float32, "
-             f"measuring in {' and '.join(dtypes)}")
+    if progress:
+        progress(f"gauge: d_model={cfg.d_model}, {cfg.n_heads} heads, {cfg.n_layers} layers, batch {cfg.batch_size}x"
+                 f"{cfg.block_size}, seed {cfg.seed}; training {cfg.train_steps} AdamW steps in float32, "
+                 f"measuring in {' and '.join(dtypes)}")
     claims = run_claims(CLAIMS, cfg=cfg, dtypes=dtypes, progress=progress)
     elapsed = time.perf_counter() - t0
     if args.json:

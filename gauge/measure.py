@@ -5,11 +5,12 @@ and the name of the measured tensor.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
 
-from gauge.model import GaugeConfig, GaugeSetup
+from gauge.model import GaugeConfig, GaugeSetup, scaled
 from lm import rms_norm
 from rmsgauge import Tolerance, tolerance
 
@@ -55,11 +56,6 @@ def radial_tolerance(dtype: str, cfg: GaugeConfig, scale: float) -> Tolerance:
     return tolerance(dtype, size=cfg.d_model, depth=2 * cfg.n_layers + 2, scale=scale)
 
 
-def jacobian_tolerance(dtype: str, n: int) -> Tolerance:
-    """Per-row ``J z`` relative to ``||J|| ||z||``: ``n``-term products through ~3 operations."""
-    return tolerance(dtype, size=n, depth=3)
-
-
 def q_norm_output(x: torch.Tensor, W: torch.Tensor, n_heads: int, eps: float,
                   gain: torch.Tensor | None) -> torch.Tensor:
     """``RMSNorm_eps(x W^T)`` per head: ``x (N, D)``, ``W (..., D, D)`` -> ``(..., N, H, hd)``."""
@@ -76,11 +72,8 @@ def scale_deviation(x: torch.Tensor, W: torch.Tensor, n_heads: int, eps: float, 
     """
     ref = q_norm_output(x, W, n_heads, eps, gain)  # (N, H, hd)
     chunk = max(1, CHUNK_ELEMENTS // ref.numel())
-    devs = []
-    for cc in cs.to(W.dtype).split(chunk):  # a few chunks of scales, each one batched matmul
-        Wc = cc[:, None, None] * W  # (c, D, D)
-        y = q_norm_output(x, Wc, n_heads, eps, gain)  # (c, N, H, hd)
-        devs.append((y - ref).abs().flatten(1).amax(dim=1))
+    devs = [(q_norm_output(x, cc[:, None, None] * W, n_heads, eps, gain) - ref).abs().flatten(1).amax(dim=1)
+            for cc in cs.to(W.dtype).split(chunk)]  # a few chunks of scales (c, D, D), each one batched matmul
     return torch.cat(devs), ref
 
 
@@ -93,6 +86,14 @@ def grad_of(loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor])
     finally:
         for p in params:
             p.requires_grad_(False)
+
+
+def loss_change(loss_fn: Callable[[], torch.Tensor], L0: float, *scalings: tuple[torch.Tensor, float]) -> float:
+    """``|L - L0|`` with each ``(tensor, c)`` of ``scalings`` scaled by ``c`` (restored bit for bit after)."""
+    with contextlib.ExitStack() as stack:
+        for p, c in scalings:
+            stack.enter_context(scaled(p, c))
+        return abs(float(loss_fn()) - L0)
 
 
 def measured_tensor(setup: GaugeSetup, dtype: str, tensor: torch.Tensor | None = None) -> dict[str, object]:

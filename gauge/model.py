@@ -16,7 +16,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -61,9 +61,8 @@ class GaugeConfig:
         check_range("c_min", self.c_min, 0.0, lo_open=True)
         check_range("c_max", self.c_max, self.c_min, lo_open=True)
         check_range("c_points", self.c_points, 2)
-        for e in self.eps:
-            if e != TORCH_EPS:
-                check_range("eps", e, 0.0)
+        for e in (e for e in self.eps if e != TORCH_EPS):
+            check_range("eps", e, 0.0)
         for c in self.census_c:
             check_range("census_c", c, 0.0, lo_open=True)
 
@@ -89,12 +88,7 @@ class GaugeSetup:
     models: dict[str, DenseTransformer]  # "float32" / "float64": identical weights
     idx: torch.Tensor  # (B, T) int64 input bytes
     targets: torch.Tensor  # (B, T) next bytes
-    train_losses: list[float] = field(default_factory=list)  # float32 training curve (first, ..., last)
     plain: GaugeSetup | None = None  # the same model without QK-norm (the census compares the two)
-
-    @property
-    def qk_norm(self) -> bool:
-        return self.models["float64"].config.qk_norm
 
     def model(self, dtype: str) -> DenseTransformer:
         return self.models[dtype]
@@ -106,8 +100,7 @@ class GaugeSetup:
         return self.models[dtype].blocks[self.config.layer].attn.q_proj.weight  # (D, D) = (out, in)
 
 
-def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True,
-                progress: Callable[[str], None] | None = None) -> GaugeSetup:
+def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True, progress: Callable[[str], None] | None = None) -> GaugeSetup:
     """Seed, build, train ``cfg.train_steps`` AdamW steps in float32, copy to float64, draw the held-out batch."""
     dense_cfg = cfg.dense_config(qk_norm)
     corpus = ByteCorpus.load(cfg.corpus)
@@ -115,22 +108,20 @@ def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True,
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: fixed by the seed alone
     model = DenseTransformer(dense_cfg).float()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)  # no decay: it is not the topic here
-    losses: list[float] = []
     for step in range(cfg.train_steps):
         x, y = corpus.batch("train", cfg.batch_size, cfg.block_size, gen)
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        losses.append(loss.item())
         if progress and (step + 1) % 10 == 0:
-            progress(f"  train (float32, qk_norm={qk_norm}) step {step + 1}/{cfg.train_steps}: loss {losses[-1]:.3f}")
+            progress(f"  train (float32, qk_norm={qk_norm}) step {step + 1}/{cfg.train_steps}: loss {loss.item():.3f}")
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)  # gradients are requested explicitly, per tensor
     idx, targets = corpus.batch("val", cfg.batch_size, cfg.block_size, gen)
     models = {"float32": model, "float64": copy.deepcopy(model).double()}
-    return GaugeSetup(config=cfg, models=models, idx=idx, targets=targets, train_losses=losses)
+    return GaugeSetup(config=cfg, models=models, idx=idx, targets=targets)
 
 
 def loss_of(model: DenseTransformer, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -187,14 +178,8 @@ def capture_q_path(model: DenseTransformer, layer: int, idx: torch.Tensor, targe
     if attn.q_norm is None:
         raise ValueError("capture_q_path needs a QK-norm model (DenseConfig.qk_norm=True)")
     store: dict[str, torch.Tensor] = {}
-
-    def on_q_proj(_m, inputs, _out):
-        store["x"] = inputs[0].detach()
-
-    def on_q_norm(_m, inputs, out):
-        store["z"], store["y"] = inputs[0].detach(), out
-
-    handles = [attn.q_proj.register_forward_hook(on_q_proj), attn.q_norm.register_forward_hook(on_q_norm)]
+    handles = [attn.q_proj.register_forward_hook(lambda _m, inp, _out: store.update(x=inp[0].detach())),
+               attn.q_norm.register_forward_hook(lambda _m, inp, out: store.update(z=inp[0].detach(), y=out))]
     try:
         loss = loss_of(model, idx, targets)
     finally:

@@ -5,10 +5,11 @@ r"""Claims 5 and 6, how far the gauge reaches: one neuron is not a gauge but one
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
-from gauge.measure import SOURCE, grad_of, loss_tolerance, measured_tensor, radial_tolerance
+from gauge.measure import SOURCE, grad_of, loss_change, loss_tolerance, measured_tensor, radial_tolerance
 from gauge.model import GaugeSetup, loss_of, scaled
 from rmsgauge import Claim, eps_of, tolerance
 
@@ -26,9 +27,7 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
     """
     cfg, model, W = setup.config, setup.model(dtype), setup.weight(dtype)
     H, hd = cfg.n_heads, cfg.d_model // cfg.n_heads
-
-    def loss() -> torch.Tensor:
-        return loss_of(model, setup.idx, setup.targets)
+    loss = partial(loss_of, model, setup.idx, setup.targets)
 
     def loss_at(c: float, rows: slice | None = None) -> float:
         with scaled(W, c, rows=rows):
@@ -75,24 +74,15 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
              and nonzero == cfg.d_model and float(per_head.abs().max()) <= rtol
              and (fd_excess is None or fd_excess <= 0.0))
     return Claim(
-        id="gauge.per_row_scaling",
-        statement=SOURCE["per_row"],
-        stated=None,
+        id="gauge.per_row_scaling", statement=SOURCE["per_row"], stated=None,
         measured={"min |dL| one neuron": min(d["strongest"]), "max |dL| one head block": max(d["head"]),
                   "max |dL| whole W": max(d["whole"])},
-        tolerance=ltol,
-        holds=holds,
-        summary=f"neuron {min(d['strongest']):.2g} head {max(d['head']):.2g}",
-        dtype=dtype,
+        tolerance=ltol, holds=holds, summary=f"neuron {min(d['strongest']):.2g} head {max(d['head']):.2g}", dtype=dtype,
         exact_law="With per-head QK-norm the gauge group is (R_{>0})^H: each head's row block of W_q scales freely "
         "(Euler per head: sum_{j in head} <g_j, W_j> = 0), but one neuron (row) is not a gauge: dL = (c-1)<g_j,W_j> "
         "+ O((c-1)^2) with <g_j, W_j> != 0.",
-        source_status="unstated",
-        details={
-            **measured_tensor(setup, dtype),
-            "scales_c": list(cfg.census_c),
-            "loss": L0,
-            "rows": cfg.d_model,
+        source_status="unstated", details={
+            **measured_tensor(setup, dtype), "scales_c": list(cfg.census_c), "loss": L0, "rows": cfg.d_model,
             "rows_with_nonzero_radial": nonzero,  # <g_j, W_j> != 0 beyond the row's own round-off
             "|<g_j,W_j>|/(||g|| ||W||)": {"median": float(radial.abs().median()) / scale,
                                           "max": float(radial.abs().max()) / scale},
@@ -106,10 +96,9 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
 
 def predicted_gauges(setup: GaugeSetup) -> list[str]:
     """The theory's list: exactly the weights whose output feeds an RMSNorm with nothing in between."""
-    if not setup.qk_norm:
+    if not setup.models["float64"].config.qk_norm:
         return []
-    n = setup.config.n_layers
-    return [f"blocks.{i}.attn.{p}_proj.weight" for i in range(n) for p in ("q", "k")]
+    return [f"blocks.{i}.attn.{p}_proj.weight" for i in range(setup.config.n_layers) for p in ("q", "k")]
 
 
 def census_table(setup: GaugeSetup, dtype: str) -> list[dict]:
@@ -121,23 +110,20 @@ def census_table(setup: GaugeSetup, dtype: str) -> list[dict]:
     :func:`radial_tolerance` (Euler; scale-free, so it also resolves tensors that barely move the loss).
     """
     cfg, model = setup.config, setup.model(dtype)
+    loss = partial(loss_of, model, setup.idx, setup.targets)
     params = dict(model.named_parameters())
-    grads = dict(zip(params, grad_of(lambda: loss_of(model, setup.idx, setup.targets), list(params.values()))))
+    grads = dict(zip(params, grad_of(loss, list(params.values()))))
     with torch.no_grad():
-        L0 = float(loss_of(model, setup.idx, setup.targets))
+        L0 = float(loss())
         tol = loss_tolerance(dtype, cfg, L0).bound()
         rtol = radial_tolerance(dtype, cfg, 1.0).rtol
         rows = []
         for name, p in params.items():
-            d = []
-            for c in cfg.census_c:
-                with scaled(p, c):
-                    d.append(abs(float(loss_of(model, setup.idx, setup.targets)) - L0))
+            dl = max(loss_change(loss, L0, (p, c)) for c in cfg.census_c)
             g = grads[name]
             cos = float((g * p).sum() / (g.norm() * p.norm()))  # <grad_p L, p>/(||grad|| ||p||): Euler says 0
-            rows.append({"name": name, "shape": tuple(p.shape), "max |dL|": max(d), "tol": tol,
-                         "radial cos": cos, "radial tol": rtol,
-                         "gauge": max(d) <= tol and abs(cos) <= rtol, "loss": L0})
+            rows.append({"name": name, "shape": tuple(p.shape), "max |dL|": dl, "tol": tol, "radial cos": cos,
+                         "radial tol": rtol, "gauge": dl <= tol and abs(cos) <= rtol, "loss": L0})
     return rows
 
 
@@ -150,16 +136,11 @@ def pair_symmetries(setup: GaugeSetup, dtype: str) -> dict[str, float]:
     pairs = {"v_proj*c,o_proj/c": (attn.v_proj.weight, attn.o_proj.weight)}
     if attn.q_norm is not None:
         pairs["q_norm*c,k_norm/c"] = (attn.q_norm.weight, attn.k_norm.weight)
-    out = {}
+    loss = partial(loss_of, model, setup.idx, setup.targets)
     with torch.no_grad():
-        L0 = float(loss_of(model, setup.idx, setup.targets))
-        for label, (a, b) in pairs.items():
-            worst = 0.0
-            for c in cfg.census_c:
-                with scaled(a, c), scaled(b, 1.0 / c):
-                    worst = max(worst, abs(float(loss_of(model, setup.idx, setup.targets)) - L0))
-            out[label] = worst
-    return out
+        L0 = float(loss())
+        return {label: max(loss_change(loss, L0, (a, c), (b, 1.0 / c)) for c in cfg.census_c)
+                for label, (a, b) in pairs.items()}
 
 
 def is_power_of_two(c: float) -> bool:
@@ -172,8 +153,7 @@ def census_summary(setup: GaugeSetup, dtype: str) -> tuple[list[str], dict[str, 
     """One model's census: the tensors found to be gauges, and the structured summary of the evidence."""
     rows = census_table(setup, dtype)
     gauges = [r["name"] for r in rows if r["gauge"]]
-    non = [r for r in rows if not r["gauge"]]
-    weakest = min(non, key=lambda r: r["max |dL|"]) if non else None
+    weakest = min((r for r in rows if not r["gauge"]), key=lambda r: r["max |dL|"], default=None)
     summary: dict[str, object] = {
         "tensors_tested": len(rows),
         "largest |dL| among gauges": max((r["max |dL|"] for r in rows if r["gauge"]), default=None),
@@ -183,12 +163,10 @@ def census_summary(setup: GaugeSetup, dtype: str) -> tuple[list[str], dict[str, 
         summary["weakest non-gauge"] = {"tensor": weakest["name"], "|dL|": weakest["max |dL|"],
                                         "|dL|/tol": weakest["max |dL|"] / weakest["tol"],
                                         "|radial cos|/tol": abs(weakest["radial cos"]) / weakest["radial tol"]}
-    summary["two-tensor symmetries |dL|"] = {"layer": setup.config.layer, **pair_symmetries(setup, dtype)}
-    summary["loss_tol"] = rows[0]["tol"]
-    summary["radial_cos_tol"] = rows[0]["radial tol"]
-    summary["per_tensor"] = {r["name"]: {"max |dL|": r["max |dL|"], "radial cos": r["radial cos"],
-                                         "gauge": r["gauge"]} for r in rows}
-    return gauges, summary
+    return gauges, {
+        **summary, "two-tensor symmetries |dL|": {"layer": setup.config.layer, **pair_symmetries(setup, dtype)},
+        "loss_tol": rows[0]["tol"], "radial_cos_tol": rows[0]["radial tol"],
+        "per_tensor": {r["name"]: {k: r[k] for k in ("max |dL|", "radial cos", "gauge")} for r in rows}}
 
 
 def check_census(setup: GaugeSetup, dtype: str) -> Claim:
@@ -198,22 +176,16 @@ def check_census(setup: GaugeSetup, dtype: str) -> Claim:
     for label, st in (("QK-norm", setup), ("no QK-norm", setup.plain)):
         if st is None:
             continue
-        gauges, summary = census_summary(st, dtype)
+        gauges, details[label] = census_summary(st, dtype)
         found[f"{label} gauges"] = gauges
-        details[label] = summary
         ok &= sorted(gauges) == sorted(predicted_gauges(st))
     cfg = setup.config
     exact_scales = [c for c in cfg.census_c if is_power_of_two(c)]
     return Claim(
-        id="gauge.census",
-        statement=SOURCE["census"],
-        stated="the weight producing z = xW in a pre-norm block",
-        measured=found,
-        tolerance=max(d["loss_tol"] for d in details.values()),  # loss round-off; the radial bound is in details
-        holds=ok and not exact_scales,
-        summary=(f"{len(found.get('QK-norm gauges', []))} gauges with QK-norm, "
-                 f"{len(found.get('no QK-norm gauges', []))} without"),
-        dtype=dtype,
+        id="gauge.census", statement=SOURCE["census"], stated="the weight producing z = xW in a pre-norm block",
+        measured=found, tolerance=max(d["loss_tol"] for d in details.values()),  # the radial bound is in details
+        holds=ok and not exact_scales, summary=(f"{len(found.get('QK-norm gauges', []))} gauges with QK-norm, "
+                                                f"{len(found.get('no QK-norm gauges', []))} without"), dtype=dtype,
         exact_law="A tensor is a scale gauge iff its output reaches the loss only through an RMSNorm with nothing "
         "added in between: with QK-norm that is W_q and W_k of every block (each per head); in a plain pre-norm "
         "block the norm comes BEFORE the weights and every weight writes into the residual stream, so no tensor "

@@ -34,8 +34,8 @@ from gauge.census.engine import (
     CensusError,
     Engine,
     Float64Everywhere,
-    batch_call_error,
     batch_loss_fn,
+    check_batch_call,
     finite_or_raise,
     is_compiled,
 )
@@ -95,8 +95,8 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     if (loss_fn is None) == (batch is None):
         raise ValueError("census needs exactly one of loss_fn (a closure) or batch (an example batch)")
     seed, scales = check_arguments(seed, mode, scales)
-    if batch is not None and (why := batch_call_error(model, batch)) is not None:
-        raise CensusError(why)
+    if batch is not None:
+        check_batch_call(model, batch)
     fn = loss_fn if loss_fn is not None else batch_loss_fn(batch)
     prev_default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
@@ -133,12 +133,9 @@ def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition:
                           f"RNG and turns dropout off; seed the model's own generator in loss_fn, or use mode='eval'")
     cs = torch.tensor(scales, dtype=torch.float64)
     rows = _search(eng, list(targets.values()), base, bound, tol.rtol, cs, partition, prog)
-    by = {r.name: r for r in rows}
-    _joint(eng, by, targets, base, bound, tol.rtol, cs, partition, prog)
+    _joint(eng, {r.name: r for r in rows}, targets, base, bound, tol.rtol, cs, partition, prog)
     _attach_reasons(eng, rows, cap)
-    loss_own = base
-    if own_eps:
-        loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure")
+    loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure") if own_eps else base
     prog.phase("done")
     zeroed = {**eng.own_eps, **{s.label: s.eps for s in eng.watch.sites.values()}}
     kept = {f"{n}.{a}" if n else a: v for n, attrs in eng.kept_eps().items() for a, v in attrs.items()}
@@ -147,10 +144,6 @@ def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition:
                         eps_zeroed=zeroed, randomized=randomized, vectorized=bool(eng.vmap_ok),
                         model=f"{type(model._orig_mod).__name__} (torch.compile'd)" if is_compiled(model)
                         else type(model).__name__, mode=eng.mode, notes=_notes(eng, cap), eps_kept=kept)
-
-
-def _covers(blocks: list[Block], shape: tuple[int, ...]) -> bool:
-    return any(sum(b.stop - b.start for b in blocks if b.axis == a) == shape[a] for a in {b.axis for b in blocks})
 
 
 def _search(eng: Engine, tgts: list[Target], base: float, bound: float, rtol: float, cs: torch.Tensor,
@@ -169,15 +162,14 @@ def _search(eng: Engine, tgts: list[Target], base: float, bound: float, rtol: fl
                                   radial=t.radial, blocks=found.get(t.names, [])) for t in tgts}
     for t in tgts:
         r = rows[t.names]
-        if r.blocks and _covers(r.blocks, t.shape):  # a union of gauge blocks is a gauge (scale them in turn)
+        if r.blocks and any(sum(b.stop - b.start for b in r.blocks if b.axis == a) == t.shape[a]
+                            for a in {b.axis for b in r.blocks}):  # a union of gauge blocks is a gauge (in turn)
             r.status, r.loss_change = "gauge", max(b.loss_change for b in r.blocks)
     todo = [Member(t, None, 0, 1) for t in wholes if rows[t.names].status != "gauge"]
     passed = {m.tgt.names: dl for m, dl in confirm(eng, todo, cs, base, bound, prog.tick)} if todo else {}
-    for m in todo:
-        t, r = m.tgt, rows[m.tgt.names]
-        r.loss_change = passed.get(t.names, r.loss_change)
-        if t.names not in passed:
-            continue
+    for t in (m.tgt for m in todo if m.tgt.names in passed):
+        r = rows[t.names]
+        r.loss_change = passed[t.names]
         measured = t.perp <= bound  # the gradient cannot show the batch reads it: a real move must
         move = nonradial_change(eng, t, base, bound) if measured else t.perp
         if move <= bound:

@@ -98,27 +98,18 @@ def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
             if nrm != mod and z.untyped_storage().data_ptr() in ptrs:
                 readers.setdefault(mod, []).append(nrm)
     outs.clear()  # the activations are no longer needed
-    owner: dict[str, str] = {}
-    for mname, m in eng.model.named_modules():
-        for pn, _ in m.named_parameters(recurse=False):
-            owner.setdefault(f"{mname}.{pn}" if mname else pn, mname)
-    if check:
-        _check_exact_variance(eng, norm_io, infos)
-    eng.act_bytes = stats["size"] * 8
-    drop = sum(1 for m in eng.model.modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
-    return Capture(norm_io, readers, owner, infos, stats["size"], stats["depth"], loss, drop, calls, got)
-
-
-def _check_exact_variance(eng: Engine, norm_io: dict[str, tuple[torch.Tensor, torch.Tensor]],
-                          infos: dict[str, NormInfo]) -> None:
-    for n, (z, _) in norm_io.items():
+    owner = {f"{mname}.{pn}" if mname else pn: mname for mname, m in eng.model.named_modules()
+             for pn, _ in m.named_parameters(recurse=False)}
+    for n, (z, _) in norm_io.items():  # where eps = 2^-1022 stands in for BatchNorm's eps = 0, it must be exact
         info = infos[n]
-        if info.family == "batch" and info.batch_stats and (n in eng.own_eps or n in eng.watch.sites):
-            r = rows(info, eng.norms.get(n), z)
-            v = float(r.var(dim=-1, unbiased=False).min())
+        if check and info.family == "batch" and info.batch_stats and (n in eng.own_eps or n in eng.watch.sites):
+            v = float(rows(info, eng.norms.get(n), z).var(dim=-1, unbiased=False).min())
             if v < EXACT_VAR_MIN:
                 raise CensusError(f"{n}: a channel's batch variance is {v:.3g}, below 2^-968 where the stand-in "
                                   f"eps = 2^-1022 is not exactly eps = 0; use a batch whose channels vary")
+    eng.act_bytes = stats["size"] * 8
+    drop = sum(1 for m in eng.model.modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
+    return Capture(norm_io, readers, owner, infos, stats["size"], stats["depth"], loss, drop, calls, got)
 
 
 def randomize_zero_tensors(eng: Engine) -> list[str]:

@@ -166,8 +166,7 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
 def build_hf(spec: str, weights: str | None, overrides: dict[str, Any], seed: int) -> tuple[torch.nn.Module, dict]:
     """A Hugging Face causal LM from a local config (folder, file or class name), random init unless ``weights``
     (the census converts it to float64 in place, tensor by tensor: no float32 + float64 double copy)."""
-    os.environ["HF_HUB_OFFLINE"] = "1"  # before the import: transformers must never reach the network
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # before the import: never the network
     try:
         import transformers
     except ImportError:
@@ -187,8 +186,7 @@ def build_hf(spec: str, weights: str | None, overrides: dict[str, Any], seed: in
                           f"{one_line(e)[:200]})") from e
     if weights:
         _load_weights(model, weights)
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, HF_BATCH, generator=gen)
+    ids = torch.randint(0, vocab, HF_BATCH, generator=torch.Generator().manual_seed(seed))
     pad = getattr(config, "pad_token_id", None)
     if isinstance(pad, int) and 0 <= pad < vocab:  # a padding row may be zero: 0/0 in a norm at eps = 0
         ids = torch.where(ids == pad, (ids + 1) % vocab, ids)
@@ -206,9 +204,8 @@ def _hf_config(transformers: Any, spec: str) -> tuple[Any, bool]:
     cls = getattr(transformers, spec, None)
     if cls is None or not hasattr(cls, "config_class"):
         raise ValueError(f"--hf {spec!r} is neither a local config path nor a transformers model class name")
-    cfg_cls = cls.config_class
-    known = cfg_cls().to_dict()
-    return cfg_cls(**{k: v for k, v in HF_TINY.items() if k in known}), True
+    known = cls.config_class().to_dict()
+    return cls.config_class(**{k: v for k, v in HF_TINY.items() if k in known}), True
 
 
 def _fit_special_ids(config: Any, vocab: int, tiny: bool) -> None:

@@ -70,24 +70,17 @@ class Float64Everywhere(TorchFunctionMode):
             if len(args) > _SDPA_DROPOUT_POS:
                 args = (*args[:_SDPA_DROPOUT_POS], 0.0, *args[_SDPA_DROPOUT_POS + 1:])
             kwargs.pop("dropout_p", None)
-        if func is F.batch_norm:
-            args, kwargs = _batch_norm_args(args, kwargs)
+        if func is F.batch_norm:  # by name; training: no running statistics (they never change this output, and an
+            # in-place update cannot run under vmap); eps <= 0 -> TINY_EPS
+            args, kwargs = (), {**dict(zip(_BN_ARGS, args)), **kwargs}
+            if kwargs.get("training", False):
+                kwargs["running_mean"] = kwargs["running_var"] = None
+            if kwargs.get("eps", 1e-5) <= 0.0:
+                kwargs["eps"] = TINY_EPS
         if kwargs.get("dtype") in _LOW_FLOATS:
             kwargs["dtype"] = torch.float64
         args = tuple(torch.float64 if (isinstance(a, torch.dtype) and a in _LOW_FLOATS) else a for a in args)
         return func(*args, **kwargs)
-
-
-def _batch_norm_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """F.batch_norm's arguments by name; training: no running statistics (they never change this output, and an
-    in-place update cannot run under vmap); eps <= 0 -> TINY_EPS."""
-    named = dict(zip(_BN_ARGS, args))
-    named.update(kwargs)
-    if named.get("training", False):
-        named["running_mean"] = named["running_var"] = None
-    if named.get("eps", 1e-5) <= 0.0:
-        named["eps"] = TINY_EPS
-    return (), named
 
 
 class LossModule(nn.Module):
@@ -146,20 +139,19 @@ def _as_call(batch: Any) -> tuple[tuple, dict, str]:
     return (batch,), {}, "model(batch)"
 
 
-def batch_call_error(model: nn.Module, batch: Any) -> str | None:
-    """Why ``model`` cannot be called with ``batch`` the way :func:`batch_loss_fn` calls it (None: it can, or its
-    signature does not say), read from the signature before any copy or forward."""
+def check_batch_call(model: nn.Module, batch: Any) -> None:
+    """A :class:`CensusError` where ``model`` cannot be called with ``batch`` the way :func:`batch_loss_fn` calls it,
+    read from the signature before any copy or forward (none where the signature does not say)."""
     args, kwargs, call = _as_call(batch)
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):  # a builtin or wrapped forward: the call itself will tell
-        return None
+        return
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
-        return f"census(model, batch=...) calls {call} and reads the loss from its output, but " \
-               f"{type(model).__name__}.forward does not take this batch ({e}); {LOSS_FN_HINT}"
-    return None
+        raise CensusError(f"census(model, batch=...) calls {call} and reads the loss from its output, but "
+                          f"{type(model).__name__}.forward does not take this batch ({e}); {LOSS_FN_HINT}") from None
 
 
 def batch_loss_fn(batch: Any) -> Callable[[nn.Module], torch.Tensor]:
@@ -226,9 +218,8 @@ class Engine:
 
     def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor], *, seed: int,
                  mode: str | None, inplace: bool) -> None:
-        n_params = sum(1 for _ in model.parameters())
-        if n_params == 0:
-            n_buf = sum(1 for _ in model.buffers())
+        if next(model.parameters(), None) is None:
+            n_buf = len(list(model.buffers()))
             raise CensusError(f"{type(model).__name__} has no parameters ({n_buf} buffer{'s' * (n_buf != 1)}): "
                               f"nothing to scale, so no gauge to find")
         self.compiled = is_compiled(model) or any(is_compiled(m) for m in model.modules())

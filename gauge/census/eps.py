@@ -12,9 +12,9 @@ or variance (centring families),
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +24,7 @@ from torch import nn
 
 from gauge.census.engine import Engine
 from gauge.census.norms import NormInfo, minus_bias, rows
-from gauge.census.records import Block, EpsReport
+from gauge.census.records import Block, EpsReport, layer_of
 from gauge.laws import break_scales, eps_ratio_minus_one
 from rmsgauge import tolerance
 
@@ -66,10 +66,8 @@ def _norm_io_forward(eng: Engine, norm: nn.Module, swaps: dict[str, torch.Tensor
 
     h = norm.register_forward_hook(hook)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), contextlib.suppress(_Stop):
             eng.call(swaps)
-    except _Stop:
-        pass
     finally:
         h.remove()
     return got["zy"]
@@ -124,9 +122,7 @@ def _scale(w: torch.Tensor, blk: Block, c: torch.Tensor) -> torch.Tensor:
         return w * c
     f = torch.ones(w.shape[blk.axis], dtype=w.dtype)
     f[blk.start:blk.stop] = c
-    view = [1] * w.dim()
-    view[blk.axis] = w.shape[blk.axis]
-    return w * f.reshape(view)
+    return w * f.reshape([-1 if d == blk.axis else 1 for d in range(w.dim())])
 
 
 def eps_report(eng: Engine, pr: Probe, blk: Block, eps: float | None, cs: torch.Tensor,
@@ -142,22 +138,16 @@ def eps_report(eng: Engine, pr: Probe, blk: Block, eps: float | None, cs: torch.
     meas, law, dl1, bs, out_tol, ymax = norm_deviation(eng, pr, w, ends, blk, e)
     agree = abs(meas - law) / law if law > 0 else (0.0 if meas <= out_tol else math.inf)
     first = not measure and pr.grad is not None and meas <= FIRST_ORDER_REL * ymax
-    rep = EpsReport(eps=e, loss_change=dl1, output_change=meas, output_law=law, law_agreement=agree,
-                    break_scales=bs, loss_first_order=first)
-    return rep, [] if first else [_scale(w, blk, c) for c in ends]
-
-
-def _layer_key(name: str) -> str:
-    m = re.match(r"^(.*?\.\d+)\.", name)
-    return m.group(1) if m else name
+    return EpsReport(eps=e, loss_change=dl1, output_change=meas, output_law=law, law_agreement=agree,
+                     break_scales=bs, loss_first_order=first), [] if first else [_scale(w, blk, c) for c in ends]
 
 
 def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_own: float, bound: float,
-               tick: Callable[[int, str], None] | None = None) -> list[float]:
+               tick: Callable[[int, str], None]) -> list[float]:
     """``max |L - L(W)|`` at the model's eps for each ``(param, [scaled values])``; the items of one layer (up to
     :data:`LAYER_GROUP`) in one vmapped call, each candidate swapping one tensor."""
     out: list[float] = []
-    runs = [list(run) for _, run in itertools.groupby(items, key=lambda it: _layer_key(it[0]))]
+    runs = [list(run) for _, run in itertools.groupby(items, key=lambda it: layer_of(it[0], it[0]))]
     for group in (run[i:i + LAYER_GROUP] for run in runs for i in range(0, len(run), LAYER_GROUP)):
         names = list(dict.fromkeys(n for n, _ in group))
         owner = [k for k, (_, vs) in enumerate(group) for _ in vs]  # candidate -> item
@@ -170,6 +160,5 @@ def eps_losses(eng: Engine, items: list[tuple[str, list[torch.Tensor]]], loss_ow
         dl = (eng.losses(names, make, len(flat), bound) - loss_own).abs()
         for k in range(len(group)):
             out.append(float(dl[torch.tensor([o == k for o in owner])].max()))
-        if tick is not None:
-            tick(len(group), group[-1][0])
+        tick(len(group), group[-1][0])
     return out

@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from grt_model import GRT
+from grt_model.config import GRTConfig
+from lm.dense import DenseConfig, DenseTransformer
 from rmsgauge import seed_everything
 
 CHANNELS_IN, CHANNELS, CLASSES, SIDE, BATCH = 3, 6, 4, 6, 4
@@ -36,22 +39,17 @@ class ConvBN(nn.Module):
         return F.cross_entropy(self.head(h), y)
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    return (torch.randn(BATCH, CHANNELS_IN, SIDE, SIDE, generator=gen),
-            torch.randint(0, CLASSES, (BATCH,), generator=gen))
-
-
-def conv_bn() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def conv_bn(train: bool = True) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``--model gauge.census.examples:conv_bn``: conv -> BatchNorm2d in training mode (the model's own flag)."""
     torch.manual_seed(0)
-    return ConvBN().train(), _batch()
+    gen = torch.Generator().manual_seed(0)
+    return ConvBN().train(train), (torch.randn(BATCH, CHANNELS_IN, SIDE, SIDE, generator=gen),
+                                   torch.randint(0, CLASSES, (BATCH,), generator=gen))
 
 
 def conv_bn_eval() -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     """``--model gauge.census.examples:conv_bn_eval``: the same net in eval mode (running statistics: no gauge)."""
-    torch.manual_seed(0)
-    return ConvBN().eval(), _batch()
+    return conv_bn(train=False)
 
 
 def dense_qknorm(d_model: int = 64, n_layers: int = 2) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
@@ -70,18 +68,12 @@ def grt(d_model: int = 32, n_layers: int = 1) -> tuple[nn.Module, tuple[torch.Te
     return _project("grt", d_model, n_layers)
 
 
-def _project(kind: str, d_model: int, n_layers: int,
-             **kw: Any) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+def _project(kind: str, d_model: int, n_layers: int, **kw: Any) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
     seed_everything(0)
     if kind == "dense":
-        from lm.dense import DenseConfig, DenseTransformer
-
         model: nn.Module = DenseTransformer(DenseConfig(d_model=d_model, n_heads=4, n_layers=n_layers,
                                                               d_ff=2 * d_model, block_size=32, **kw))
     else:
-        from grt_model import GRT
-        from grt_model.config import GRTConfig
-
         model = GRT(GRTConfig(vocab_size=256, block_size=32, d_model=d_model, n_heads=2, n_blocks=n_layers,
                               d_ff=2 * d_model, qkvo_stages=3, mixer_stages=1, ffn_stages=3))
     gen = torch.Generator().manual_seed(0)

@@ -70,10 +70,8 @@ def norm_info(m: nn.Module) -> NormInfo:
 
 
 def eps_attr(m: nn.Module) -> str | None:
-    for a in EPS_ATTRS:
-        if hasattr(m, a) and (isinstance(getattr(m, a), float) or (a == "eps" and isinstance(m, nn.RMSNorm))):
-            return a
-    return None
+    return next((a for a in EPS_ATTRS if hasattr(m, a) and (isinstance(getattr(m, a), float)
+                                                           or (a == "eps" and isinstance(m, nn.RMSNorm)))), None)
 
 
 def _last_dims(m: nn.Module) -> int:
@@ -99,9 +97,7 @@ def minus_bias(info: NormInfo, m: nn.Module, y: torch.Tensor) -> torch.Tensor:
         return y
     if info.family in ("group", "batch", "instance"):
         ch = 1 if y.dim() >= 2 and not (info.family == "instance" and y.dim() == 2) else 0
-        view = [1] * y.dim()
-        view[ch] = b.numel()
-        return y - b.detach().reshape(view)
+        return y - b.detach().reshape([b.numel() if d == ch else 1 for d in range(y.dim())])
     return y - b.detach()
 
 

@@ -92,7 +92,7 @@ class CensusResult:
         for t in self.tensors:
             e = t.eps
             lo, hi = e.break_scales if e is not None and e.break_scales is not None else (None, None)
-            out.append({"name": t.name, "layer": _layer_of(t.name), "shape": tuple(t.shape), "status": t.status,
+            out.append({"name": t.name, "layer": layer_of(t.name), "shape": tuple(t.shape), "status": t.status,
                         "partition": t.partition or (t.joint.split(": ", 1)[-1] if t.joint else ""),
                         "n_blocks": len(t.blocks), "loss_change": t.loss_change, "radial": t.radial, "joint": t.joint,
                         "reason": t.reason, "own_eps": None if e is None else e.eps,
@@ -133,9 +133,9 @@ def describe_blocks(blocks: list[Block], shape: Sequence[int]) -> str:
     return "; ".join(parts)
 
 
-def _layer_of(name: str) -> str:
+def layer_of(name: str, top: str = "(top)") -> str:
     m = re.match(r"^(.*?\.\d+)\.", name)
-    return m.group(1) if m else "(top)"
+    return m.group(1) if m else top
 
 
 def format_census(res: CensusResult, *, all_tensors: bool = False) -> str:
@@ -162,7 +162,7 @@ def format_census(res: CensusResult, *, all_tensors: bool = False) -> str:
     lines += [hdr, "  " + "-" * (len(hdr) - 2)]
     layer = None
     for t in shown:
-        lay = _layer_of(t.name)
+        lay = layer_of(t.name)
         if lay != layer:
             lines.append(f"  [{lay}]")
             layer = lay

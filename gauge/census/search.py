@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -67,45 +68,35 @@ def _axis_stats(g: torch.Tensor, w: torch.Tensor) -> dict[int, AxisStats]:
     temporary: a large embedding's gradient is not copied)."""
     if w.dim() == 0:
         return {}
-    n0 = int(w.shape[0])
-    g3, w3 = g.reshape(n0, int(w.shape[1]) if w.dim() > 1 else 1, -1), w.reshape(n0, int(w.shape[1]) if w.dim() > 1
-                                                                                    else 1, -1)
+    n0, n1 = int(w.shape[0]), int(w.shape[1]) if w.dim() > 1 else 1
+    g3, w3 = g.reshape(n0, n1, -1), w.reshape(n0, n1, -1)
     step = max(1, STATS_CHUNK // max(w3[0].numel(), 1))
-    rows = {k: torch.empty(n0, dtype=w.dtype) for k in range(3)}
-    cols = {k: torch.zeros(w3.shape[1], dtype=w.dtype) for k in range(3)}
+    rows = [torch.empty(n0, dtype=w.dtype) for _ in range(3)]
+    cols = [torch.zeros(n1, dtype=w.dtype) for _ in range(3)]
     for lo in range(0, n0, step):
         gc, wc = g3[lo:lo + step], w3[lo:lo + step]
         for k, (a, b) in enumerate(((gc, wc), (gc, gc), (wc, wc))):
             prod = a * b
             rows[k][lo:lo + step] = prod.sum(dim=(1, 2))
             cols[k] += prod.sum(dim=(0, 2))
-    out = {0: AxisStats(rows[0], rows[1], rows[2])}
-    if w.dim() > 1:
-        out[1] = AxisStats(cols[0], cols[1], cols[2])
-    return out
+    return {0: AxisStats(*rows), 1: AxisStats(*cols)} if w.dim() > 1 else {0: AxisStats(*rows)}
 
 
 def _target(name: str, g: torch.Tensor, w: torch.Tensor) -> Target:
     axes = _axis_stats(g, w)
-    if axes:
-        whole = tuple(float(t.sum()) for t in (axes[0].gw, axes[0].g2, axes[0].w2))
-    else:
-        whole = (float(g * w), float(g * g), float(w * w))
-    return Target((name,), tuple(w.shape), axes, whole)
+    sums = (axes[0].gw, axes[0].g2, axes[0].w2) if axes else (g * w, g * g, w * w)
+    return Target((name,), tuple(w.shape), axes, tuple(float(t.sum()) for t in sums))
 
 
 def gradient_screen(eng: Engine) -> tuple[float, dict[str, Target]]:
     """One float64 backward at eps = 0: the loss, and per tensor its :class:`Target` with the screen's sums."""
     targets: dict[str, Target] = {}
 
-    def reduce(name: str) -> Callable[[torch.Tensor], None]:
-        def hook(p: torch.Tensor) -> None:
-            targets[name] = _target(name, p.grad.detach(), p.detach())
-            p.grad = None  # freed as it goes: only the sums are kept
+    def hook(name: str, p: torch.Tensor) -> None:
+        targets[name] = _target(name, p.grad.detach(), p.detach())
+        p.grad = None  # freed as it goes: only the sums are kept
 
-        return hook
-
-    handles = [p.register_post_accumulate_grad_hook(reduce(n)) for n, p in eng.params.items()]
+    handles = [p.register_post_accumulate_grad_hook(partial(hook, n)) for n, p in eng.params.items()]
     try:
         loss = eng.loss(grad=True)
         base = float(loss.detach())
@@ -174,18 +165,14 @@ def _values(eng: Engine, factors: dict[tuple, torch.Tensor], names: list[str]) -
     return [vals[n] for n in names]
 
 
-def group_change(eng: Engine, members: list[Member], cs: torch.Tensor, base: float, bound: float) -> float:
-    """``max_k |L - L(W)|`` over the ``C`` candidates that scale every member at once (member ``j`` by
-    ``cs[(j + k) % C]``), built and evaluated chunk by chunk."""
-    names = list(dict.fromkeys(n for m in members for n in m.tgt.names))
-    dl = eng.losses(names, lambda lo, hi: _values(eng, _factors(members, cs, lo, hi), names), len(cs), bound)
-    return float((dl - base).abs().max())
-
-
 def confirm(eng: Engine, members: list[Member], cs: torch.Tensor, base: float, bound: float,
             tick: Callable[[int], None] | None = None) -> list[tuple[Member, float]]:
-    """The members that satisfy the finite law: checked together, bisected where the set fails."""
-    dl = group_change(eng, members, cs, base, bound)
+    """The members that satisfy the finite law: checked together (``max_k |L - L(W)|`` over the ``C`` candidates
+    that scale member ``j`` by ``cs[(j + k) % C]``, built and evaluated chunk by chunk), bisected where the set
+    fails."""
+    names = list(dict.fromkeys(n for m in members for n in m.tgt.names))
+    losses = eng.losses(names, lambda lo, hi: _values(eng, _factors(members, cs, lo, hi), names), len(cs), bound)
+    dl = float((losses - base).abs().max())
     if tick is not None:
         tick(len(members))
     if dl <= bound:
@@ -196,27 +183,16 @@ def confirm(eng: Engine, members: list[Member], cs: torch.Tensor, base: float, b
     return confirm(eng, members[:h], cs, base, bound, tick) + confirm(eng, members[h:], cs, base, bound, tick)
 
 
-def divisors(n: int) -> list[int]:
-    """Every block size below ``n`` that tiles it, finest first (1 included: one row or filter per block)."""
-    return [b for b in range(1, n) if n % b == 0]
-
-
-def screened(st: AxisStats, b: int, rtol: float, bound: float) -> torch.Tensor:
-    """``(n // b,)`` bool: blocks of size ``b`` that pass the Euler screen and that the batch reads."""
-    k = st.gw.numel() // b
-    rad = st.gw.reshape(k, b).sum(1)
-    g2 = st.g2.reshape(k, b).sum(1)
-    w2 = st.w2.reshape(k, b).sum(1)
-    perp = (g2 * w2 - rad * rad).clamp(min=0.0).sqrt()
-    return (rad.abs() <= rtol * (g2 * w2).sqrt()) & (perp > bound)
-
-
 def plan(tgt: Target, rtol: float, bound: float) -> dict[int, list[tuple[int, list[int]]]]:
-    """Per axis: ``(size, candidate block indices)`` the screen leaves, finest first."""
+    """Per axis: ``(size, candidate block indices)`` the screen leaves (blocks that pass the Euler screen and that
+    the batch reads), finest first."""
     out: dict[int, list[tuple[int, list[int]]]] = {}
     for axis, st in tgt.axes.items():
-        for b in divisors(int(st.gw.numel())):
-            idx = screened(st, b, rtol, bound).nonzero().flatten().tolist()
+        n = int(st.gw.numel())
+        for b in (b for b in range(1, n) if n % b == 0):  # every block size below n that tiles it
+            rad, g2, w2 = (t.reshape(-1, b).sum(1) for t in (st.gw, st.g2, st.w2))
+            perp = (g2 * w2 - rad * rad).clamp(min=0.0).sqrt()
+            idx = ((rad.abs() <= rtol * (g2 * w2).sqrt()) & (perp > bound)).nonzero().flatten().tolist()
             if idx:
                 out.setdefault(axis, []).append((b, idx))
     return out

@@ -131,10 +131,7 @@ def _is_square(func: Callable, args: tuple) -> bool:
 def _trailing(src: torch.Tensor, out: torch.Tensor) -> int:
     """How many trailing dims of ``src`` a reduction to ``out`` removed (kept as 1 or dropped); 0: not trailing."""
     s, o = tuple(src.shape), tuple(out.shape)
-    for k in range(1, len(s) + 1):
-        if o == s[:len(s) - k] or o == s[:len(s) - k] + (1,) * k:
-            return k
-    return 0
+    return next((k for k in range(1, len(s) + 1) if o in (s[:len(s) - k], s[:len(s) - k] + (1,) * k)), 0)
 
 
 class EpsWatch(TorchFunctionMode):
@@ -245,8 +242,7 @@ class EpsWatch(TorchFunctionMode):
         expr = f"x / ({st.expr} + eps)" if op == "/" else f"{op}({st.expr} + eps)" if op != "pow" else \
             f"({st.expr} + eps)^{args[1]:g}"
         family = ("layer" if st.centred else "rms") if st.expr in ("mean(x²)", "var(x)", "std(x)") else "other"
-        site = self._site(expr, NormInfo(family, "", st.centred, True), eps,
-                          SimpleNamespace(n=st.n, last=st.last))
+        site = self._site(expr, NormInfo(family, "", st.centred, True), eps, SimpleNamespace(n=st.n, last=st.last))
         out = func(*(*args[:at], stat, *args[at + 1:]), **kwargs)
         self._keep(site, st.source, out)
         return out
