@@ -23,10 +23,6 @@ from studies.reference_report import fmt_cell as _f
 from studies.reference_report import format_reference, reference_claims
 
 
-def _by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in records}
-
-
 def _grouped(records: list[dict[str, Any]], keep: Any) -> dict[str, list[dict[str, Any]]]:
     """``variant -> records`` of the records ``keep(record)`` selects, in record order."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -117,9 +113,7 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
         got = sum(len(rs) for rs in rows.values())
         return f"pending: {got} of {n_models * n_lrs} stability runs recorded"
     ranges = {v: stable_range(rs) for v, rs in rows.items()}
-    g = ranges["grt"]
-    dense = {v: r for v, r in ranges.items() if v != "grt"}
-    wider = all(_wider(g, d) for d in dense.values())
+    wider = all(_wider(ranges["grt"], r) for v, r in ranges.items() if v != "grt")
     ratios = {v: {"init": [r.get("grad_ratio_init") for r in rs], "trained": [r.get("grad_ratio_trained") for r in rs]}
               for v, rs in rows.items()}
     return Claim(
@@ -132,12 +126,6 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
         exact_law="at 12 blocks, width 128: the GRT trains stably over at least one more lr grid point than each "
                   "dense model (with and without norms) and up to at least their largest stable lr",
         source_status="unstated", details={"ranges": ranges, "grad_norm_ratio_last_over_first": ratios})
-
-
-def sweep_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each lr sweep's recorded points, by lr."""
-    out = _grouped(records, lambda r: r.get("phase") == "sweep" and r.get("val_bpb_full") is not None)
-    return {tag: sorted(pts, key=lambda r: r["lr"]) for tag, pts in out.items()}
 
 
 def depth_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -193,7 +181,7 @@ def tuning_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from studies.grid import TUNING_BASE
     from studies.tuning import best_point, point_key, run_score, search_trace
 
-    by = _by_name(records)
+    by = {r["name"]: r for r in records}
     out = []
     for search, base_name in TUNING_BASE.items():
         slots = sorted((r for r in records if r.get("search") == search and r.get("phase") == "search"),
@@ -266,13 +254,12 @@ def stable_by_construction_tuned(records: list[dict[str, Any]], n_lrs: int = len
     if set(rows) != {"grt-tuned", "dense-tuned"} or any(len(rs) < n_lrs for rs in rows.values()):
         return f"pending: {sum(len(rs) for rs in rows.values())} of {2 * n_lrs} tuned stability runs recorded"
     g, d = stable_range(rows["grt-tuned"]), stable_range(rows["dense-tuned"])
-    wider = _wider(g, d)
     return Claim(
         id="studies.stable_by_construction_tuned", statement="rotations make the GRT stable by construction (both "
         "models at their tuned lr multipliers)", stated=None,
         measured={"grt_tuned": {"n_stable": g["n_stable"], "largest_stable_lr": g["largest"]},
                   "dense_tuned": {"n_stable": d["n_stable"], "largest_stable_lr": d["largest"]}},
-        tolerance=None, holds=wider, dtype="float32",
+        tolerance=None, holds=_wider(g, d), dtype="float32",
         summary=f"stable lrs grt-tuned {g['n_stable']}, dense-tuned {d['n_stable']}",
         exact_law="at 12 blocks, width 128, both with their tuning search's multipliers: the GRT trains stably over "
                   "at least one more lr grid point than dense and up to at least its largest stable lr",
@@ -407,7 +394,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
         mid = by.get(1e-3, {})
         lines.append(f"   {v:26s}{cells}  {_f(stable_range(rs)['largest'], 'g'):>14s}  "
                      f"{_f(mid.get('grad_ratio_init'), '.3g')} -> {_f(mid.get('grad_ratio_trained'), '.3g')}")
-    sweeps = sweep_rows(records)
+    swept = _grouped(records, lambda r: r.get("phase") == "sweep" and r.get("val_bpb_full") is not None)
+    sweeps = {tag: sorted(pts, key=lambda r: r["lr"]) for tag, pts in swept.items()}  # each sweep's points, by lr
     if sweeps:
         lines += ["", "lr sweeps (short runs; whole-split bits/byte per lr; > the lr its final run uses)"]
         finals = {r["variant"]: r for r in records if r.get("phase") == "final"}
@@ -442,8 +430,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
 def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, verbose: bool = False
                   ) -> tuple[list[str], list[Claim | str]]:
     """The summary's lines (the tables, then one verdict line per selling point, last) and the verdicts."""
-    by_name = _by_name(records)
-    specs = needed_specs(specs, by_name)  # a widening point its sweep did not need is not a run of the grid
+    # a widening point its sweep did not need is not a run of the grid
+    specs = needed_specs(specs, {r["name"]: r for r in records})
     names = {s.name for s in specs}
     lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {where}", ""]
     lines += format_tables(records, verbose)
@@ -462,10 +450,9 @@ def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, v
 def summary(records: list[dict[str, Any]], path: Path, specs: list[Any], json_path: str | None = None,
             verbose: bool = False) -> int:
     """Print the tables and verdicts of ``records`` (read from ``path``); ``json_path``: checked by the caller."""
-    out = None if json_path is None else Path(json_path)
     lines, results_v = summary_lines(records, specs, str(path), verbose)
     print("\n".join(lines))
-    if out is not None:
-        atomic_write_json(out, {"verdicts": [v if isinstance(v, str) else v.to_json() for v in results_v],
+    if json_path is not None:
+        atomic_write_json(Path(json_path), {"verdicts": [v if isinstance(v, str) else v.to_json() for v in results_v],
                                 "ablation": ablation_rows(records), "depth": depth_rows(records)})
     return 0 if all(not isinstance(v, str) and v.holds for v in results_v) else 1

@@ -238,31 +238,30 @@ def full_grid() -> list[RunSpec]:
     # 46x the shipped model), so the fused coupled kernels are GEMM-bound: 4-6 s a step, 4,438 and 4,760 s a run
     slow = ("ffn-coupling-on",)
     later = ("coupling-off-matched",)  # after the tuning search: the fair comparison comes first
-    for seed in (0, 1):
-        for variant, (kind, cfg) in ablation_variants(REFERENCE_SHAPE).items():
-            if variant not in slow + later:
-                specs.append(RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
-                                     est_tok_s=_speed(kind, cfg)))
-    for seed in (0, 1):  # the coupling's verdict at equal wall-clock: coupling-off trained for the shipped's time
-        kind, cfg = ablation_variants(REFERENCE_SHAPE)["coupling-off"]
-        specs.append(RunSpec(f"coupling-off-wallclock-seed{seed}", "ablation", "coupling-off-wallclock", kind, cfg,
-                             0, seed=seed, est_tok_s=_speed(kind, cfg),
-                             match_wallclock=(f"shipped-seed{seed}", f"coupling-off-seed{seed}")))
-    for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items():
-        for lr in STABILITY_LRS:
-            specs.append(RunSpec(f"{variant}-lr{lr_label(lr)}", "stability", variant, kind, cfg,
-                                 200 * 16 * STABILITY_SHAPE["block_size"], lr=lr, evals=4, warmup_frac=0.1,
-                                 est_tok_s=_speed(kind, cfg)))
+    abl = ablation_variants(REFERENCE_SHAPE)
+
+    def ablation(variants: tuple[str, ...], slowdown: float = 1.0) -> list[RunSpec]:
+        return [RunSpec(f"{v}-seed{seed}", "ablation", v, *abl[v], 1_000_000, seed=seed,
+                        est_tok_s=_speed(*abl[v]) / slowdown) for seed in (0, 1) for v in variants]
+
+    specs += ablation(tuple(v for v in abl if v not in slow + later))
+    # the coupling's verdict at equal wall-clock: coupling-off trained for the shipped's time
+    specs += [RunSpec(f"coupling-off-wallclock-seed{seed}", "ablation", "coupling-off-wallclock",
+                      *abl["coupling-off"], 0, seed=seed, est_tok_s=_speed(*abl["coupling-off"]),
+                      match_wallclock=(f"shipped-seed{seed}", f"coupling-off-seed{seed}")) for seed in (0, 1)]
+    specs += [RunSpec(f"{variant}-lr{lr_label(lr)}", "stability", variant, kind, cfg,
+                      200 * 16 * STABILITY_SHAPE["block_size"], lr=lr, evals=4, warmup_frac=0.1,
+                      est_tok_s=_speed(kind, cfg))
+              for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items() for lr in STABILITY_LRS]
     # the widening point last, so the records of the first three keep their place in the order
     text_dense = _sweep_and_final("text_shape", "text-dense", "dense", matched_dense(text), TEXT_DENSE_SWEEP_LRS,
                                   256 * 1024, 3_000_000, 24, widening=TEXT_SWEEP_WIDENING)
     specs += [*text_dense[1:4], text_dense[0], *text_dense[4:]]
     for n_blocks in (4, 8):
         g = _grt({**REFERENCE_SHAPE, "n_blocks": n_blocks})
-        specs += _sweep_and_final("depth", f"depth{n_blocks}-grt", "grt", g, SWEEP_LRS, 200 * 1024, 3_000_000, 24,
-                                  widening=SWEEP_WIDENING)
-        specs += _sweep_and_final("depth", f"depth{n_blocks}-dense", "dense", matched_dense(g), SWEEP_LRS,
-                                  200 * 1024, 3_000_000, 24, widening=SWEEP_WIDENING)
+        for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
+            specs += _sweep_and_final("depth", f"depth{n_blocks}-{kind}", kind, cfg, SWEEP_LRS, 200 * 1024,
+                                      3_000_000, 24, widening=SWEEP_WIDENING)
     shipped = _grt(REFERENCE_SHAPE)
     for kind, cfg in (("grt", shipped), ("dense", matched_dense(shipped))):  # the shipped models' configs
         specs.append(RunSpec(f"depth2-{kind}-final", "depth", f"depth2-{kind}", kind, cfg, 3_000_000, lr=None,
@@ -271,14 +270,9 @@ def full_grid() -> list[RunSpec]:
     specs += fair_depth_specs(REFERENCE_SHAPE, FAIR_DEPTHS, SWEEP_LRS, SWEEP_WIDENING, 1_000_000, 3_000_000, (0, 1))
     specs += vocab_specs(BPE_SHAPES, "gcide", SWEEP_LRS, SWEEP_WIDENING, 1_000_000, 3_000_000,
                          {"small": (0, 1), "large": (0,)}, LONG_TOKENS_PER_PARAM)
-    kind, cfg = ablation_variants(REFERENCE_SHAPE)["coupling-off-matched"]
-    specs += [RunSpec(f"coupling-off-matched-seed{seed}", "ablation", "coupling-off-matched", kind, cfg, 1_000_000,
-                      seed=seed, est_tok_s=_speed(kind, cfg)) for seed in (0, 1)]
+    specs += ablation(later)
     specs += stability_tuned_specs(STABILITY_SHAPE, STABILITY_LRS, 200 * 16 * STABILITY_SHAPE["block_size"])
-    for variant in slow:  # last: the rest of the grid does not wait for them
-        kind, cfg = ablation_variants(REFERENCE_SHAPE)[variant]
-        specs += [RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
-                          est_tok_s=_speed(kind, cfg) / 30) for seed in (0, 1)]
+    specs += ablation(slow, 30)  # last: the rest of the grid does not wait for them
     specs += reference_specs(REFERENCE_SHAPE, REFERENCE_LRS, REFERENCE_WIDENING, 250_000, 3_000_000, 30)
     return specs
 

@@ -46,9 +46,7 @@ def float64_copy(model: nn.Module) -> nn.Module:
 def memo(cache: dict | None, key: tuple, fn: Callable[[], Any]) -> Any:
     if cache is None:
         return fn()
-    if key not in cache:
-        cache[key] = fn()
-    return cache[key]
+    return cache[key] if key in cache else cache.setdefault(key, fn())
 
 
 def summary_stats(x: torch.Tensor) -> dict[str, float]:
@@ -283,11 +281,9 @@ def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | 
     """Per block: each projection's per-head Jacobians ``[n, heads, w, w]`` at ``n`` held-out tokens, plus the
     whole FFN sublayer's ``[n, D, D]`` (cached: signal propagation and the det sign share them)."""
 
-    def run() -> list[dict[str, torch.Tensor]]:
-        names = ("qkv", "o", "mixer", "ffn_expand", "ffn_contract")
-        return _projection_jacobians(model, ids, jac_tokens, cache, names, ffn=True)
-
-    return memo(cache, ("grt_jac", id(model), jac_tokens), run)
+    names = ("qkv", "o", "mixer", "ffn_expand", "ffn_contract")
+    return memo(cache, ("grt_jac", id(model), jac_tokens),
+                lambda: _projection_jacobians(model, ids, jac_tokens, cache, names, ffn=True))
 
 
 def pairwise_js_bits(w: torch.Tensor) -> torch.Tensor:
