@@ -1,11 +1,9 @@
 r"""Tables and verdicts of the GRT experiment grid, from its records alone (``results/grt-experiments/runs.json``).
 
-The three selling points of the GRT text (``../shared/seeds/001_cfb910613b442095.txt``) as verdicts, each a
-:class:`rmsgauge.Claim` once every run it needs is recorded (before that a "pending" line, never a verdict):
-``studies.content_adaptive`` (:func:`content_adaptive`), ``studies.stable_by_construction`` and
-``studies.space_efficient``; then the same three compared fairly (:data:`FAIR_VERDICTS`).  Each claim's
-``exact_law`` states its rule.  Bits per byte are on the **whole validation split** (``val_bpb_full``) unless a
-column says "sample".
+The three selling points of the GRT text (``../shared/seeds/001_cfb910613b442095.txt``) as verdicts
+(:data:`VERDICTS`, then compared fairly: :data:`FAIR_VERDICTS`), each a :class:`rmsgauge.Claim` once every run it
+needs is recorded, before that a "pending" line.  Bits per byte are on the **whole validation split**
+(``val_bpb_full``) unless a column says "sample".
 """
 
 from __future__ import annotations

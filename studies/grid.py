@@ -123,10 +123,6 @@ class RunSpec:
         return asdict(self)
 
 
-def lr_label(lr: float) -> str:
-    return f"{lr:g}"
-
-
 def _grt(shape: dict[str, Any], **over: Any) -> dict[str, Any]:
     from grt_model.config import GRTConfig
 
@@ -211,12 +207,12 @@ def _sweep_and_final(group: str, tag: str, kind: str, cfg: dict[str, Any], lrs: 
                      widening: tuple[float, float] | None = None) -> list[RunSpec]:
     """The sweep's points, its conditional widening points (``(down, up)``, if given), then the final."""
     est = _speed(kind, cfg)
-    out = [RunSpec(f"{tag}-sweep-lr{lr_label(lr)}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
+    out = [RunSpec(f"{tag}-sweep-lr{lr:g}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
                    sweep=tag, evals=4, est_tok_s=est) for lr in lrs]
     if widening is not None:
         if not widening[0] < min(lrs) < max(lrs) < widening[1]:
             raise AssertionError(f"{tag}: widening points {widening} must lie outside the sweep's {lrs}")
-        out += [RunSpec(f"{tag}-sweep-lr{lr_label(lr)}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
+        out += [RunSpec(f"{tag}-sweep-lr{lr:g}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
                         sweep=tag, evals=4, est_tok_s=est, widens=side)
                 for lr, side in zip(widening, ("down", "up"))]
     out.append(RunSpec(f"{tag}-final", group, tag, kind, cfg, final_tokens, lr=None, phase="final", sweep=tag,
@@ -249,7 +245,7 @@ def full_grid() -> list[RunSpec]:
     specs += [RunSpec(f"coupling-off-wallclock-seed{seed}", "ablation", "coupling-off-wallclock",
                       *abl["coupling-off"], 0, seed=seed, est_tok_s=_speed(*abl["coupling-off"]),
                       match_wallclock=(f"shipped-seed{seed}", f"coupling-off-seed{seed}")) for seed in (0, 1)]
-    specs += [RunSpec(f"{variant}-lr{lr_label(lr)}", "stability", variant, kind, cfg,
+    specs += [RunSpec(f"{variant}-lr{lr:g}", "stability", variant, kind, cfg,
                       200 * 16 * STABILITY_SHAPE["block_size"], lr=lr, evals=4, warmup_frac=0.1,
                       est_tok_s=_speed(kind, cfg))
               for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items() for lr in STABILITY_LRS]
@@ -334,7 +330,7 @@ def fair_depth_specs(shape: dict[str, Any], depths: tuple[int, ...], lrs: tuple[
 def stability_tuned_specs(shape: dict[str, Any], lrs: tuple[float, ...], tokens: int, **kw: Any) -> list[RunSpec]:
     """The stability grid's GRT and dense QK-norm model with their tuned multipliers."""
     variants = stability_variants(shape)
-    return [RunSpec(f"{v}-tuned-lr{lr_label(lr)}", "stability_tuned", f"{v}-tuned", *variants[v], tokens, lr=lr,
+    return [RunSpec(f"{v}-tuned-lr{lr:g}", "stability_tuned", f"{v}-tuned", *variants[v], tokens, lr=lr,
                     tuned_from=f"tune-{variants[v][0]}", est_tok_s=_speed(*variants[v]), **{"evals": 4, **kw})
             for v in ("grt", "dense") for lr in lrs]
 
@@ -370,14 +366,13 @@ def tiny_grid() -> list[RunSpec]:
     specs += [RunSpec(f"coupling-off-wallclock-seed{s}", "ablation", "coupling-off-wallclock", "grt",
                       _grt(shape, qkvo_coupling=False, mixer_coupling=False), 0, seed=s, batch_size=4, evals=2,
                       match_wallclock=(f"shipped-seed{s}", f"coupling-off-seed{s}")) for s in (0, 1)]
-    specs += [RunSpec(f"{v}-lr{lr_label(lr)}", "stability", v, k, c, tok, lr=lr, batch_size=4, evals=2)
+    specs += [RunSpec(f"{v}-lr{lr:g}", "stability", v, k, c, tok, lr=lr, batch_size=4, evals=2)
               for v, (k, c) in (("grt", ("grt", g)), ("dense", ("dense", dense))) for lr in (1e-3, 1e-1)]
-    for tag, kind, cfg in (("text-grt", "grt", g), ("depth1-dense", "dense", dense)):
-        group = "text_shape" if tag.startswith("text") else "depth"
-        # two points: the best is always on an edge, so exactly one of depth1-dense's widening points is needed
-        sw = _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok, 2 * tok, 2,
-                              widening=(1e-4, 1e-1) if group == "depth" else None)
-        specs += [RunSpec(**{**s.to_dict(), "batch_size": 4}) for s in sw]
+    # two points: the best is always on an edge, so exactly one of depth1-dense's widening points is needed
+    for group, tag, kind, cfg, widening in (("text_shape", "text-grt", "grt", g, None),
+                                            ("depth", "depth1-dense", "dense", dense, (1e-4, 1e-1))):
+        specs += [replace(s, batch_size=4) for s in _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok,
+                                                                      2 * tok, 2, widening=widening)]
     specs += tuning_specs(shape, tok, 3, (1,), batch_size=4, evals=2)
     # BPE on the bundled plays (no install needed): 320 tokens, one shape, two sweep points, a 1-step long pair
     specs += vocab_specs({"tiny": {**shape, "vocab_size": 320}}, "", (1e-3, 1e-2), (1e-4, 1e-1), tok, tok,

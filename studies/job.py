@@ -98,12 +98,10 @@ def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tu
     from studies.measure import block_grad_norms, grad_norm_ratio
 
     seed_everything(seed)
-    init = build_model(kind, cfg)
-    g_init = block_grad_norms(init, *batch)
+    g_init = block_grad_norms(build_model(kind, cfg), *batch)
     g_trained = block_grad_norms(model, *batch) if model is not None else None
-    stable = is_stable(status, path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"])
-    return {"stable": stable, "grad_norms_init": g_init, "grad_norms_trained": g_trained,
-            "grad_ratio_init": grad_norm_ratio(g_init),
+    return {"stable": is_stable(status, path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"]),
+            "grad_norms_init": g_init, "grad_norms_trained": g_trained, "grad_ratio_init": grad_norm_ratio(g_init),
             "grad_ratio_trained": grad_norm_ratio(g_trained) if g_trained else None,
             "stable_rule": f"finite, final val loss < step-0 val loss, every logged train loss <= "
                            f"{BLOWUP_FACTOR} x step-0 val loss"}

@@ -1,10 +1,9 @@
 r"""The GRT text's claims about a *trained* model, measured: ``run_claims(CLAIMS, grt=, dense=, held_out_ids=)``.
 
 Source: ``../shared/seeds/001_cfb910613b442095.txt`` (each claim's ``statement`` quotes it).  Each function takes
-model objects and a ``[B, T]`` tensor of held-out token ids (checkpoints are loaded one level up, by :mod:`lm`)
-and returns one :class:`rmsgauge.Claim`; every measurement runs on a **float64 copy** (the float32 model is left
-untouched), and the claims of :data:`CLAIMS` share one cache.  Each function's docstring states its law and
-verdict; the measurements live in :mod:`studies.trained.measure` and :mod:`studies.trained.signal`.
+model objects and a ``[B, T]`` tensor of held-out token ids and returns one :class:`rmsgauge.Claim` (its docstring
+states the law and verdict); every measurement runs on a **float64 copy**, and the claims of :data:`CLAIMS` share
+one cache.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-r"""The measurements behind the trained-model claims (:mod:`studies.trained.claims`): float64 copies, one
-traced pass over the held-out text per model (cached), per-token and per-head Jacobians of the cascades, the
-coupled projections' determinant signs, and the head-comparison statistics.
+r"""The measurements behind :mod:`studies.trained.claims`, on float64 copies, one cached traced pass per model.
 
-Shapes inline: ``B`` sequences, ``T`` tokens, ``N = B*T``, ``D`` width, ``H`` heads, ``S`` stages.  Vectorized:
-Jacobians are ``torch.func.vmap(jacrev(...))`` over tokens and heads; the only Python loops run over blocks,
-projections and models.
+Shapes inline: ``B`` sequences, ``T`` tokens, ``N = B*T``, ``D`` width, ``H`` heads, ``S`` stages.  Jacobians
+are ``torch.func.vmap(jacrev(...))`` over tokens and heads; Python loops run only over blocks, projections, models.
 """
 
 from __future__ import annotations
