@@ -64,18 +64,15 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                        f"(seed spread {spread:.3f})"
         return msg
     ship, off, off_wall = rows["shipped"], rows["coupling-off"], rows["coupling-off-wallclock"]
-    gap_tok = off["mean"] - ship["mean"]
-    gap_wall = off_wall["mean"] - ship["mean"]
-    spread_tok = max(ship["seed_range"], off["seed_range"])
-    spread_wall = max(ship["seed_range"], off_wall["seed_range"])
-    holds = gap_tok > spread_tok and gap_wall > spread_wall
+    gap_tok, gap_wall = off["mean"] - ship["mean"], off_wall["mean"] - ship["mean"]
+    spread_tok, spread_wall = (max(ship["seed_range"], r["seed_range"]) for r in (off, off_wall))
     return Claim(
         id="studies.content_adaptive", statement="the Clifford coupling makes the GRT content-adaptive where it "
         "needs to be", stated=None,
         measured={"coupling_off_minus_shipped_bpb_equal_tokens": gap_tok, "seed_spread_equal_tokens": spread_tok,
                   "coupling_off_minus_shipped_bpb_equal_wallclock": gap_wall,
                   "seed_spread_equal_wallclock": spread_wall},
-        tolerance=max(spread_tok, spread_wall), holds=holds, dtype="float32",
+        tolerance=max(spread_tok, spread_wall), holds=gap_tok > spread_tok and gap_wall > spread_wall, dtype="float32",
         summary=f"coupling off {gap_tok:+.3f} bits/byte at equal tokens, {gap_wall:+.3f} at equal wall-clock "
                 f"(seed spread {max(spread_tok, spread_wall):.3f})",
         exact_law="coupling earns its parameters iff removing it costs more than the seed spread, at equal tokens "
@@ -375,9 +372,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
              f"{'tokens':>9s} {'tok/s':>7s} {'neg det':>8s}"]
     for r in ablation_rows(records):
         lines.append(f"   {r['variant']:24s} {r['params']:>10,d} {r['seeds']:>5d} {r['mean']:9.4f} "
-                     f"{_f(r['seed_range']):>10s} "
-                     f"{_f(r['delta'], '+.4f'):>8s} {r['tokens']:9,.0f} {r['tok_per_s']:7.0f} "
-                     f"{_f(r['neg_det'], '.3f'):>8s}")
+                     f"{_f(r['seed_range']):>10s} {_f(r['delta'], '+.4f'):>8s} {r['tokens']:9,.0f} "
+                     f"{r['tok_per_s']:7.0f} {_f(r['neg_det'], '.3f'):>8s}")
     lines.append("   delta: against the shipped GRT's mean; tok/s: tokens over training seconds, measured while two "
                  "runs shared 2 cores")
     lines += ["", "2. stable by construction: 12 blocks, width 128, 200 steps (final val loss per lr; * unstable; "

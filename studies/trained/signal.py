@@ -112,8 +112,7 @@ def dense_signal(model: nn.Module, ids: torch.Tensor, jac_tokens: int, cache: di
             proj[name] = {"gain": summary_stats(gain), "jacobian_sv": [float(sv.min()), float(sv.max())]}
         z2 = r["mlp_in"].reshape(-1, D)
         sel = jacobian_token_index(z2.shape[0], jac_tokens)
-        Jm = per_token_jacobian(blk.mlp, z2[sel])  # (n, D, D)
-        svm = torch.linalg.svdvals(Jm)
+        svm = torch.linalg.svdvals(per_token_jacobian(blk.mlp, z2[sel]))  # of the (n, D, D) Jacobians
         gm = torch.linalg.vector_norm(blk.mlp(z2), dim=-1) / torch.linalg.vector_norm(z2, dim=-1)
         proj["mlp"] = {"gain": summary_stats(gm), "jacobian_sv": [float(svm.min()), float(svm.max())]}
         for name, lin in (("mlp_up", blk.mlp.up), ("mlp_down", blk.mlp.down)):
