@@ -365,8 +365,7 @@ class Driver:
             time.sleep(POLL_S if self.args.grid == "full" else 0.2)
         if self.stopping or self.stopped:
             return 130
-        left = self.pending()
-        waiting = [s.name for s in left if s.name not in self.failed]
+        waiting = [s.name for s in self.pending() if s.name not in self.failed]
         if self.failed:
             self.say(f"{len(self.failed)} run(s) failed or could not start: {', '.join(sorted(self.failed))} "
                      f"(see the lines above and their stderr.txt)")

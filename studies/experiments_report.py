@@ -1,11 +1,9 @@
 r"""Tables and verdicts of the GRT experiment grid, from its records alone (``results/grt-experiments/runs.json``).
 
-The three selling points of the GRT text (``../shared/seeds/001_cfb910613b442095.txt``) as verdicts, each a
-:class:`rmsgauge.Claim` once every run it needs is recorded (before that a "pending" line, never a verdict):
-``studies.content_adaptive`` (:func:`content_adaptive`), ``studies.stable_by_construction`` and
-``studies.space_efficient``; then the same three compared fairly (:data:`FAIR_VERDICTS`).  Each claim's
-``exact_law`` states its rule.  Bits per byte are on the **whole validation split** (``val_bpb_full``) unless a
-column says "sample".
+The three selling points of the GRT text (``../shared/seeds/001_cfb910613b442095.txt``) as verdicts
+(:data:`VERDICTS`, then compared fairly: :data:`FAIR_VERDICTS`), each a :class:`rmsgauge.Claim` once every run it
+needs is recorded, before that a "pending" line.  Bits per byte are on the **whole validation split**
+(``val_bpb_full``) unless a column says "sample".
 """
 
 from __future__ import annotations
@@ -21,10 +19,6 @@ from rmsgauge import Claim, ClaimGroup, atomic_write_json
 from studies.grid import STABILITY_LRS, needed_specs
 from studies.reference_report import fmt_cell as _f
 from studies.reference_report import format_reference, reference_claims
-
-
-def _by_name(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["name"]: r for r in records}
 
 
 def _grouped(records: list[dict[str, Any]], keep: Any) -> dict[str, list[dict[str, Any]]]:
@@ -70,18 +64,15 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                        f"(seed spread {spread:.3f})"
         return msg
     ship, off, off_wall = rows["shipped"], rows["coupling-off"], rows["coupling-off-wallclock"]
-    gap_tok = off["mean"] - ship["mean"]
-    gap_wall = off_wall["mean"] - ship["mean"]
-    spread_tok = max(ship["seed_range"], off["seed_range"])
-    spread_wall = max(ship["seed_range"], off_wall["seed_range"])
-    holds = gap_tok > spread_tok and gap_wall > spread_wall
+    gap_tok, gap_wall = off["mean"] - ship["mean"], off_wall["mean"] - ship["mean"]
+    spread_tok, spread_wall = (max(ship["seed_range"], r["seed_range"]) for r in (off, off_wall))
     return Claim(
         id="studies.content_adaptive", statement="the Clifford coupling makes the GRT content-adaptive where it "
         "needs to be", stated=None,
         measured={"coupling_off_minus_shipped_bpb_equal_tokens": gap_tok, "seed_spread_equal_tokens": spread_tok,
                   "coupling_off_minus_shipped_bpb_equal_wallclock": gap_wall,
                   "seed_spread_equal_wallclock": spread_wall},
-        tolerance=max(spread_tok, spread_wall), holds=holds, dtype="float32",
+        tolerance=max(spread_tok, spread_wall), holds=gap_tok > spread_tok and gap_wall > spread_wall, dtype="float32",
         summary=f"coupling off {gap_tok:+.3f} bits/byte at equal tokens, {gap_wall:+.3f} at equal wall-clock "
                 f"(seed spread {max(spread_tok, spread_wall):.3f})",
         exact_law="coupling earns its parameters iff removing it costs more than the seed spread, at equal tokens "
@@ -118,9 +109,7 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
         got = sum(len(rs) for rs in rows.values())
         return f"pending: {got} of {n_models * n_lrs} stability runs recorded"
     ranges = {v: stable_range(rs) for v, rs in rows.items()}
-    g = ranges["grt"]
-    dense = {v: r for v, r in ranges.items() if v != "grt"}
-    wider = all(_wider(g, d) for d in dense.values())
+    wider = all(_wider(ranges["grt"], r) for v, r in ranges.items() if v != "grt")
     ratios = {v: {"init": [r.get("grad_ratio_init") for r in rs], "trained": [r.get("grad_ratio_trained") for r in rs]}
               for v, rs in rows.items()}
     return Claim(
@@ -133,12 +122,6 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
         exact_law="at 12 blocks, width 128: the GRT trains stably over at least one more lr grid point than each "
                   "dense model (with and without norms) and up to at least their largest stable lr",
         source_status="unstated", details={"ranges": ranges, "grad_norm_ratio_last_over_first": ratios})
-
-
-def sweep_rows(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each lr sweep's recorded points, by lr."""
-    out = _grouped(records, lambda r: r.get("phase") == "sweep" and r.get("val_bpb_full") is not None)
-    return {tag: sorted(pts, key=lambda r: r["lr"]) for tag, pts in out.items()}
 
 
 def depth_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -194,7 +177,7 @@ def tuning_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from studies.grid import TUNING_BASE
     from studies.tuning import best_point, point_key, run_score, search_trace
 
-    by = _by_name(records)
+    by = {r["name"]: r for r in records}
     out = []
     for search, base_name in TUNING_BASE.items():
         slots = sorted((r for r in records if r.get("search") == search and r.get("phase") == "search"),
@@ -267,13 +250,12 @@ def stable_by_construction_tuned(records: list[dict[str, Any]], n_lrs: int = len
     if set(rows) != {"grt-tuned", "dense-tuned"} or any(len(rs) < n_lrs for rs in rows.values()):
         return f"pending: {sum(len(rs) for rs in rows.values())} of {2 * n_lrs} tuned stability runs recorded"
     g, d = stable_range(rows["grt-tuned"]), stable_range(rows["dense-tuned"])
-    wider = _wider(g, d)
     return Claim(
         id="studies.stable_by_construction_tuned", statement="rotations make the GRT stable by construction (both "
         "models at their tuned lr multipliers)", stated=None,
         measured={"grt_tuned": {"n_stable": g["n_stable"], "largest_stable_lr": g["largest"]},
                   "dense_tuned": {"n_stable": d["n_stable"], "largest_stable_lr": d["largest"]}},
-        tolerance=None, holds=wider, dtype="float32",
+        tolerance=None, holds=_wider(g, d), dtype="float32",
         summary=f"stable lrs grt-tuned {g['n_stable']}, dense-tuned {d['n_stable']}",
         exact_law="at 12 blocks, width 128, both with their tuning search's multipliers: the GRT trains stably over "
                   "at least one more lr grid point than dense and up to at least its largest stable lr",
@@ -391,9 +373,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
              f"{'tokens':>9s} {'tok/s':>7s} {'neg det':>8s}"]
     for r in ablation_rows(records):
         lines.append(f"   {r['variant']:24s} {r['params']:>10,d} {r['seeds']:>5d} {r['mean']:9.4f} "
-                     f"{_f(r['seed_range']):>10s} "
-                     f"{_f(r['delta'], '+.4f'):>8s} {r['tokens']:9,.0f} {r['tok_per_s']:7.0f} "
-                     f"{_f(r['neg_det'], '.3f'):>8s}")
+                     f"{_f(r['seed_range']):>10s} {_f(r['delta'], '+.4f'):>8s} {r['tokens']:9,.0f} "
+                     f"{r['tok_per_s']:7.0f} {_f(r['neg_det'], '.3f'):>8s}")
     lines.append("   delta: against the shipped GRT's mean; tok/s: tokens over training seconds, measured while two "
                  "runs shared 2 cores")
     lines += ["", "2. stable by construction: 12 blocks, width 128, 200 steps (final val loss per lr; * unstable; "
@@ -408,7 +389,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
         mid = by.get(1e-3, {})
         lines.append(f"   {v:26s}{cells}  {_f(stable_range(rs)['largest'], 'g'):>14s}  "
                      f"{_f(mid.get('grad_ratio_init'), '.3g')} -> {_f(mid.get('grad_ratio_trained'), '.3g')}")
-    sweeps = sweep_rows(records)
+    swept = _grouped(records, lambda r: r.get("phase") == "sweep" and r.get("val_bpb_full") is not None)
+    sweeps = {tag: sorted(pts, key=lambda r: r["lr"]) for tag, pts in swept.items()}  # each sweep's points, by lr
     if sweeps:
         lines += ["", "lr sweeps (short runs; whole-split bits/byte per lr; > the lr its final run uses)"]
         finals = {r["variant"]: r for r in records if r.get("phase") == "final"}
@@ -443,8 +425,8 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
 def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, verbose: bool = False
                   ) -> tuple[list[str], list[Claim | str]]:
     """The summary's lines (the tables, then one verdict line per selling point, last) and the verdicts."""
-    by_name = _by_name(records)
-    specs = needed_specs(specs, by_name)  # a widening point its sweep did not need is not a run of the grid
+    # a widening point its sweep did not need is not a run of the grid
+    specs = needed_specs(specs, {r["name"]: r for r in records})
     names = {s.name for s in specs}
     lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {where}", ""]
     lines += format_tables(records, verbose)
@@ -463,10 +445,9 @@ def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, v
 def summary(records: list[dict[str, Any]], path: Path, specs: list[Any], json_path: str | None = None,
             verbose: bool = False) -> int:
     """Print the tables and verdicts of ``records`` (read from ``path``); ``json_path``: checked by the caller."""
-    out = None if json_path is None else Path(json_path)
     lines, results_v = summary_lines(records, specs, str(path), verbose)
     print("\n".join(lines))
-    if out is not None:
-        atomic_write_json(out, {"verdicts": [v if isinstance(v, str) else v.to_json() for v in results_v],
+    if json_path is not None:
+        atomic_write_json(Path(json_path), {"verdicts": [v if isinstance(v, str) else v.to_json() for v in results_v],
                                 "ablation": ablation_rows(records), "depth": depth_rows(records)})
     return 0 if all(not isinstance(v, str) and v.holds for v in results_v) else 1

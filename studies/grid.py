@@ -123,10 +123,6 @@ class RunSpec:
         return asdict(self)
 
 
-def lr_label(lr: float) -> str:
-    return f"{lr:g}"
-
-
 def _grt(shape: dict[str, Any], **over: Any) -> dict[str, Any]:
     from grt_model.config import GRTConfig
 
@@ -211,12 +207,12 @@ def _sweep_and_final(group: str, tag: str, kind: str, cfg: dict[str, Any], lrs: 
                      widening: tuple[float, float] | None = None) -> list[RunSpec]:
     """The sweep's points, its conditional widening points (``(down, up)``, if given), then the final."""
     est = _speed(kind, cfg)
-    out = [RunSpec(f"{tag}-sweep-lr{lr_label(lr)}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
+    out = [RunSpec(f"{tag}-sweep-lr{lr:g}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
                    sweep=tag, evals=4, est_tok_s=est) for lr in lrs]
     if widening is not None:
         if not widening[0] < min(lrs) < max(lrs) < widening[1]:
             raise AssertionError(f"{tag}: widening points {widening} must lie outside the sweep's {lrs}")
-        out += [RunSpec(f"{tag}-sweep-lr{lr_label(lr)}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
+        out += [RunSpec(f"{tag}-sweep-lr{lr:g}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
                         sweep=tag, evals=4, est_tok_s=est, widens=side)
                 for lr, side in zip(widening, ("down", "up"))]
     out.append(RunSpec(f"{tag}-final", group, tag, kind, cfg, final_tokens, lr=None, phase="final", sweep=tag,
@@ -238,31 +234,30 @@ def full_grid() -> list[RunSpec]:
     # 46x the shipped model), so the fused coupled kernels are GEMM-bound: 4-6 s a step, 4,438 and 4,760 s a run
     slow = ("ffn-coupling-on",)
     later = ("coupling-off-matched",)  # after the tuning search: the fair comparison comes first
-    for seed in (0, 1):
-        for variant, (kind, cfg) in ablation_variants(REFERENCE_SHAPE).items():
-            if variant not in slow + later:
-                specs.append(RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
-                                     est_tok_s=_speed(kind, cfg)))
-    for seed in (0, 1):  # the coupling's verdict at equal wall-clock: coupling-off trained for the shipped's time
-        kind, cfg = ablation_variants(REFERENCE_SHAPE)["coupling-off"]
-        specs.append(RunSpec(f"coupling-off-wallclock-seed{seed}", "ablation", "coupling-off-wallclock", kind, cfg,
-                             0, seed=seed, est_tok_s=_speed(kind, cfg),
-                             match_wallclock=(f"shipped-seed{seed}", f"coupling-off-seed{seed}")))
-    for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items():
-        for lr in STABILITY_LRS:
-            specs.append(RunSpec(f"{variant}-lr{lr_label(lr)}", "stability", variant, kind, cfg,
-                                 200 * 16 * STABILITY_SHAPE["block_size"], lr=lr, evals=4, warmup_frac=0.1,
-                                 est_tok_s=_speed(kind, cfg)))
+    abl = ablation_variants(REFERENCE_SHAPE)
+
+    def ablation(variants: tuple[str, ...], slowdown: float = 1.0) -> list[RunSpec]:
+        return [RunSpec(f"{v}-seed{seed}", "ablation", v, *abl[v], 1_000_000, seed=seed,
+                        est_tok_s=_speed(*abl[v]) / slowdown) for seed in (0, 1) for v in variants]
+
+    specs += ablation(tuple(v for v in abl if v not in slow + later))
+    # the coupling's verdict at equal wall-clock: coupling-off trained for the shipped's time
+    specs += [RunSpec(f"coupling-off-wallclock-seed{seed}", "ablation", "coupling-off-wallclock",
+                      *abl["coupling-off"], 0, seed=seed, est_tok_s=_speed(*abl["coupling-off"]),
+                      match_wallclock=(f"shipped-seed{seed}", f"coupling-off-seed{seed}")) for seed in (0, 1)]
+    specs += [RunSpec(f"{variant}-lr{lr:g}", "stability", variant, kind, cfg,
+                      200 * 16 * STABILITY_SHAPE["block_size"], lr=lr, evals=4, warmup_frac=0.1,
+                      est_tok_s=_speed(kind, cfg))
+              for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items() for lr in STABILITY_LRS]
     # the widening point last, so the records of the first three keep their place in the order
     text_dense = _sweep_and_final("text_shape", "text-dense", "dense", matched_dense(text), TEXT_DENSE_SWEEP_LRS,
                                   256 * 1024, 3_000_000, 24, widening=TEXT_SWEEP_WIDENING)
     specs += [*text_dense[1:4], text_dense[0], *text_dense[4:]]
     for n_blocks in (4, 8):
         g = _grt({**REFERENCE_SHAPE, "n_blocks": n_blocks})
-        specs += _sweep_and_final("depth", f"depth{n_blocks}-grt", "grt", g, SWEEP_LRS, 200 * 1024, 3_000_000, 24,
-                                  widening=SWEEP_WIDENING)
-        specs += _sweep_and_final("depth", f"depth{n_blocks}-dense", "dense", matched_dense(g), SWEEP_LRS,
-                                  200 * 1024, 3_000_000, 24, widening=SWEEP_WIDENING)
+        for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
+            specs += _sweep_and_final("depth", f"depth{n_blocks}-{kind}", kind, cfg, SWEEP_LRS, 200 * 1024,
+                                      3_000_000, 24, widening=SWEEP_WIDENING)
     shipped = _grt(REFERENCE_SHAPE)
     for kind, cfg in (("grt", shipped), ("dense", matched_dense(shipped))):  # the shipped models' configs
         specs.append(RunSpec(f"depth2-{kind}-final", "depth", f"depth2-{kind}", kind, cfg, 3_000_000, lr=None,
@@ -271,14 +266,9 @@ def full_grid() -> list[RunSpec]:
     specs += fair_depth_specs(REFERENCE_SHAPE, FAIR_DEPTHS, SWEEP_LRS, SWEEP_WIDENING, 1_000_000, 3_000_000, (0, 1))
     specs += vocab_specs(BPE_SHAPES, "gcide", SWEEP_LRS, SWEEP_WIDENING, 1_000_000, 3_000_000,
                          {"small": (0, 1), "large": (0,)}, LONG_TOKENS_PER_PARAM)
-    kind, cfg = ablation_variants(REFERENCE_SHAPE)["coupling-off-matched"]
-    specs += [RunSpec(f"coupling-off-matched-seed{seed}", "ablation", "coupling-off-matched", kind, cfg, 1_000_000,
-                      seed=seed, est_tok_s=_speed(kind, cfg)) for seed in (0, 1)]
+    specs += ablation(later)
     specs += stability_tuned_specs(STABILITY_SHAPE, STABILITY_LRS, 200 * 16 * STABILITY_SHAPE["block_size"])
-    for variant in slow:  # last: the rest of the grid does not wait for them
-        kind, cfg = ablation_variants(REFERENCE_SHAPE)[variant]
-        specs += [RunSpec(f"{variant}-seed{seed}", "ablation", variant, kind, cfg, 1_000_000, seed=seed,
-                          est_tok_s=_speed(kind, cfg) / 30) for seed in (0, 1)]
+    specs += ablation(slow, 30)  # last: the rest of the grid does not wait for them
     specs += reference_specs(REFERENCE_SHAPE, REFERENCE_LRS, REFERENCE_WIDENING, 250_000, 3_000_000, 30)
     return specs
 
@@ -340,7 +330,7 @@ def fair_depth_specs(shape: dict[str, Any], depths: tuple[int, ...], lrs: tuple[
 def stability_tuned_specs(shape: dict[str, Any], lrs: tuple[float, ...], tokens: int, **kw: Any) -> list[RunSpec]:
     """The stability grid's GRT and dense QK-norm model with their tuned multipliers."""
     variants = stability_variants(shape)
-    return [RunSpec(f"{v}-tuned-lr{lr_label(lr)}", "stability_tuned", f"{v}-tuned", *variants[v], tokens, lr=lr,
+    return [RunSpec(f"{v}-tuned-lr{lr:g}", "stability_tuned", f"{v}-tuned", *variants[v], tokens, lr=lr,
                     tuned_from=f"tune-{variants[v][0]}", est_tok_s=_speed(*variants[v]), **{"evals": 4, **kw})
             for v in ("grt", "dense") for lr in lrs]
 
@@ -376,14 +366,13 @@ def tiny_grid() -> list[RunSpec]:
     specs += [RunSpec(f"coupling-off-wallclock-seed{s}", "ablation", "coupling-off-wallclock", "grt",
                       _grt(shape, qkvo_coupling=False, mixer_coupling=False), 0, seed=s, batch_size=4, evals=2,
                       match_wallclock=(f"shipped-seed{s}", f"coupling-off-seed{s}")) for s in (0, 1)]
-    specs += [RunSpec(f"{v}-lr{lr_label(lr)}", "stability", v, k, c, tok, lr=lr, batch_size=4, evals=2)
+    specs += [RunSpec(f"{v}-lr{lr:g}", "stability", v, k, c, tok, lr=lr, batch_size=4, evals=2)
               for v, (k, c) in (("grt", ("grt", g)), ("dense", ("dense", dense))) for lr in (1e-3, 1e-1)]
-    for tag, kind, cfg in (("text-grt", "grt", g), ("depth1-dense", "dense", dense)):
-        group = "text_shape" if tag.startswith("text") else "depth"
-        # two points: the best is always on an edge, so exactly one of depth1-dense's widening points is needed
-        sw = _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok, 2 * tok, 2,
-                              widening=(1e-4, 1e-1) if group == "depth" else None)
-        specs += [RunSpec(**{**s.to_dict(), "batch_size": 4}) for s in sw]
+    # two points: the best is always on an edge, so exactly one of depth1-dense's widening points is needed
+    for group, tag, kind, cfg, widening in (("text_shape", "text-grt", "grt", g, None),
+                                            ("depth", "depth1-dense", "dense", dense, (1e-4, 1e-1))):
+        specs += [replace(s, batch_size=4) for s in _sweep_and_final(group, tag, kind, cfg, (1e-3, 1e-2), tok,
+                                                                      2 * tok, 2, widening=widening)]
     specs += tuning_specs(shape, tok, 3, (1,), batch_size=4, evals=2)
     # BPE on the bundled plays (no install needed): 320 tokens, one shape, two sweep points, a 1-step long pair
     specs += vocab_specs({"tiny": {**shape, "vocab_size": 320}}, "", (1e-3, 1e-2), (1e-4, 1e-1), tok, tok,

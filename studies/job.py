@@ -98,12 +98,10 @@ def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tu
     from studies.measure import block_grad_norms, grad_norm_ratio
 
     seed_everything(seed)
-    init = build_model(kind, cfg)
-    g_init = block_grad_norms(init, *batch)
+    g_init = block_grad_norms(build_model(kind, cfg), *batch)
     g_trained = block_grad_norms(model, *batch) if model is not None else None
-    stable = is_stable(status, path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"])
-    return {"stable": stable, "grad_norms_init": g_init, "grad_norms_trained": g_trained,
-            "grad_ratio_init": grad_norm_ratio(g_init),
+    return {"stable": is_stable(status, path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"]),
+            "grad_norms_init": g_init, "grad_norms_trained": g_trained, "grad_ratio_init": grad_norm_ratio(g_init),
             "grad_ratio_trained": grad_norm_ratio(g_trained) if g_trained else None,
             "stable_rule": f"finite, final val loss < step-0 val loss, every logged train loss <= "
                            f"{BLOWUP_FACTOR} x step-0 val loss"}
@@ -178,14 +176,11 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
         t_measure = time.perf_counter()
         if status == "complete":
             model = model_from_checkpoint(load_checkpoint(run_dir / "ckpt.pt"))
-        path = _loss_path(run_dir)
-        rec = {**base, "model_config": spec["model_config"], "lr": spec["resolved_lr"],
-               "tokens": summary["tokens_seen"] if summary else None,
-               "steps": summary["steps"] if summary else path.get("nonfinite_step"),
-               "wall_s": summary["train_time_s"] if summary else None,
-               "tok_per_s": summary["tokens_per_s"] if summary else None,
-               "val_bpb_sample": summary["final_val_bpb"] if summary else None,
-               "params": summary["params"] if summary else None, "status": status, **path,
+        path, s = _loss_path(run_dir), summary or {}  # a diverged run has no summary
+        rec = {**base, "model_config": spec["model_config"], "lr": spec["resolved_lr"], "tokens": s.get("tokens_seen"),
+               "steps": s["steps"] if summary else path.get("nonfinite_step"), "wall_s": s.get("train_time_s"),
+               "tok_per_s": s.get("tokens_per_s"), "val_bpb_sample": s.get("final_val_bpb"),
+               "params": s.get("params"), "status": status, **path,
                **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep", corpus=run_corpus(spec))}
         rec["measure_s"] = time.perf_counter() - t_measure  # this process's seconds after training
         if spec["group"] in ("stability", "stability_tuned"):

@@ -1,12 +1,6 @@
-r"""What the experiment grid measures on a trained model, beyond its training log.
-
-* :func:`lm.scoring.full_split_bpb` -- bits per byte on the **whole validation split** (every byte scored once);
-  the training log's ``val_bpb`` is a *sample*: 16 fixed random batches of windows.
-* :func:`gates` -- the GRT's residual gates ``[n_blocks, 3]`` (attention, mixer, FFN).
-* :func:`negative_det_fraction` -- on held-out windows, the fraction of (token, head) Jacobians of the
-  coupled projections with negative determinant (float64, :mod:`studies.trained.measure`).
-* :func:`block_grad_norms` -- the gradient norm of each block's parameters on one held-out batch: the
-  stability grid's last-block / first-block ratio, at init and after training.
+r"""What the experiment grid measures on a trained model, beyond its training log: bits per byte on the **whole
+validation split** (:func:`lm.scoring.full_split_bpb`, every byte scored once; the log's ``val_bpb`` is a 16-batch
+sample), the GRT's gates, the negative-determinant fraction and the per-block gradient norms.
 """
 
 from __future__ import annotations
@@ -24,7 +18,6 @@ __all__ = ["block_grad_norms", "full_split_bpb", "gates", "grad_norm_ratio", "he
            "negative_det_fraction"]
 
 HELD_OUT_WINDOWS = 8  # the trained claims' held-out batch: 8 validation windows (seed 0)
-JAC_TOKENS = 128
 
 
 def held_out_batch(corpus: ByteCorpus, block_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,6 +27,7 @@ def held_out_batch(corpus: ByteCorpus, block_size: int, seed: int = 0) -> tuple[
 
 
 def gates(model: nn.Module) -> list[list[float]] | None:
+    """The GRT's residual gates ``[n_blocks, 3]`` (attention, mixer, FFN); ``None`` for a model without gates."""
     fn = getattr(model, "gates", None)
     if not callable(fn):
         return None
@@ -49,12 +43,12 @@ def negative_det_fraction(model: nn.Module, ids: torch.Tensor) -> dict[str, Any]
 
     if not isinstance(model, GRT):
         return None
-    return neg_det(model, ids, JAC_TOKENS)
+    return neg_det(model, ids)
 
 
 def block_grad_norms(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[float]:
     """The L2 norm of the loss gradient over each block's parameters, on inputs ``x [B, T]`` and next bytes
-    ``y [B, T]``."""
+    ``y [B, T]`` (the stability grid's last-block / first-block ratio, at init and after training)."""
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
         raise ValueError(f"{type(model).__name__} has no .blocks ModuleList: no per-block gradient norms")

@@ -38,15 +38,11 @@ OPTIMIZERS = {"adamw": (torch.optim.AdamW, rotational_adamw), "sgdm": (torch.opt
 VAL_BATCHES = 8
 
 
-def make(kind: str, rotational: bool, model: torch.nn.Module, gauges):
-    base, rot = OPTIMIZERS[kind]
-    return rot(model, gauges, **SETTINGS[kind]) if rotational else base(model.parameters(), **SETTINGS[kind])
-
-
 def run(kind: str, rotational: bool, steps: int, corpus: ByteCorpus, seed: int, gauges) -> dict:
     seed_everything(seed)
     model = DenseTransformer(DenseConfig(**MODEL))
-    opt = make(kind, rotational, model, gauges)
+    base, rot = OPTIMIZERS[kind]
+    opt = rot(model, gauges, **SETTINGS[kind]) if rotational else base(model.parameters(), **SETTINGS[kind])
     mon = EquilibriumMonitor(model, opt, gauges)
     gen = torch.Generator().manual_seed(seed)  # the same token stream for every run
     losses = []

@@ -1,13 +1,10 @@
 r"""Structure-aware learning rates: a coordinate search over each lr group's multiplier, equal runs per model.
 
-The grid's ``tuning`` group trains the shipped shape (1M tokens, global lr 3e-3, seed 0) at points
-``lr_mult = {group: multiplier}`` (:data:`lm.trainconfig.MODEL_LR_GROUPS`: the GRT's seven groups, the dense
-model's three) chosen one after another by :func:`propose`, then the best point at two fresh seeds.  Why: one lr
-for every parameter is the wrong-multiplier baseline for a structured layer (Qiu et al. 2024, arXiv
-2406.06248): an Adam step of lr 1e-2 is half the coupling's init std but 0.16% of an angle's range.
-
-The search (a deterministic function of the scores recorded so far, so a restarted driver proposes the same
-points):
+The grid's ``tuning`` group (why: one lr for every parameter is the wrong-multiplier baseline for a structured
+layer, Qiu et al. 2024, arXiv 2406.06248) trains points ``lr_mult = {group: multiplier}``
+(:data:`lm.trainconfig.MODEL_LR_GROUPS`) chosen one after another by :func:`propose`, then the best recorded point
+(:func:`best_point`) at two fresh seeds.  The search is a deterministic function of the scores recorded so far
+(whole-split bits/byte, a diverged run worst), so a restarted driver proposes the same points:
 
 * the multipliers live on a half-decade grid (:data:`GRID`, 0.01 ... 100; every group starts at 1);
 * for each group in turn, the two grid neighbours of the current point are trained (in parallel); if one is
@@ -17,9 +14,6 @@ points):
   at any reach goes back to the nearest neighbours of the new point;
 * every model gets the same number of runs (:data:`studies.grid.TUNING_RUNS`): the search stops when they are
   spent, not when it converges, so the model with fewer groups is searched more finely, never given fewer runs.
-
-A run's score is its whole-validation-split bits/byte (a diverged run scores worst).  The point the two seeds
-train is the best recorded point (:func:`best_point`).
 """
 
 from __future__ import annotations

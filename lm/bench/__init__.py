@@ -1,10 +1,8 @@
 r"""The benchmark's cases, claims and table (the command: :mod:`lm.bench.__main__`).
 
-Every case runs at the shipped reference shape (the recipes ``reference-grt`` and ``reference-dense``: width 128,
-4 heads, d_ff 512, 2 blocks, context 64; the dense model width 136, matched in parameters) and the trainer's
-batch of 16 sequences (``--batch-size``), in this process, on the same inputs for both sides of each ratio.  Times
-are medians after untimed warm-up runs; ratios, not absolute times, are what compare across runs on a shared
-machine.
+Every case runs at the shipped reference shape (:func:`shipped_configs`) and the trainer's batch of 16 sequences
+(``--batch-size``), in this process, on the same inputs for both sides of each ratio.  Times are medians after
+untimed warm-up runs; ratios, not absolute times, are what compare across runs on a shared machine.
 """
 
 from __future__ import annotations
@@ -66,7 +64,8 @@ def log(msg: str) -> None:
 
 
 def shipped_configs() -> tuple[Any, Any]:
-    """The (GRT, dense) model configs of the shipped reference models' recipes."""
+    """The (GRT, dense) model configs of the shipped reference models' recipes (``reference-grt``: width 128, 4 heads,
+    d_ff 512, 2 blocks, context 64; ``reference-dense``: width 136, matched in parameters)."""
     from lm.recipes import get_recipe
 
     return tuple(config_from_dict(k, get_recipe(f"reference-{k}").model_config) for k in ("grt", "dense"))
@@ -89,12 +88,8 @@ def median_time(fn: Callable[[], Any], repeats: int, warmup: int, device: str = 
 def _times(forward: Callable[[], Any], step: Callable[[], Any], cfg: BenchConfig, repeats: int | None = None
            ) -> tuple[float, float]:
     """Median seconds of ``forward()`` under ``no_grad`` and of ``step()``."""
-    def no_grad_forward() -> None:
-        with torch.no_grad():
-            forward()
-
     reps = repeats or cfg.repeats
-    return tuple(median_time(f, reps, cfg.warmup, cfg.device) for f in (no_grad_forward, step))
+    return tuple(median_time(f, reps, cfg.warmup, cfg.device) for f in (torch.no_grad()(forward), step))
 
 
 def _randn(cfg: BenchConfig, *shape: int) -> torch.Tensor:

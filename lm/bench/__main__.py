@@ -99,11 +99,9 @@ def work(a: argparse.Namespace, cfg: BenchConfig) -> int:
     load0 = os.getloadavg()
     log(f"{machine}; {cfg.threads} threads, {cfg.dtype}, {cfg.device}; load average {load0[0]:.2f}")
     g, dc = shipped_configs()
-    rows = []
-    rows += bench_cascade(cfg, g) if "cascade" in cfg.cases else []
-    rows += bench_block(cfg, g) if "block" in cfg.cases else []
-    rows += bench_model(cfg, g, dc) if "model" in cfg.cases else []
-    rows += bench_sample(cfg) if "sample" in cfg.cases else []
+    benches = {"cascade": lambda: bench_cascade(cfg, g), "block": lambda: bench_block(cfg, g),
+               "model": lambda: bench_model(cfg, g, dc), "sample": lambda: bench_sample(cfg)}
+    rows = [row for case, run in benches.items() if case in cfg.cases for row in run()]
     census = bench_census(cfg) if "census-qwen3" in cfg.cases else None
     load1 = os.getloadavg()
     found = claims(rows, cfg.dtype, census)

@@ -1,10 +1,9 @@
 r"""The GRT text's claims about a *trained* model, measured: ``run_claims(CLAIMS, grt=, dense=, held_out_ids=)``.
 
 Source: ``../shared/seeds/001_cfb910613b442095.txt`` (each claim's ``statement`` quotes it).  Each function takes
-model objects and a ``[B, T]`` tensor of held-out token ids (checkpoints are loaded one level up, by :mod:`lm`)
-and returns one :class:`rmsgauge.Claim`; every measurement runs on a **float64 copy** (the float32 model is left
-untouched), and the claims of :data:`CLAIMS` share one cache.  Each function's docstring states its law and
-verdict; the measurements live in :mod:`studies.trained.measure` and :mod:`studies.trained.signal`.
+model objects and a ``[B, T]`` tensor of held-out token ids and returns one :class:`rmsgauge.Claim` (its docstring
+states the law and verdict); every measurement runs on a **float64 copy**, and the claims of :data:`CLAIMS` share
+one cache.
 """
 
 from __future__ import annotations
@@ -53,18 +52,17 @@ def claim_trained_gates(grt: GRT, dense: nn.Module | None = None, held_out_ids: 
     in_open = bool(((g > 0) & (g < 1)).all())
     b0 = g[0]
     ordered = bool(b0[0] >= b0[1] >= b0[2])
-    ordered_per_block = [bool(r[0] >= r[1] >= r[2]) for r in g]
     stated = torch.tensor(STATED_GATES_BLOCK0, dtype=torch.float64)
     details: dict[str, Any] = {
         "gates_per_block": {f"block {i}": dict(zip(GATE_NAMES, r.tolist())) for i, r in enumerate(g)},
         "block0_minus_text": dict(zip(GATE_NAMES, (b0 - stated).tolist())),
-        "ordering attn >= mixer >= ffn per block": ordered_per_block,
+        "ordering attn >= mixer >= ffn per block": [bool(r[0] >= r[1] >= r[2]) for r in g],
         "ffn_is_smallest_per_block": [bool(r[2] == r.min()) for r in g],
         "drift_across_blocks (max - min per gate)": dict(zip(GATE_NAMES, (g.amax(0) - g.amin(0)).tolist())),
     }
     if grt_init is not None:
-        gi = torch.stack([torch.sigmoid(b.gate_logits.detach().to(torch.float64)) for b in grt_init.blocks])
-        details["init_gates_block0"] = dict(zip(GATE_NAMES, gi[0].tolist()))
+        gi = torch.sigmoid(grt_init.blocks[0].gate_logits.detach().to(torch.float64))
+        details["init_gates_block0"] = dict(zip(GATE_NAMES, gi.tolist()))
     differ = [f"{n}: ours {v:.3f} vs {s}" for n, v, s in zip(GATE_NAMES, b0.tolist(), STATED_GATES_BLOCK0)]
     details["where ours differ"] = ("; ".join(differ) + ". The text's values are its 12-block d = 256 model's; "
                                     "the verdict is on the ordering and the open interval, not the values.")
@@ -101,35 +99,28 @@ def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out
     D, P = m.config.d_model, m.config.pairs
     tokens, counts = torch.unique(ids, return_counts=True)  # (U,), (U,)
     r_tok = m.embed.magnitudes[tokens].abs()  # (U,) |r|: (-r, θ) and (r, θ + π) rebuild the same vector
-    w = counts.to(torch.float64) / counts.sum()
     emb = m.embed(tokens)  # (U, D)
     radii = safe_pair_radius(emb)  # (U, P)
-    ring_spread = _spread(radii)  # (U,) exactly 0 by construction
     nrm = m.blocks[0].norm_attn
     # PearlNorm before its gain (eps = 0): every pair at radius 1; after the gain: the closed form below
     unit = emb / radii.mean(dim=-1, keepdim=True)  # (U, D)
-    pn = nrm(emb)  # (U, D)
-    r_pn = safe_pair_radius(pn)  # (U, P)
+    r_pn = safe_pair_radius(nrm(emb))  # (U, P)
     gam = nrm.gain.view(P, 2)  # (P, 2)
     theta = m.embed.phases[tokens]  # (U, P)
     sign = torch.sign(m.embed.magnitudes[tokens]).unsqueeze(-1)  # a negative magnitude flips every pair
     law = torch.sqrt((gam[:, 0] * torch.cos(theta)) ** 2 + (gam[:, 1] * torch.sin(theta)) ** 2)  # (U, P)
     tol = tolerance(torch.float64, size=D, depth=4)
-    ring_err = float(ring_spread.abs().max())
+    ring_err = float(_spread(radii).abs().max())  # exactly 0 by construction
     unit_err = float((safe_pair_radius(unit) - 1.0).abs().max())
     law_err = float((r_pn - law).abs().max())
-    law_scale = float(law.abs().max())
     spread_after = _spread(r_pn)  # (U,)
-    is_ring = tol.holds(ring_err, 1.0)
-    unit_ok = tol.holds(unit_err, 1.0)
-    law_ok = tol.holds(law_err, law_scale)
-    unequal = bool(spread_after.min() > tol.bound(1.0))
+    holds = (tol.holds(ring_err, 1.0) and tol.holds(unit_err, 1.0) and tol.holds(law_err, float(law.abs().max()))
+             and bool(spread_after.min() > tol.bound(1.0)))
     radius = summary_stats(r_tok)
-    mean_w = float((w * r_tok).sum())
     details: dict[str, Any] = {
         "tokens": f"{len(tokens)} distinct ids of the {ids.numel()} held-out tokens",
         "radius |r| (distinct held-out tokens)": radius,
-        "radius, frequency-weighted mean": mean_w,
+        "radius, frequency-weighted mean": float((counts.to(torch.float64) / counts.sum() * r_tok).sum()),
         "relative deviation of the median from 0.79": radius["median"] / STATED_RING_RADIUS - 1.0,
         "init radius (GRTConfig.embed_radius_init)": m.config.embed_radius_init,
         "ring: max per-token spread std/mean of the pair radii (before PearlNorm)": ring_err,
@@ -158,7 +149,7 @@ def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out
                   "ring_spread": ring_err, "spread_after_pearlnorm_min": float(spread_after.min()),
                   "spread_after_pearlnorm_median": float(spread_after.median())},
         summary=f"median radius {radius['median']:.3f}",
-        tolerance=tol.bound(1.0), holds=is_ring and unit_ok and law_ok and unequal, dtype="float64",
+        tolerance=tol.bound(1.0), holds=holds, dtype="float64",
         exact_law="ring: r_p = |r_v| for every pair; PearlNorm (eps 0): pair radius 1 before the gain, "
                   "sqrt(g_2p^2 cos^2 θ_p + g_2p+1^2 sin^2 θ_p) after it (independent of r_v); unequal iff the "
                   "gain is not uniform",
@@ -187,8 +178,7 @@ def claim_signal_propagation(grt: GRT, dense: nn.Module | None = None, held_out_
     ids = check_held_out_ids(grt, held_out_ids)
     res = {f"{kind} {state}": (grt_signal if kind == "grt" else dense_signal)(mod, ids, jac_tokens, cache)
            for kind, state, mod in models_by_state(grt, dense, grt_init, dense_init)}
-    grt_res = [v for k, v in res.items() if k.startswith("grt")]
-    holds = all(r["ok"] for r in grt_res)
+    holds = all(v["ok"] for k, v in res.items() if k.startswith("grt"))
     tr = res["grt trained"]
     summary = {f"block {b}": {k: {"gain": [v["gain"]["min"], v["gain"]["max"]] if "gain" in v else None,
                                   "bound": v.get("bound"), "sv": v["jacobian_sv"]}
@@ -284,9 +274,7 @@ def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
     n_neg = sum(r[k]["negative"] for r in tr for k in COUPLED)
     n_all = sum(r[k]["of"] for r in tr for k in COUPLED)
     blk0 = grt.blocks[0]
-    cascades = {"q": blk0.attn.qkv, "k": blk0.attn.qkv, "v": blk0.attn.qkv, "o": blk0.attn.o,
-                "mixer": blk0.mixer.cascade}
-    coupled = [k for k in COUPLED if cascades[k].has_coupling]
+    coupled = [k for k, c in zip(COUPLED, (*[blk0.attn.qkv] * 3, blk0.attn.o, blk0.mixer.cascade)) if c.has_coupling]
     return Claim(
         id="grt.coupled_det_sign_trained",
         statement="The projection-level det > 0 guarantee (it can break only at the residual, I + J_f).",

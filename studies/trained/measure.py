@@ -1,10 +1,7 @@
-r"""The measurements behind the trained-model claims (:mod:`studies.trained.claims`): float64 copies, one
-traced pass over the held-out text per model (cached), per-token and per-head Jacobians of the cascades, the
-coupled projections' determinant signs, and the head-comparison statistics.
+r"""The measurements behind :mod:`studies.trained.claims`, on float64 copies, one cached traced pass per model.
 
-Shapes inline: ``B`` sequences, ``T`` tokens, ``N = B*T``, ``D`` width, ``H`` heads, ``S`` stages.  Vectorized:
-Jacobians are ``torch.func.vmap(jacrev(...))`` over tokens and heads; the only Python loops run over blocks,
-projections and models.
+Shapes inline: ``B`` sequences, ``T`` tokens, ``N = B*T``, ``D`` width, ``H`` heads, ``S`` stages.  Jacobians
+are ``torch.func.vmap(jacrev(...))`` over tokens and heads; Python loops run only over blocks, projections, models.
 """
 
 from __future__ import annotations
@@ -46,9 +43,7 @@ def float64_copy(model: nn.Module) -> nn.Module:
 def memo(cache: dict | None, key: tuple, fn: Callable[[], Any]) -> Any:
     if cache is None:
         return fn()
-    if key not in cache:
-        cache[key] = fn()
-    return cache[key]
+    return cache[key] if key in cache else cache.setdefault(key, fn())
 
 
 def summary_stats(x: torch.Tensor) -> dict[str, float]:
@@ -283,11 +278,9 @@ def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | 
     """Per block: each projection's per-head Jacobians ``[n, heads, w, w]`` at ``n`` held-out tokens, plus the
     whole FFN sublayer's ``[n, D, D]`` (cached: signal propagation and the det sign share them)."""
 
-    def run() -> list[dict[str, torch.Tensor]]:
-        names = ("qkv", "o", "mixer", "ffn_expand", "ffn_contract")
-        return _projection_jacobians(model, ids, jac_tokens, cache, names, ffn=True)
-
-    return memo(cache, ("grt_jac", id(model), jac_tokens), run)
+    names = ("qkv", "o", "mixer", "ffn_expand", "ffn_contract")
+    return memo(cache, ("grt_jac", id(model), jac_tokens),
+                lambda: _projection_jacobians(model, ids, jac_tokens, cache, names, ffn=True))
 
 
 def pairwise_js_bits(w: torch.Tensor) -> torch.Tensor:

@@ -45,11 +45,8 @@ def grt_signal(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | Non
         for name, (c, x) in inp.items():
             lo, hi = cascade_bounds(c)  # (Hc,) each
             gain, lo, hi = cascade_gain(c, x), lo.unsqueeze(0), hi.unsqueeze(0)  # (N, Hc), (1, Hc), (1, Hc)
-            if name == "qkv":
-                parts = {k: (gain_k, split_qkv(lo, H)[k], split_qkv(hi, H)[k])
-                         for k, gain_k in split_qkv(gain, H).items()}
-            else:
-                parts = {name: (gain, lo, hi)}
+            parts = ({k: (gain_k, split_qkv(lo, H)[k], split_qkv(hi, H)[k]) for k, gain_k in split_qkv(gain, H).items()}
+                     if name == "qkv" else {name: (gain, lo, hi)})
             tol = tolerance(torch.float64, size=c.width, depth=c.n_stages)
             for k, (gk, lo_k, hi_k) in parts.items():  # (N, heads), (1, heads), (1, heads)
                 bnd[k] = (lo_k[0], hi_k[0])
@@ -84,7 +81,6 @@ def grt_signal(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | Non
                        "jacobian_sv": [float(sv_ffn.min()), float(sv_ffn.max())], "jacobian_upper_bound": hi_jac,
                        "jacobian_in_bound": jac_ok, "fused_vs_composed_max_diff": fused_err}
         # sublayer and block RMS gains on the stream
-        rms_in = rms(bt.stream_in)
         writes = {"attn": bt.after_attn - bt.stream_in, "mixer": bt.after_mixer - bt.after_attn,
                   "ffn": bt.stream_out - bt.after_mixer}
         ins = {"attn": (bt.stream_in, bt.attn_in), "mixer": (bt.after_attn, bt.mixer_in),
@@ -96,7 +92,7 @@ def grt_signal(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | Non
             sub[n] = {"process_gain rms(f(PN x))/rms(PN x)": summary_stats(rms(wr) / gates[n] / rms(normed)),
                       "write_gain rms(g f)/rms(x)": summary_stats(rms(wr) / rms(stream))}
         blocks.append({"projections": proj, "sublayers": sub,
-                       "block_gain rms(out)/rms(in)": summary_stats(rms(bt.stream_out) / rms_in)})
+                       "block_gain rms(out)/rms(in)": summary_stats(rms(bt.stream_out) / rms(bt.stream_in))})
     return {"blocks": blocks, "ok": bool(ok_all), "worst_coupled_sv_over_bound": max(worst.values(), default=None)}
 
 
@@ -116,8 +112,7 @@ def dense_signal(model: nn.Module, ids: torch.Tensor, jac_tokens: int, cache: di
             proj[name] = {"gain": summary_stats(gain), "jacobian_sv": [float(sv.min()), float(sv.max())]}
         z2 = r["mlp_in"].reshape(-1, D)
         sel = jacobian_token_index(z2.shape[0], jac_tokens)
-        Jm = per_token_jacobian(blk.mlp, z2[sel])  # (n, D, D)
-        svm = torch.linalg.svdvals(Jm)
+        svm = torch.linalg.svdvals(per_token_jacobian(blk.mlp, z2[sel]))  # of the (n, D, D) Jacobians
         gm = torch.linalg.vector_norm(blk.mlp(z2), dim=-1) / torch.linalg.vector_norm(z2, dim=-1)
         proj["mlp"] = {"gain": summary_stats(gm), "jacobian_sv": [float(svm.min()), float(svm.max())]}
         for name, lin in (("mlp_up", blk.mlp.up), ("mlp_down", blk.mlp.down)):
