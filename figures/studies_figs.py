@@ -117,15 +117,20 @@ def depth_fig(ctx) -> FigureOutput:
     return FigureOutput(fig=fig, caption=cap, numbers=numbers)
 
 
-def _gate_curves(name: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _eval_curve(name: str, field: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(tokens, ``field``) at every evaluation of run ``name``'s committed log that carries it; None without one."""
     path = RESULTS / "logs" / f"{name}.log.jsonl"
     if not path.is_file():
         return None
     evals = [json.loads(x) for x in path.read_text().splitlines() if '"eval"' in x]
-    evals = [e for e in evals if e.get("gates")]
+    evals = [e for e in evals if e.get("event") == "eval" and e.get(field)]
     if not evals:
         return None
-    return np.array([e["tokens"] for e in evals]), np.array([e["gates"] for e in evals])  # (E,), (E, L, 3)
+    return np.array([e["tokens"] for e in evals]), np.array([e[field] for e in evals])
+
+
+def _gate_curves(name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    return _eval_curve(name, "gates")  # (E,), (E, L, 3)
 
 
 @figure("studies.fig_gate_trajectories", title="Residual gates during training, against the text's ordering",
@@ -194,16 +199,6 @@ def tuning_search_fig(ctx) -> FigureOutput:
     return FigureOutput(fig=fig, caption=cap, numbers=numbers)
 
 
-def _long_curve(name: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """(tokens, sampled validation bits/byte) at every evaluation of a long run's committed log."""
-    path = RESULTS / "logs" / f"{name}.log.jsonl"
-    if not path.is_file():
-        return None
-    evals = [json.loads(x) for x in path.read_text().splitlines() if '"eval"' in x]
-    evals = [e for e in evals if e.get("event") == "eval" and e.get("val_bpb") is not None]
-    return np.array([e["tokens"] for e in evals]), np.array([e["val_bpb"] for e in evals])
-
-
 @figure("studies.fig_vocab", title="A real vocabulary: GRT against parameter-matched dense on byte-level BPE",
         source="GRT text", claims=("studies.space_efficient_bpe",))
 def vocab_fig(ctx) -> FigureOutput:
@@ -232,8 +227,8 @@ def vocab_fig(ctx) -> FigureOutput:
     bx.set(xscale="log", xlabel="parameters (tied head)", ylabel="validation bits/byte, whole split",
            title="3M-token finals (each seed)" if finals else "3M-token finals: none recorded yet")
     for kind in ("grt", "dense"):
-        curve = _long_curve(f"long-{kind}")
-        if curve is not None and len(curve[0]):
+        curve = _eval_curve(f"long-{kind}", "val_bpb")  # the 16-batch sample the loop logs
+        if curve is not None:
             cx.plot(*curve, color="C0" if kind == "grt" else "C1", lw=1, label=kind)
             numbers[f"long-{kind}-last"] = float(curve[1][-1])
     has_long = any(f"long-{k}-last" in numbers for k in ("grt", "dense"))
