@@ -10,7 +10,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +58,6 @@ def clean_orphan_tmp(folder: str | os.PathLike, names: Iterable[str]) -> list[Pa
     returns what was removed.  Only call it where no other process is writing those files."""
     folder = Path(folder)
     removed = []
-    if not folder.is_dir():
-        return removed
     for name in names:
         for tmp in folder.glob(f".{name}.*{TMP_SUFFIX}"):
             if tmp.is_file():
@@ -80,38 +78,31 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def json_safe(x: Any) -> Any:
-    """Plain JSON values: numpy/torch arrays and scalars become lists/numbers, and non-finite floats become
-    their ``repr`` (``'inf'``, ``'nan'``), since strict JSON has no inf/nan."""
+def _plain(x: Any, nonfinite: Callable[[float, str], Any], at: str = "") -> Any:
+    """Plain JSON values: numpy/torch arrays and scalars become lists/numbers, and a non-finite float becomes
+    ``nonfinite(x, at)``, ``at`` its dotted path (``a.b[2]``)."""
     if isinstance(x, dict):
-        return {str(k): json_safe(v) for k, v in x.items()}
+        return {str(k): _plain(v, nonfinite, f"{at}.{k}" if at else str(k)) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
+        return [_plain(v, nonfinite, f"{at}[{i}]") for i, v in enumerate(x)]
     if hasattr(x, "tolist"):
-        return json_safe(x.tolist())
+        return _plain(x.tolist(), nonfinite, at)
     if isinstance(x, float) and not math.isfinite(x):
-        return repr(x)
+        return nonfinite(x, at)
     return x
+
+
+def json_safe(x: Any) -> Any:
+    """:func:`_plain`, with non-finite floats as their ``repr`` (``'inf'``, ``'nan'``), since strict JSON has no
+    inf/nan."""
+    return _plain(x, lambda v, _: repr(v))
 
 
 def json_nulls(x: Any, path: str = "") -> tuple[Any, list[str]]:
     """Strict JSON values for a log record: non-finite floats become ``null``, and the dotted paths of the
     values that did are returned beside (a reader can tell a missing value from a NaN one)."""
     bad: list[str] = []
-
-    def walk(v: Any, at: str) -> Any:
-        if isinstance(v, dict):
-            return {str(k): walk(w, f"{at}.{k}" if at else str(k)) for k, w in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [walk(w, f"{at}[{i}]") for i, w in enumerate(v)]
-        if hasattr(v, "tolist"):
-            return walk(v.tolist(), at)
-        if isinstance(v, float) and not math.isfinite(v):
-            bad.append(at)
-            return None
-        return v
-
-    return walk(x, path), bad
+    return _plain(x, lambda _, at: bad.append(at), path), bad  # append returns None: the value is null
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:

@@ -72,8 +72,6 @@ class Claim:
         return json_safe(asdict(self))
 
 
-# ------------------------------------------------------------------------------------------- the runner
-
 Check = Callable[..., "Claim | list[Claim]"]
 
 
@@ -138,9 +136,6 @@ def write_claims_json(path: str | os.PathLike, claims: list[Claim], **meta: Any)
     atomic_write_json(path, {**{k: json_safe(v) for k, v in meta.items()}, "claims": [c.to_json() for c in claims]})
 
 
-# ------------------------------------------------------------------------------------------- printing
-
-
 STATUS_SHORT = {"exact": "exact", "approximate": "approx.", "wrong": "WRONG", "unstated": "unstated",
                 "not_a_source_claim": "ours"}
 STATED_MIN, VERDICT_MIN, DTYPE_MIN, OURS_MIN = 10, 8, 8, 12  # the narrowest each column is drawn
@@ -150,12 +145,8 @@ def fmt_value(v: Any, digits: int = 3) -> str:
     """Compact text of a value: numbers to ``digits`` significant figures, dicts as ``key value; ...``."""
     if v is None:
         return "-"
-    if isinstance(v, bool):
-        return str(v)
     if isinstance(v, float):
         return f"{v:.{digits}g}"
-    if isinstance(v, int):
-        return str(v)
     if isinstance(v, dict):
         return "; ".join(f"{k} {fmt_value(x, digits)}" for k, x in v.items())
     if isinstance(v, (list, tuple)):
@@ -163,9 +154,11 @@ def fmt_value(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def _wrap(text: str, width: int) -> list[str]:
-    """Wrap at spaces only, so a value is never split (a value wider than ``width`` keeps its own line)."""
-    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """Wrap at spaces only, so a value is never split (a value wider than ``width`` keeps its own line); ``first``
+    and ``rest`` indent the first and the following lines."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+                         break_on_hyphens=False) or [first]
 
 
 def _widest_word(texts: Iterable[str]) -> int:
@@ -214,8 +207,7 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
     groups = _groups(claims)
     if not groups:
         return ["(no claims)"]
-    multi = [g for g in groups if len(g) > 1]
-    cols = list(dict.fromkeys(c.dtype for g in multi for c in g))  # the precisions side by side
+    cols = list(dict.fromkeys(c.dtype for g in groups if len(g) > 1 for c in g))  # the precisions side by side
     head = ["claim"] + ([] if cols else ["dtype"]) + ["stated"] + ([f"ours {d}" for d in cols] or ["ours"]) \
         + ["verdict"]
     rows = []
@@ -261,9 +253,7 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 def _labelled(label: str, text: str, indent: int, width: int) -> list[str]:
     pad = " " * indent
-    lines = textwrap.wrap(text, width, initial_indent=f"{pad}{label}", subsequent_indent=pad + "    ",
-                          break_long_words=False, break_on_hyphens=False)
-    return lines or [f"{pad}{label}"]
+    return _wrap(text, width, pad + label, pad + "    ")
 
 
 def claim_details(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
@@ -272,8 +262,7 @@ def claim_details(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
     out: list[str] = []
     for grp in _groups(claims):
         first = grp[0]
-        out.append("")
-        out.append(f"{first.id}  [{first.source_status}]")
+        out += ["", f"{first.id}  [{first.source_status}]"]
         out += _labelled("source: ", first.statement, 2, width)
         out += _labelled("stated: ", fmt_value(first.stated, 4), 2, width)
         if first.exact_law:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rmsgauge.claims import DTYPE_ALIASES  # the one table of precision spellings
+
 DTYPES = ("float32", "float64")
 
 
@@ -45,8 +47,6 @@ def check_choice(name: str, value: str, choices: Iterable[str]) -> str:
 
 def parse_dtype(value: str) -> str:
     """argparse ``type=``: accept float32/float64 (and the short f32/f64)."""
-    from rmsgauge.claims import DTYPE_ALIASES  # the one table of spellings
-
     v = DTYPE_ALIASES.get(value, value)
     if v not in DTYPES:
         raise argparse.ArgumentTypeError(f"unknown dtype {value!r}; allowed: {', '.join(DTYPES)}")
@@ -101,8 +101,7 @@ def check_output_file(name: str, path: str | os.PathLike | None, *, protect: boo
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{name} {p} is a directory; give a file path such as {p / 'claims.json'}")
-    why = protected_file(p) if protect else None
-    if why:
+    if protect and (why := protected_file(p)):
         raise ValueError(f"{name} {p} {why}: an output never replaces it; choose another path")
     _check_writable(name, p, p.parent)
     if p.exists() and not os.access(p, os.W_OK):
@@ -130,21 +129,15 @@ def _check_writable(name: str, p: Path, folder: Path) -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise ValueError(f"{name} {p}: {probe} is a file, not a folder")
-    why = None if os.access(probe, os.W_OK | os.X_OK) else "permissions"
-    if why is None:
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".rmsgauge-write-check-", dir=probe)
-            os.close(fd)
-            os.unlink(tmp)
-        except OSError as e:
-            why = e.strerror or type(e).__name__
-    if why:
-        raise ValueError(f"{name} {p}: not writable ({why} of {probe})")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {p}: not writable (permissions of {probe})")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".rmsgauge-write-check-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise ValueError(f"{name} {p}: not writable ({e.strerror or type(e).__name__} of {probe})") from None
 
-
-# ---------------------------------------------------------------------------------------------
-# One-line errors: exit 2 for usage errors, 1 for failures, a traceback only with --debug
-# ---------------------------------------------------------------------------------------------
 
 EXIT_FAILURE = 1  # the run could not complete (non-finite loss, corrupt file, disk full, ...)
 EXIT_USAGE = 2  # a flag, config key or path is wrong (argparse's own status for usage errors)
@@ -239,8 +232,6 @@ def run_guarded(prog: str, fn: Any, *, debug: bool = False,
         status = int(fn() or 0)
         sys.stdout.flush()  # a reader that went away shows here, not as a traceback at interpreter exit
         return status
-    except SystemExit:
-        raise
     except BrokenPipeError:  # `| head` read what it wanted: not this command's error, nothing to print
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit-time flush goes nowhere
         return EXIT_BROKEN_PIPE
@@ -259,10 +250,6 @@ def run_guarded(prog: str, fn: Any, *, debug: bool = False,
         sys.stderr.write(f"{prog}: error: {one_line(e)}\n")
         return EXIT_USAGE
 
-
-# ---------------------------------------------------------------------------------------------
-# The one parser helper and the one main: every CLI is built and run through these
-# ---------------------------------------------------------------------------------------------
 
 DEBUG_HELP = "on an error, show the Python traceback instead of one line"
 
@@ -312,20 +299,20 @@ def make_parser(prog: str, description: str | None = None, *, epilog: str | None
     return p
 
 
-def add_subcommands(parser: argparse.ArgumentParser, *, required: bool = True, dest: str = "command") -> Any:
+def add_subcommands(parser: argparse.ArgumentParser, *, required: bool = True) -> Any:
     """Subcommands, the one way: argparse subparsers (``add_subcommand`` adds each)."""
-    subs = parser.add_subparsers(dest=dest, required=required, parser_class=OneLineArgumentParser,
+    subs = parser.add_subparsers(dest="command", required=required, parser_class=OneLineArgumentParser,
                                  metavar="COMMAND")
     subs.parent_prog = parser.prog  # each subcommand is "<prog> <name>", whatever the parent's usage line says
     return subs
 
 
-def add_subcommand(subs: Any, name: str, help: str, *, description: str | None = None, forward: bool = False,
-                   formatter_class: type = argparse.RawDescriptionHelpFormatter) -> OneLineArgumentParser:
+def add_subcommand(subs: Any, name: str, help: str, *, description: str | None = None,
+                   forward: bool = False) -> OneLineArgumentParser:
     """One subcommand with its own ``--debug``.  ``forward``: the subcommand belongs to another module's CLI,
     whose own parser reads everything after the name (``args.rest``), ``--help`` included."""
-    p = subs.add_parser(name, help=help, description=description or help, formatter_class=formatter_class,
-                        add_help=not forward, prog=f"{getattr(subs, 'parent_prog', '')} {name}".strip())
+    p = subs.add_parser(name, help=help, description=description or help, add_help=not forward,
+                        formatter_class=argparse.RawDescriptionHelpFormatter, prog=f"{subs.parent_prog} {name}")
     if forward:  # run_main hands everything after the name to the other CLI as args.rest
         p.set_defaults(_cli_forward=True)
     else:  # SUPPRESS: a --debug before the subcommand name is not reset by the subcommand's default
@@ -341,7 +328,6 @@ def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, work: Any,
     A usage error in ``check`` (:data:`USAGE_ERRORS`: a flag, a path, an input that does not parse) is one line
     and exit 2, nothing written; what ``work`` raises is handled by :func:`run_guarded` (``failure_errors`` are
     failures, exit 1, printed without their class name)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     args, rest = parser.parse_known_args(argv)
     sub = getattr(args, "_cli_parser", parser)
     if getattr(args, "_cli_forward", False):
@@ -373,14 +359,7 @@ def seconds_since_process_start() -> float | None:
         return None
 
 
-# ---------------------------------------------------------------------------------------------
-# Outputs against inputs: no command writes over, or into, what it reads
-# ---------------------------------------------------------------------------------------------
-
-PathArg = str | os.PathLike
-
-
-def _abs(p: PathArg) -> Path:
+def _abs(p: str | os.PathLike) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(p)))).resolve()
 
 
@@ -393,16 +372,10 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def _inside(child: Path, folder: Path) -> bool:
-    return folder in child.parents
-
-
 def _items(named: Mapping[str, Any]) -> list[tuple[str, str, Path]]:
     """``(flag, path as given, absolute path)`` for every path of ``{flag: path | [paths] | None}``."""
     out = []
     for flag, value in named.items():
-        if value is None or value == "":
-            continue
         values = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
         out += [(flag, os.fspath(v), _abs(v)) for v in values if v is not None and os.fspath(v) != ""]
     return out
@@ -424,7 +397,7 @@ def check_outputs_against_inputs(inputs: Mapping[str, Any], outputs: Mapping[str
             if _same(ao, ai):
                 raise ValueError(f"{oflag} {o} is the input {iflag} {i}: writing it would replace what this "
                                  f"command reads; choose another path for {oflag}")
-            if ai.is_dir() and _inside(ao, ai):
+            if ai.is_dir() and ai in ao.parents:
                 raise ValueError(f"{oflag} {o} lies inside the input folder {iflag} {i}: writing it would change "
                                  f"that input; choose a path outside it")
         for dflag, d, ad in dirs:
@@ -444,9 +417,9 @@ def check_outputs_against_inputs(inputs: Mapping[str, Any], outputs: Mapping[str
                 if hit is not None:
                     raise ValueError(f"{dflag} {d} would get a new {hit}, but {iflag} {i} is that file: choose "
                                      f"another {dflag}")
-            elif _same(ad, ai) or _inside(ai, ad):
+            elif _same(ad, ai) or ad in ai.parents:
                 raise ValueError(f"{dflag} {d} holds the input {iflag} {i}: this command writes there; choose "
                                  f"another {dflag}")
-            if ai.is_dir() and _inside(ad, ai):
+            if ai.is_dir() and ai in ad.parents:
                 raise ValueError(f"{dflag} {d} lies inside the input folder {iflag} {i}: writing there would "
                                  f"change that input; choose a folder outside it")

@@ -7,12 +7,8 @@ import random
 import numpy as np
 
 
-def seed_everything(seed: int) -> np.random.Generator:
-    """Seed Python's ``random``, numpy's global state and torch (CPU and CUDA).
-
-    Returns a fresh ``numpy.random.Generator`` seeded with ``seed`` for code that
-    prefers explicit generators.
-    """
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, numpy's global state and torch (CPU and CUDA)."""
     if not (0 <= int(seed) < 2**32):
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     seed = int(seed)
@@ -24,4 +20,3 @@ def seed_everything(seed: int) -> np.random.Generator:
         pass
     else:
         torch.manual_seed(seed)  # also seeds every CUDA device
-    return np.random.default_rng(seed)

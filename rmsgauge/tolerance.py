@@ -68,8 +68,7 @@ def tolerance(
     """
     if size < 1 or depth < 1:
         raise ValueError(f"size and depth must be >= 1, got size={size}, depth={depth}")
-    eps = eps_of(dtype)
-    derived = safety * eps * math.sqrt(size * depth)
+    derived = safety * eps_of(dtype) * math.sqrt(size * depth)
     r = derived if rtol is None else float(rtol)
     a = derived * float(scale) if atol is None else float(atol)
     return Tolerance(rtol=r, atol=a, dtype=str(dtype).replace("torch.", ""))
@@ -83,7 +82,7 @@ def assert_close(actual: Any, expected: Any, *, dtype: Any = None, size: int | N
     e = _to_numpy(expected)
     if a.shape != e.shape:
         raise AssertionError(f"{what}: shape {a.shape} != expected {e.shape}")
-    dt = dtype if dtype is not None else _dtype_of(actual)
+    dt = dtype if dtype is not None else getattr(actual, "dtype", np.asarray(actual).dtype)
     n = size if size is not None else max(1, a.size)
     sc = float(np.max(np.abs(e))) if scale is None and e.size else (scale or 1.0)
     tol = tolerance(dt, size=n, depth=depth, scale=max(sc, 1e-300), rtol=rtol, atol=atol)
@@ -106,7 +105,3 @@ def _to_numpy(x: Any) -> np.ndarray:
             x = x.float()
         return x.numpy()
     return np.asarray(x)
-
-
-def _dtype_of(x: Any) -> str:
-    return str(getattr(x, "dtype", np.asarray(x).dtype)).replace("torch.", "")

@@ -119,8 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def work(args: argparse.Namespace, _: None) -> int:
     readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
-    new, changed = render(text, ROOT)
+    new, changed = render(readme.read_text(encoding="utf-8"), ROOT)
     if args.check:
         print(f"stale README blocks: {', '.join(changed)} (run python -m tools.readme_blocks)" if changed
               else f"README blocks current: {', '.join(BLOCKS)}")
