@@ -121,7 +121,6 @@ def install(src: CorpusSource = GCIDE, deb_path: str | None = None) -> Path:
     if sha256_bytes(text) != src.text_sha256:
         raise RuntimeError(f"the unpacked corpus's sha256 {sha256_bytes(text)[:16]}... is not the pinned "
                            f"{src.text_sha256[:16]}...")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(dest, text)
     return dest
 
@@ -185,7 +184,6 @@ def cached_tokenizer(train: bytes, vocab_size: int, corpus_sha: str):
     if path.is_file():
         return Tokenizer.from_file(str(path))
     tok = train_tokenizer(train, vocab_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, tok.to_str().encode("utf-8"))
     return tok
 
@@ -204,7 +202,6 @@ def _cached_encoding(tok, data: bytes, at: int, key: str) -> tuple[np.ndarray, n
     train, val = encode(tok, data[:at]), encode(tok, data[at:])
     buf = io.BytesIO()
     np.savez(buf, train=train, val=val)
-    path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, buf.getvalue())
     return train, val
 

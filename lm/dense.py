@@ -72,10 +72,7 @@ class DenseAttention(nn.Module):
         super().__init__()
         self.cfg = cfg
         d, hd = cfg.d_model, cfg.head_dim
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
         self.rope, self.rope_base = cfg.rope, 10000.0  # rope_angles' default base
         self.layer_index = 0  # its block's index (set by DenseTransformer): what an attention override keys by
         if cfg.qk_norm:
@@ -86,10 +83,8 @@ class DenseAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
-        H, hd = self.cfg.n_heads, self.cfg.head_dim
-        q = self.q_proj(x).view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-        k = self.k_proj(x).view(B, T, H, hd).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, H, hd).transpose(1, 2)
+        H, hd = self.cfg.n_heads, self.cfg.head_dim  # q, k, v: (B, H, T, hd) each
+        q, k, v = (p(x).view(B, T, H, hd).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         override = current_override()

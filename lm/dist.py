@@ -74,5 +74,3 @@ def resolve_device(device: str, local_rank: int | None = None, name: str = "trai
         if device == "cuda" and local_rank is not None:
             device = f"cuda:{local_rank}"
     return torch.device(device)
-
-

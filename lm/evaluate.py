@@ -295,8 +295,7 @@ def _data_files(loaded: dict[str, Any]) -> list[str]:
 
 def _work(args: argparse.Namespace, checked: tuple[list[str], Any, Any]) -> int:
     tasks, manager, module = checked
-    results = evaluate(args.model_dir if module is None else module, tasks, include_path=args.include_path,
-                       include_defaults=not args.only_include_path, num_fewshot=args.num_fewshot,
+    results = evaluate(args.model_dir if module is None else module, tasks, num_fewshot=args.num_fewshot,
                        batch_size=args.batch_size, device=args.device, limit=args.limit,
                        bootstrap_iters=args.bootstrap_iters, log_samples=True, task_manager=manager)
     from lm_eval.utils import make_table

@@ -128,16 +128,11 @@ def load_verified(model_dir: str | os.PathLike, *, trust_unverified: bool = Fals
     return hf, verified
 
 
-def to_checkpoint(model_dir: str | os.PathLike, ckpt_path: str | os.PathLike, *,
-                  trust_unverified: bool = False) -> Path:
+def to_checkpoint(model_dir: str | os.PathLike, ckpt_path: str | os.PathLike, *, trust_unverified: bool = False,
+                  loaded: tuple[nn.Module, bool] | None = None) -> Path:
     """Convert a folder back to a project checkpoint (no optimizer state; step 0), with a sha256 only when the
-    folder verified."""
-    hf, verified = load_verified(model_dir, trust_unverified=trust_unverified)
-    return _save_imported(hf, verified, model_dir, ckpt_path)
-
-
-def _save_imported(hf: nn.Module, verified: bool, model_dir: str | os.PathLike, ckpt_path: str | os.PathLike
-                   ) -> Path:
+    folder verified; ``loaded``: its :func:`load_verified` result when the caller already has it."""
+    hf, verified = loaded or load_verified(model_dir, trust_unverified=trust_unverified)
     return save_checkpoint(ckpt_path, model_kind=hf.kind, model=hf.model, optimizer=None,
                            train_config={}, step=0, tokens_seen=0, checksum=verified,
                            extra={"converted_from": str(Path(model_dir).resolve()), "source_verified": verified})
@@ -195,11 +190,11 @@ def _work(args: argparse.Namespace, loaded: Any) -> int:
         note = "" if (out / "SHA256SUMS").is_file() else " (no SHA256SUMS: the checkpoint was unverified)"
         sys.stdout.write(f"wrote {out}{note}\n")
         return 0
-    hf, verified = loaded
+    verified = loaded[1]
     target = Path(args.checkpoint)
     if args.force and (target.exists() or checksum_path(target).exists()):
         sys.stderr.write(f"--force: moved the earlier {target} to {set_aside(target, sidecar=True)}\n")
-    _save_imported(hf, verified, args.model_dir, target)
+    to_checkpoint(args.model_dir, target, loaded=loaded)
     note = "" if verified else " without a checksum (the folder had no SHA256SUMS; load it with --trust-unverified)"
     sys.stdout.write(f"wrote {target}{note}\n")
     return 0

@@ -245,4 +245,3 @@ def wrap(model: nn.Module) -> _ProjectForCausalLM:
 def load_pretrained(model_dir: str | os.PathLike, **kwargs: Any) -> _ProjectForCausalLM:
     """``AutoModelForCausalLM.from_pretrained`` (registration is this module's import)."""
     return AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
-

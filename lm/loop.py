@@ -401,5 +401,3 @@ def _train(run: Run, stop_after: int | None) -> dict[str, Any]:
                 run.bar.message(f"stopped at step {done}; checkpoint {run.ckpt_path} (continue with --resume)")
                 break
     return finish(run, interrupted, done)
-
-

@@ -35,7 +35,6 @@ def default_model_config(kind: str):
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """The config dataclass as a dict, its fields in declaration order."""
     return asdict(cfg)
 
 
@@ -51,7 +50,6 @@ def build_model(kind: str, cfg) -> nn.Module:
 
 
 def kind_of(model: nn.Module) -> str:
-    """``"grt"`` or ``"dense"`` from the module's config type."""
     for kind, (cfg_cls, _) in _CLASSES.items():
         if isinstance(getattr(model, "config", None), cfg_cls):
             return kind

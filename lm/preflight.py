@@ -62,7 +62,6 @@ def check_memory(kind: str, model_cfg: Any, cfg: TrainConfig, device: torch.devi
 
 
 def run_files(out: Path) -> list[str]:
-    """The run files (:data:`RUN_FILES`) present in ``out``."""
     return [n for n in RUN_FILES if (out / n).exists()]
 
 

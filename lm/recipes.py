@@ -29,7 +29,6 @@ class Recipe:
     model: str  # "grt" | "dense"
     model_config: dict[str, Any]
     train_config: dict[str, Any]  # lm.train.TrainConfig as a dict; out_dir is default_out_dir
-    description: str
 
     @property
     def default_out_dir(self) -> str:
@@ -56,9 +55,7 @@ def _reference_recipes() -> dict[str, Recipe]:
                          warmup_steps=min(50, steps // 10), eval_interval=steps // 30, eval_batches=16,
                          log_interval=steps // 100, gauge_interval=steps // 50, ckpt_interval=100, seed=0,
                          device="cpu", threads=1, data="", out_dir=f"runs/{name}").to_dict()
-        out[name] = Recipe(name, kind, config_to_dict(mcfg), tc,
-                           f"the {'GRT' if kind == 'grt' else 'parameter-matched dense model'} of the reference "
-                           f"comparison, {REFERENCE_TOKENS:,} tokens at lr {REFERENCE_BEST_LRS[tag]:g}")
+        out[name] = Recipe(name, kind, config_to_dict(mcfg), tc)
     return out
 
 
@@ -70,8 +67,7 @@ def _tiny_grt() -> Recipe:
     mcfg = GRTConfig.small(d_model=64, n_heads=4, n_blocks=2, d_ff=4 * 64, block_size=64)
     tc = TrainConfig(lr=REFERENCE_BEST_LRS["grt"], warmup_steps=30, batch_size=16, max_steps=300, eval_interval=100,
                      eval_batches=4, log_interval=10, ckpt_interval=100, device="cpu", out_dir="runs/tiny-grt")
-    return Recipe("tiny-grt", "grt", config_to_dict(mcfg), tc.to_dict(),
-                  "a tiny GRT (d_model 64, 2 blocks, context 64): 300 steps of 16 windows, a few minutes on 2 cores")
+    return Recipe("tiny-grt", "grt", config_to_dict(mcfg), tc.to_dict())
 
 
 def get_recipe(name: str) -> Recipe:

@@ -137,12 +137,8 @@ def load_model(checkpoint: str | Path | None = None, reference: str | None = Non
 
 def model_inputs(checkpoint: str | Path | None = None, reference: str | None = None) -> list[Path]:
     """What loading the model of :func:`load_model` reads, for a command's output/input check."""
-    if reference is not None:
-        return list(_paths(reference, None))
-    shipped = reference_at(checkpoint)
-    if shipped is not None:
-        return list(_paths(*shipped))
-    return checkpoint_inputs(checkpoint)
+    shipped = (reference, None) if reference is not None else reference_at(checkpoint)
+    return list(_paths(*shipped)) if shipped is not None else checkpoint_inputs(checkpoint)
 
 
 def reference_log(name: str, root: str | Path | None = None) -> list[dict]:

@@ -161,9 +161,9 @@ class RunLock:
             pass
         return True
 
-    def moved(self, old_folder: str | os.PathLike) -> RunLock:
+    def moved(self, old_folder: str | os.PathLike) -> None:
         """After the held folder was renamed to ``old_folder`` (``--force``): lock the fresh ``self.folder`` and let
-        go of the moved one's lock file.  Returns ``self``."""
+        go of the moved one's lock file."""
         old_fh, old_path = self._fh, Path(old_folder) / LOCK_NAME
         self._fh = None
         try:
@@ -173,7 +173,6 @@ class RunLock:
                 old_path.unlink()
             if old_fh is not None:
                 old_fh.close()
-        return self
 
     def release(self) -> None:
         if self._fh is None:

@@ -118,5 +118,3 @@ def _num(v: Any, fmt: str) -> str:
     if v is None:
         return "-"
     return format(v, fmt) if isinstance(v, (int, float)) else str(v)
-
-

@@ -114,17 +114,14 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
             d.update(file_cfg[key])
     # the train and model keys set on this command line
     explicit, explicit_model = _apply_set(args.set or [], tdict, mdict, cfg_cls.__name__)
-    for flag in TRAIN_FLAGS:
-        v = getattr(args, flag, None)
-        if v is not None:
-            tdict[flag] = v
-            explicit.add(flag)
+    given = {flag: v for flag in TRAIN_FLAGS if (v := getattr(args, flag, None)) is not None}
+    tdict.update(given)
+    explicit.update(given)
     _run_length(tdict, explicit)
-    for flag, key in MODEL_FLAGS.items():
-        v = getattr(args, flag, None)
-        if v is not None:
-            mdict[key or DEPTH_KEY[kind]] = v
-            explicit_model.add(key or DEPTH_KEY[kind])
+    given = {key or DEPTH_KEY[kind]: v for flag, key in MODEL_FLAGS.items()
+             if (v := getattr(args, flag, None)) is not None}
+    mdict.update(given)
+    explicit_model.update(given)
     if getattr(args, "d_model", None) is not None and "d_ff" not in explicit_model and not args.resume:
         mdict["d_ff"] = FF_RATIO * args.d_model  # the FFN's width follows the model's (a resume keeps the model)
     tdict["out_dir"] = out_dir
@@ -142,27 +139,23 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
 def _apply_set(items: list[str], tdict: dict, mdict: dict, cfg_name: str) -> tuple[set[str], set[str]]:
     """Apply ``--set key=value`` items (bare keys: train first, then model; or ``train.key`` / ``model.key``);
     returns the train keys and the model keys set."""
-    explicit: set[str] = set()
-    explicit_model: set[str] = set()
+    # scope: (its config dict, the keys set in it, what an unknown-key error adds after the key)
+    scopes = {"train": (tdict, set(), ""), "model": (mdict, set(), f" for {cfg_name}")}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep:
             raise ValueError(f"--set expects key=value, got {item!r}")
         scope, _, name = key.partition(".") if key.startswith(("train.", "model.")) else ("", "", key)
-        if scope == "train" or (not scope and name in tdict):
-            if name not in tdict:
-                raise ValueError(f"unknown train key {name!r}; allowed: {sorted(tdict)}")
-            tdict[name] = _parse_value(f"train.{name}", raw, tdict[name])
-            explicit.add(name)
-        elif scope == "model" or name in mdict:
-            if name not in mdict:
-                raise ValueError(f"unknown model key {name!r} for {cfg_name}; allowed: {sorted(mdict)}")
-            mdict[name] = _parse_value(f"model.{name}", raw, mdict[name])
-            explicit_model.add(name)
-        else:
+        scope = scope or ("train" if name in tdict else "model" if name in mdict else "")
+        if not scope:
             raise ValueError(f"unknown key {name!r}; train keys: {sorted(tdict)}; model keys: {sorted(mdict)}")
-    return explicit, explicit_model
+        d, keys, where = scopes[scope]
+        if name not in d:
+            raise ValueError(f"unknown {scope} key {name!r}{where}; allowed: {sorted(d)}")
+        d[name] = _parse_value(f"{scope}.{name}", raw, d[name])
+        keys.add(name)
+    return scopes["train"][1], scopes["model"][1]
 
 
 def _run_length(tdict: dict, explicit: set[str]) -> None:

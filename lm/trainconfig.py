@@ -53,7 +53,6 @@ class TrainConfig:
     tokenizer: str = "bytes"  # bytes | bpe (byte-level BPE of model.vocab_size, trained on the training split)
     out_dir: str = "runs/train"
     probe_gauges: bool = True  # the CLI runs the gauge census at start (finds the gauges to monitor)
-    # lr multiplier per parameter group (lm.optim.LR_GROUPS; absent: 1): structure-aware learning rates
     lr_mult: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
