@@ -118,9 +118,7 @@ def best_lr(sweep: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]
     (a diverged run counts as worst; the widening point its best needs included: :func:`studies.grid.sweep_points`);
     ``None`` while any is missing."""
     points = sweep_points(sweep, records, specs)
-    if points is None:
-        return None
-    return min((sweep_score(records[s.name]), s.lr) for s in points)[1]
+    return None if points is None else min((sweep_score(records[s.name]), s.lr) for s in points)[1]
 
 
 def resolve(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],
@@ -190,10 +188,9 @@ def measure_probe(spec: RunSpec, specs: list[RunSpec], records: dict[str, dict[s
     out = probe((ref.model, ref.model_config), (fast.model, fast.model_config), batch_size=ref.batch_size,
                 threads=threads, seed=spec.seed)
     r_rec, f_rec = records[ref_name], records[fast_name]
-    records_ratio = (f_rec["tok_per_s"] / r_rec["tok_per_s"]) if r_rec.get("tok_per_s") and f_rec.get(
-        "tok_per_s") else None
     return {**out, "reference_run": ref_name, "fast_run": fast_name, "reference_tokens": r_rec["tokens"],
-            "records_ratio": records_ratio}
+            "records_ratio": f_rec["tok_per_s"] / r_rec["tok_per_s"]
+            if r_rec.get("tok_per_s") and f_rec.get("tok_per_s") else None}
 
 
 def last_step(run_dir: Path) -> int:
@@ -249,8 +246,7 @@ class Driver:
         self.stopping = False
 
     def say(self, msg: str) -> None:
-        sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {msg}\n")
-        sys.stderr.flush()
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     def records(self) -> dict[str, dict[str, Any]]:
         return {r["name"]: r for r in read_records(self.results)}
@@ -269,8 +265,7 @@ class Driver:
 
     def launch(self, spec: RunSpec, lr: float) -> Job:
         run_dir = self.runs_dir / spec.name
-        run_dir.mkdir(parents=True, exist_ok=True)
-        spec_path = run_dir / "spec.json"
+        spec_path = run_dir / "spec.json"  # written first: its atomic write creates the folder
         want = json.loads(json.dumps({**spec.to_dict(), "resolved_lr": lr}))
         old = json.loads(spec_path.read_text()) if spec_path.exists() else None
         if old is not None and any(old.get(k, _field_default(k)) != want[k] for k in IDENTITY_KEYS):
@@ -278,12 +273,11 @@ class Driver:
                              f"since it started); move {run_dir} aside to start it again")
         atomic_write_json(spec_path, want)
         env = {**os.environ, "OMP_NUM_THREADS": str(self.args.threads), "MKL_NUM_THREADS": str(self.args.threads)}
-        err = (run_dir / "stderr.txt").open("a")
         job = Job(spec, run_dir, start_step=last_step(run_dir))
-        job.proc = subprocess.Popen([sys.executable, "-m", "studies.job", str(run_dir), str(self.args.threads)],
-                                    stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                    cwd=Path(__file__).resolve().parents[1], start_new_session=True)
-        err.close()
+        with (run_dir / "stderr.txt").open("a") as err:
+            job.proc = subprocess.Popen([sys.executable, "-m", "studies.job", str(run_dir), str(self.args.threads)],
+                                        stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                        cwd=Path(__file__).resolve().parents[1], start_new_session=True)
         job.started = time.perf_counter()
         mult = f", lr_mult {spec.lr_mult}" if spec.lr_mult else ""
         self.say(f"start {spec.name} ({spec.group}, {spec.model}, lr {lr:g}{mult}, {spec.steps()} steps)")
@@ -297,8 +291,7 @@ class Driver:
             rec["commit"] = self.args.commit
             merge_record(self.results, rec, self.order)
             log = job.run_dir / "log.jsonl"
-            if log.exists():
-                (self.results / "logs").mkdir(parents=True, exist_ok=True)
+            if log.exists():  # (atomic writes create their folder)
                 atomic_write_text(self.results / "logs" / f"{job.spec.name}.log.jsonl", log.read_text())
             claims = job.run_dir / "trained_claims.json"
             if claims.exists():  # the trained-model claims of the text-shape GRT, beside the shipped model's
@@ -365,7 +358,7 @@ class Driver:
             time.sleep(POLL_S if self.args.grid == "full" else 0.2)
         if self.stopping or self.stopped:
             return 130
-        waiting = [s.name for s in self.pending() if s.name not in self.failed]
+        waiting = [s.name for s in self.pending()]  # failed runs are not pending
         if self.failed:
             self.say(f"{len(self.failed)} run(s) failed or could not start: {', '.join(sorted(self.failed))} "
                      f"(see the lines above and their stderr.txt)")
@@ -441,7 +434,7 @@ def status(args: argparse.Namespace, specs: list[RunSpec]) -> int:
         state = ("recorded" if s.name in recs else "unfinished" if (run_dir / "ckpt.pt").exists()
                  else "not needed" if widening_needed(s, recs, everything) is False else "waiting")
         counts.setdefault(s.group, {"recorded": 0, "unfinished": 0, "waiting": 0, "not needed": 0})[state] += 1
-        if args.command == "status" and state != "waiting":
+        if state != "waiting":
             at = f" at step {last_step(run_dir):,} of {s.steps():,}" if state == "unfinished" and s.tokens > 0 else ""
             print(f"  {s.name:34s} {state}{at}")
     for g, c in counts.items():

@@ -63,10 +63,9 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
                 msg += f"; so far, {what}: coupling off {rows[v]['mean'] - rows['shipped']['mean']:+.3f} bits/byte " \
                        f"(seed spread {spread:.3f})"
         return msg
-    ship, off, off_wall = rows["shipped"], rows["coupling-off"], rows["coupling-off-wallclock"]
+    ship, off, off_wall = (rows[v] for v in need)
     gap_tok, gap_wall = off["mean"] - ship["mean"], off_wall["mean"] - ship["mean"]
-    spread_tok = max(ship["seed_range"], off["seed_range"])
-    spread_wall = max(ship["seed_range"], off_wall["seed_range"])
+    spread_tok, spread_wall = (max(ship["seed_range"], r["seed_range"]) for r in (off, off_wall))
     return Claim(
         id="studies.content_adaptive", statement="the Clifford coupling makes the GRT content-adaptive where it "
         "needs to be", stated=None,
@@ -91,8 +90,8 @@ def stability_rows(records: list[dict[str, Any]], groups: tuple[str, ...] = ("st
 
 def stable_range(rs: list[dict[str, Any]]) -> dict[str, Any]:
     stable = [r["lr"] for r in rs if r.get("stable")]
-    return {"stable_lrs": stable, "n_stable": len(stable), "largest": max(stable) if stable else None,
-            "smallest": min(stable) if stable else None}
+    return {"stable_lrs": stable, "n_stable": len(stable), "largest": max(stable, default=None),
+            "smallest": min(stable, default=None)}
 
 
 def _wider(g: dict[str, Any], d: dict[str, Any]) -> bool:
@@ -278,7 +277,7 @@ def final_pairs(records: list[dict[str, Any]], group: str) -> list[dict[str, Any
                      "seeds": (len(g), len(d)),
                      "grt_mean": statistics.fmean(g) if g else None, "dense_mean": statistics.fmean(d) if d else None,
                      "gap": statistics.fmean(g) - statistics.fmean(d) if g and d else None,
-                     "spread": max(ranges) if ranges else None,
+                     "spread": max(ranges, default=None),
                      "params": {m: p[m][0]["params"]["total"] for m in p}})
     return sorted(rows, key=lambda r: (r["n_blocks"], r["shape"]))
 
@@ -432,11 +431,9 @@ def summary_lines(records: list[dict[str, Any]], specs: list[Any], where: str, v
     lines = [f"{len([r for r in records if r['name'] in names])} of {len(specs)} runs recorded in {where}", ""]
     lines += format_tables(records, verbose)
     lines.append("")
-    results_v: list[Claim | str] = verdicts(records, specs)
-    labels = [fn.__name__.replace("_", "-") for fn in VERDICTS + FAIR_VERDICTS]
     reference = reference_claims(records)  # none without the reference comparison's records
-    results_v += reference
-    labels += [c.id for c in reference]
+    results_v: list[Claim | str] = [*verdicts(records, specs), *reference]
+    labels = [fn.__name__.replace("_", "-") for fn in VERDICTS + FAIR_VERDICTS] + [c.id for c in reference]
     for name, v in zip(labels, results_v):
         lines.append(f"{name:28s} " + (v if isinstance(v, str) else ("HOLDS" if v.holds else "FAILS") + "  "
                                       + (v.summary or json.dumps(v.measured, default=str)[:150])))

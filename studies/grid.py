@@ -204,20 +204,20 @@ def _speed(kind: str, cfg: dict[str, Any]) -> float:
 
 def _sweep_and_final(group: str, tag: str, kind: str, cfg: dict[str, Any], lrs: tuple[float, ...],
                      sweep_tokens: int, final_tokens: int, evals: int,
-                     widening: tuple[float, float] | None = None) -> list[RunSpec]:
-    """The sweep's points, its conditional widening points (``(down, up)``, if given), then the final."""
+                     widening: tuple[float, float] | None = None, seeds: tuple[int, ...] = (0,)) -> list[RunSpec]:
+    """The sweep's points, its conditional widening points (``(down, up)``, if given), then the final at each of
+    ``seeds`` (the first keeps the name ``<tag>-final``)."""
     est = _speed(kind, cfg)
-    out = [RunSpec(f"{tag}-sweep-lr{lr:g}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
-                   sweep=tag, evals=4, est_tok_s=est) for lr in lrs]
+    points = [(lr, None) for lr in lrs]
     if widening is not None:
         if not widening[0] < min(lrs) < max(lrs) < widening[1]:
             raise AssertionError(f"{tag}: widening points {widening} must lie outside the sweep's {lrs}")
-        out += [RunSpec(f"{tag}-sweep-lr{lr:g}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep",
-                        sweep=tag, evals=4, est_tok_s=est, widens=side)
-                for lr, side in zip(widening, ("down", "up"))]
-    out.append(RunSpec(f"{tag}-final", group, tag, kind, cfg, final_tokens, lr=None, phase="final", sweep=tag,
-                       evals=evals, est_tok_s=est))
-    return out
+        points += zip(widening, ("down", "up"))
+    return [*(RunSpec(f"{tag}-sweep-lr{lr:g}", group, tag, kind, cfg, sweep_tokens, lr=lr, phase="sweep", sweep=tag,
+                      evals=4, est_tok_s=est, widens=side) for lr, side in points),
+            *(RunSpec(f"{tag}-final" + ("" if seed == seeds[0] else f"-seed{seed}"), group, tag, kind, cfg,
+                      final_tokens, seed=seed, lr=None, phase="final", sweep=tag, evals=evals, est_tok_s=est)
+              for seed in seeds)]
 
 
 def full_grid() -> list[RunSpec]:
@@ -245,9 +245,8 @@ def full_grid() -> list[RunSpec]:
     specs += [RunSpec(f"coupling-off-wallclock-seed{seed}", "ablation", "coupling-off-wallclock",
                       *abl["coupling-off"], 0, seed=seed, est_tok_s=_speed(*abl["coupling-off"]),
                       match_wallclock=(f"shipped-seed{seed}", f"coupling-off-seed{seed}")) for seed in (0, 1)]
-    specs += [RunSpec(f"{variant}-lr{lr:g}", "stability", variant, kind, cfg,
-                      200 * 16 * STABILITY_SHAPE["block_size"], lr=lr, evals=4, warmup_frac=0.1,
-                      est_tok_s=_speed(kind, cfg))
+    specs += [RunSpec(f"{variant}-lr{lr:g}", "stability", variant, kind, cfg, 200 * 16 * STABILITY_SHAPE["block_size"],
+                      lr=lr, evals=4, est_tok_s=_speed(kind, cfg))
               for variant, (kind, cfg) in stability_variants(STABILITY_SHAPE).items() for lr in STABILITY_LRS]
     # the widening point last, so the records of the first three keep their place in the order
     text_dense = _sweep_and_final("text_shape", "text-dense", "dense", matched_dense(text), TEXT_DENSE_SWEEP_LRS,
@@ -292,23 +291,18 @@ def vocab_specs(shapes: dict[str, dict[str, Any]], data: str, lrs: tuple[float, 
     """The BPE comparison at each shape (sweep, widening, finals at ``seeds[shape]``) and the long pair at the
     first shape; every run takes its model's tuned multipliers."""
     bpe = {"data": data, "tokenizer": "bpe", **kw}
-    out = []
-    for size, shape in shapes.items():
+    out, long = [], []
+    for i, (size, shape) in enumerate(shapes.items()):
         g = _grt(shape)
         for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
-            tag = f"bpe-{size}-{kind}"
-            for s in _sweep_and_final("vocab", tag, kind, cfg, lrs, sweep_tokens, final_tokens, 12, widening):
-                for seed in (seeds[size] if s.phase == "final" else (0,)):
-                    name = s.name if s.phase != "final" or seed == 0 else f"{s.name}-seed{seed}"
-                    out.append(replace(s, name=name, seed=seed, tuned_from=f"tune-{kind}", **bpe))
-    size = next(iter(shapes))
-    g = _grt(shapes[size])
-    for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
-        tokens = max(final_tokens, long_per_param * model_params(kind, cfg))
-        out.append(RunSpec(f"long-{kind}", "long", f"long-{kind}", kind, cfg, tokens, lr=None, phase="final",
-                           sweep=f"bpe-{size}-{kind}", tuned_from=f"tune-{kind}", est_tok_s=_speed(kind, cfg),
-                           **{"evals": 48, **bpe}))
-    return out
+            out += [replace(s, tuned_from=f"tune-{kind}", **bpe) for s in _sweep_and_final(
+                "vocab", f"bpe-{size}-{kind}", kind, cfg, lrs, sweep_tokens, final_tokens, 12, widening, seeds[size])]
+            if i == 0:
+                tokens = max(final_tokens, long_per_param * model_params(kind, cfg))
+                long.append(RunSpec(f"long-{kind}", "long", f"long-{kind}", kind, cfg, tokens, lr=None, phase="final",
+                                    sweep=f"bpe-{size}-{kind}", tuned_from=f"tune-{kind}",
+                                    est_tok_s=_speed(kind, cfg), **{"evals": 48, **bpe}))
+    return out + long
 
 
 def fair_depth_specs(shape: dict[str, Any], depths: tuple[int, ...], lrs: tuple[float, ...],
@@ -319,11 +313,9 @@ def fair_depth_specs(shape: dict[str, Any], depths: tuple[int, ...], lrs: tuple[
     for n_blocks in depths:
         g = _grt({**shape, "n_blocks": n_blocks})
         for kind, cfg in (("grt", g), ("dense", matched_dense(g))):
-            for s in _sweep_and_final("fair_depth", f"fair-depth{n_blocks}-{kind}", kind, cfg, lrs, sweep_tokens,
-                                      final_tokens, 24, widening):
-                for seed in (seeds if s.phase == "final" else (0,)):
-                    name = s.name if s.phase != "final" or seed == seeds[0] else f"{s.name}-seed{seed}"
-                    out.append(replace(s, name=name, seed=seed, tuned_from=f"tune-{kind}", **kw))
+            out += [replace(s, tuned_from=f"tune-{kind}", **kw) for s in _sweep_and_final(
+                "fair_depth", f"fair-depth{n_blocks}-{kind}", kind, cfg, lrs, sweep_tokens, final_tokens, 24,
+                widening, seeds)]
     return out
 
 
@@ -359,15 +351,14 @@ def tiny_grid() -> list[RunSpec]:
     g = _grt(shape)
     dense = _dense(shape)
     tok = 2 * 4 * 16  # two steps of 4 windows
-    specs = [RunSpec(f"{v}-seed{s}", "ablation", v, k, c, tok, seed=s, batch_size=4, evals=2)
-             for s in (0, 1) for v, (k, c) in (("shipped", ("grt", g)),
-                                               ("coupling-off", ("grt", _grt(shape, qkvo_coupling=False,
-                                                                             mixer_coupling=False))))]
-    specs += [RunSpec(f"coupling-off-wallclock-seed{s}", "ablation", "coupling-off-wallclock", "grt",
-                      _grt(shape, qkvo_coupling=False, mixer_coupling=False), 0, seed=s, batch_size=4, evals=2,
-                      match_wallclock=(f"shipped-seed{s}", f"coupling-off-seed{s}")) for s in (0, 1)]
-    specs += [RunSpec(f"{v}-lr{lr:g}", "stability", v, k, c, tok, lr=lr, batch_size=4, evals=2)
-              for v, (k, c) in (("grt", ("grt", g)), ("dense", ("dense", dense))) for lr in (1e-3, 1e-1)]
+    off = _grt(shape, qkvo_coupling=False, mixer_coupling=False)
+    specs = [RunSpec(f"{v}-seed{s}", "ablation", v, "grt", c, tok, seed=s, batch_size=4, evals=2)
+             for s in (0, 1) for v, c in (("shipped", g), ("coupling-off", off))]
+    specs += [RunSpec(f"coupling-off-wallclock-seed{s}", "ablation", "coupling-off-wallclock", "grt", off, 0, seed=s,
+                      batch_size=4, evals=2, match_wallclock=(f"shipped-seed{s}", f"coupling-off-seed{s}"))
+              for s in (0, 1)]
+    specs += [RunSpec(f"{k}-lr{lr:g}", "stability", k, k, c, tok, lr=lr, batch_size=4, evals=2)
+              for k, c in (("grt", g), ("dense", dense)) for lr in (1e-3, 1e-1)]
     # two points: the best is always on an edge, so exactly one of depth1-dense's widening points is needed
     for group, tag, kind, cfg, widening in (("text_shape", "text-grt", "grt", g, None),
                                             ("depth", "depth1-dense", "dense", dense, (1e-4, 1e-1))):

@@ -92,13 +92,15 @@ def is_stable(status: str, initial: float, final: float | None, max_train: float
                 and final < initial and max_train is not None and max_train <= BLOWUP_FACTOR * initial)
 
 
-def _stability(model: torch.nn.Module, kind: str, cfg: Any, seed: int, batch: tuple, path: dict[str, Any],
+def _stability(model: torch.nn.Module | None, spec: dict[str, Any], cfg: Any, path: dict[str, Any],
                status: str) -> dict[str, Any]:
     from lm.models import build_model
-    from studies.measure import block_grad_norms, grad_norm_ratio
+    from rmsgauge.corpus import ByteCorpus
+    from studies.measure import block_grad_norms, grad_norm_ratio, held_out_batch
 
-    seed_everything(seed)
-    g_init = block_grad_norms(build_model(kind, cfg), *batch)
+    batch = held_out_batch(ByteCorpus.load(), int(spec["model_config"]["block_size"]))
+    seed_everything(int(spec["seed"]))
+    g_init = block_grad_norms(build_model(spec["model"], cfg), *batch)
     g_trained = block_grad_norms(model, *batch) if model is not None else None
     return {"stable": is_stable(status, path["initial_val_loss"], path["final_val_loss"], path["max_train_loss"]),
             "grad_norms_init": g_init, "grad_norms_trained": g_trained, "grad_ratio_init": grad_norm_ratio(g_init),
@@ -119,7 +121,7 @@ def run_corpus(spec: dict[str, Any]) -> Any:
                        int(spec["model_config"]["vocab_size"]))
 
 
-def measure(model: torch.nn.Module | None, kind: str, cfg: Any, det: bool = True, corpus: Any = None) -> dict[str, Any]:
+def measure(model: torch.nn.Module | None, cfg: Any, det: bool = True, corpus: Any = None) -> dict[str, Any]:
     """The full-split bits/byte, gates and (``det``) negative-determinant fraction of a trained model (float32
     model, float64 Jacobians) on ``corpus`` (default: the bundled bytes)."""
     from rmsgauge.corpus import ByteCorpus
@@ -145,14 +147,12 @@ def _imported(spec: dict[str, Any]) -> dict[str, Any]:
            "wall_s": card["train_time_s"], "tok_per_s": card["tokens_seen"] / card["train_time_s"],
            "val_bpb_sample": card["final_val_bpb"], "params": card["params"], "status": "complete",
            "source": f"lm/reference_models/{spec['imported']}.pt ({card.get('command', '')})"}
-    return {**rec, **measure(model.float(), spec["model"], model.config)}
+    return {**rec, **measure(model.float(), model.config)}
 
 
 def run_job(run_dir: Path, threads: int = 1) -> int:
     from lm.checkpoint import load_checkpoint, model_from_checkpoint
     from lm.models import config_from_dict
-    from rmsgauge.corpus import ByteCorpus
-    from studies.measure import held_out_batch
 
     spec = json.loads((run_dir / "spec.json").read_text())
     if (run_dir / "record.json").exists():
@@ -181,11 +181,10 @@ def run_job(run_dir: Path, threads: int = 1) -> int:
                "steps": s["steps"] if summary else path.get("nonfinite_step"), "wall_s": s.get("train_time_s"),
                "tok_per_s": s.get("tokens_per_s"), "val_bpb_sample": s.get("final_val_bpb"),
                "params": s.get("params"), "status": status, **path,
-               **measure(model, spec["model"], cfg, det=spec["phase"] != "sweep", corpus=run_corpus(spec))}
+               **measure(model, cfg, det=spec["phase"] != "sweep", corpus=run_corpus(spec))}
         rec["measure_s"] = time.perf_counter() - t_measure  # this process's seconds after training
         if spec["group"] in ("stability", "stability_tuned"):
-            batch = held_out_batch(ByteCorpus.load(), int(spec["model_config"]["block_size"]))
-            rec.update(_stability(model, spec["model"], cfg, int(spec["seed"]), batch, path, status))
+            rec.update(_stability(model, spec, cfg, path, status))
     if spec["group"] == "text_shape" and spec["phase"] == "final" and spec["model"] == "grt" and model is not None:
         _trained_claims(model, spec, run_dir)
     rec["threads"] = threads

@@ -46,10 +46,8 @@ def format_reference(records: list[dict[str, Any]]) -> list[str]:
              "log's 16-batch sample)",
              fmt.format("model", "d", "embed", "attn", "mixer", "ffn", "norm+gate", "total", "lr", "tokens", "tok/s",
                         "bpb full", "sample", "train s")]
-    for row in rows:
-        r, p = row["final"], (row["final"] or {}).get("params") or {}
-        if r is None:
-            continue
+    for row in [row for row in rows if row["final"] is not None]:
+        r, p = row["final"], row["final"].get("params") or {}
         lines.append(fmt.format(
             row["model"], r["model_config"]["d_model"], *(f"{p.get(k, 0):,}" for k in ("embedding", "attention",
                                                                                     "mixer", "ffn")),

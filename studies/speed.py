@@ -67,7 +67,7 @@ def probe(reference: tuple[str, dict[str, Any]], fast: tuple[str, dict[str, Any]
 
 
 def matched_width(reference: tuple[str, dict[str, Any]], dense: dict[str, Any], *, batch_size: int, threads: int = 1,
-                  seed: int = 0, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP) -> dict[str, Any]:
+                  seed: int = 0) -> dict[str, Any]:
     """The width at which the dense family of ``dense`` (its depth, heads and context, ``d_ff = 4 d``) trains as
     many tokens per second as the ``reference`` model: from ``dense``'s width, widen by about sqrt(2) (one
     :func:`probe` against the reference per width) until the dense model is the slower, then interpolate the log
@@ -83,8 +83,7 @@ def matched_width(reference: tuple[str, dict[str, Any]], dense: dict[str, Any], 
     tried: list[dict[str, Any]] = []
     d = int(dense["d_model"])
     while True:
-        p = probe(reference, ("dense", at(d)), batch_size=batch_size, steps=steps, warmup=warmup, threads=threads,
-                  seed=seed)
+        p = probe(reference, ("dense", at(d)), batch_size=batch_size, threads=threads, seed=seed)
         tried.append({"d_model": d, **{k: p[k] for k in ("speed_ratio", "reference_tok_s", "fast_tok_s")}})
         if p["speed_ratio"] <= 1.0 or d >= allowed[-1]:
             break

@@ -116,9 +116,9 @@ def search_scores(search: str, records: dict[str, dict[str, Any]],
     the base run (when the grid trains it) is unrecorded, so the search never trains that point twice."""
     scores: dict[tuple, float] = {}
     base = TUNING_BASE.get(search)
-    if base is not None and base in records:
+    if base in records:
         scores[point_key({})] = run_score(records[base])
-    elif base is not None and any(s.name == base for s in specs):
+    elif any(s.name == base for s in specs):
         return None
     for s in specs:
         if s.search == search and s.phase == "search" and s.name in records:
@@ -157,7 +157,5 @@ def resolve_tuning(spec: RunSpec, records: dict[str, dict[str, Any]], specs: lis
     if any(s.slot < spec.slot and s.name not in records and s.name not in busy for s in slots):
         return None
     todo = [p for p in propose(MODEL_LR_GROUPS[spec.model], scores)[0] if point_key(p) not in busy.values()]
-    if not todo:
-        return None
     keep = [p for p in todo if prior is not None and point_key(p) == point_key(prior)]
-    return replace(spec, lr_mult=(keep or todo)[0])
+    return replace(spec, lr_mult=(keep or todo)[0]) if todo else None

@@ -77,8 +77,7 @@ def load(path: str | None, kind: str, name: str | None = None) -> tuple[nn.Modul
     ckpt = load_checkpoint(p)
     if ckpt.get("model_kind") != kind:
         raise ValueError(f"{p} holds a {ckpt.get('model_kind')!r} model; this flag takes a {kind} checkpoint")
-    model = model_from_checkpoint(ckpt).float().eval()
-    return model, _card_of(p, ckpt)
+    return model_from_checkpoint(ckpt).float().eval(), _card_of(p, ckpt)
 
 
 def init_copy(model: nn.Module, kind: str, card: dict[str, Any] | None) -> nn.Module:
@@ -115,19 +114,18 @@ def check(args: argparse.Namespace) -> Path | None:
 
 def run(args: argparse.Namespace, out: Path | None) -> int:
     from rmsgauge.corpus import ByteCorpus
-    from studies.measure import full_split_bpb
+    from studies.measure import full_split_bpb, held_out_batch
     from studies.trained.claims import CLAIMS, trained_vs_dense_claim
 
     torch.set_num_threads(args.threads)
     grt, grt_card = load(args.checkpoint, "grt", args.reference)
-    dense_path = args.dense_checkpoint
-    dense, dense_card = (None, None)
+    dense, dense_card = None, None
     shipped_grt = grt_card is not None and "sha256" in grt_card  # a model card, not a run's summary
-    if dense_path is not None or args.dense_reference is not None or shipped_grt:
-        dense, dense_card = load(dense_path, "dense", args.dense_reference)
+    if args.dense_checkpoint is not None or args.dense_reference is not None or shipped_grt:
+        dense, dense_card = load(args.dense_checkpoint, "dense", args.dense_reference)
     print("trained-model claims (float64 copies) ...", file=sys.stderr, flush=True)
     corpus = ByteCorpus.load()
-    ids = corpus.batch("val", 8, grt.config.block_size, generator=torch.Generator().manual_seed(args.seed))[0]
+    ids = held_out_batch(corpus, grt.config.block_size, args.seed)[0]
     claims = run_claims(CLAIMS, grt=grt, dense=dense, held_out_ids=ids, grt_init=init_copy(grt, "grt", grt_card),
                         dense_init=None if dense is None else init_copy(dense, "dense", dense_card),
                         jac_tokens=args.jac_tokens)
@@ -141,8 +139,8 @@ def run(args: argparse.Namespace, out: Path | None) -> int:
     if out is not None:
         write_claims_json(out, claims, tool="studies.trained",
                           checkpoint=args.checkpoint or f"shipped {args.reference or 'grt'}",
-                          dense_checkpoint=dense_path or (f"shipped {args.dense_reference or 'dense'}"
-                                                          if dense is not None else None),
+                          dense_checkpoint=args.dense_checkpoint or (f"shipped {args.dense_reference or 'dense'}"
+                                                                     if dense is not None else None),
                           config=grt.config.to_dict(), jac_tokens=args.jac_tokens, held_out_seed=args.seed)
         print(f"wrote {out}", file=sys.stderr)
     print(claims_table(claims, verbose=args.verbose))

@@ -35,15 +35,13 @@ from studies.trained.measure import (
 )
 from studies.trained.signal import dense_signal, grt_signal
 
-SOURCE = "001_cfb910613b442095.txt"
 STATED_GATES_BLOCK0 = (0.99, 0.97, 0.79)  # the text: attention, mixer, FFN of block 0 after training
 STATED_RING_RADIUS = 0.79  # the text: block 0's ring "radius ≈ 0.79, pre-PearlNorm"
 SE_SIGMAS = 4.0  # statistical verdicts allow 4 standard errors (as dynamics.checks; two-sided p ~ 6e-5 each)
 
 
 def claim_trained_gates(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None, *,
-                        grt_init: GRT | None = None, dense_init: nn.Module | None = None,
-                        cache: dict | None = None, **_: Any) -> Claim:
+                        grt_init: GRT | None = None, **_: Any) -> Claim:
     r"""Every block's (attention, mixer, FFN) gate :math:`g = \sigma(\ell)` in float64.  The text's 0.99 / 0.97 /
     0.79 are its 12-block d = 256 model's, so the verdict is on what they imply: every gate in the open interval
     (0, 1) (a saturated sigmoid, :math:`g = 1` exactly, has no gradient left), and in block 0 attention
@@ -70,7 +68,7 @@ def claim_trained_gates(grt: GRT, dense: nn.Module | None = None, held_out_ids: 
         id="grt.trained_gates",
         statement="In block zero, attention writes at about 0.99, the mixer at about 0.97, the FFN at about 0.79 "
                   "(gated down to keep the stack stable); the gates drift across the blocks.",
-        stated={"attn": STATED_GATES_BLOCK0[0], "mixer": STATED_GATES_BLOCK0[1], "ffn": STATED_GATES_BLOCK0[2]},
+        stated=dict(zip(GATE_NAMES, STATED_GATES_BLOCK0)),
         measured={"block0": dict(zip(GATE_NAMES, b0.tolist())), "all_in_open_unit_interval": in_open,
                   "block0_ordered": ordered},
         summary="block 0: " + " / ".join(f"{g:.2f}" for g in b0.tolist()),
@@ -86,8 +84,7 @@ def _spread(r: torch.Tensor) -> torch.Tensor:
 
 
 def claim_trained_ring_radius(grt: GRT, dense: nn.Module | None = None, held_out_ids: torch.Tensor | None = None,
-                              *, grt_init: GRT | None = None, dense_init: nn.Module | None = None,
-                              cache: dict | None = None, **_: Any) -> Claim:
+                              *, grt_init: GRT | None = None, cache: dict | None = None, **_: Any) -> Claim:
     r"""Radius distribution of the held-out tokens' embeddings, and block 0's PearlNorm applied to it.
 
     Exact laws (PearlNorm eps = 0): a token :math:`v` enters as a ring of radius :math:`|r_v|`; PearlNorm divides
@@ -260,8 +257,7 @@ def claim_head_diversity(grt: GRT, dense: nn.Module | None = None, held_out_ids:
 
 def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
                                    held_out_ids: torch.Tensor | None = None, *, grt_init: GRT | None = None,
-                                   dense_init: nn.Module | None = None, cache: dict | None = None,
-                                   jac_tokens: int = JAC_TOKENS, **_: Any) -> Claim:
+                                   cache: dict | None = None, jac_tokens: int = JAC_TOKENS, **_: Any) -> Claim:
     """Fraction of (token, head) Jacobians with det < 0, per coupled projection and block (``slogdet``): each
     head's Q, K, V, O (``d_head x d_head``) and the mixer (``d_model x d_model``).  With the coupling on a
     determinant can be negative (``grt.coupled_stage_det``); the text's guarantee holds on real tokens iff none
@@ -271,8 +267,7 @@ def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
     for kind, state, mod in models_by_state(grt, None, grt_init, None):
         res[f"{kind} {state}"] = det_sign_rows(grt_jacobians(mod, ids, jac_tokens, cache))
     tr = res["grt trained"]
-    n_neg = sum(r[k]["negative"] for r in tr for k in COUPLED)
-    n_all = sum(r[k]["of"] for r in tr for k in COUPLED)
+    n_neg, n_all = (sum(r[k][n] for r in tr for k in COUPLED) for n in ("negative", "of"))
     blk0 = grt.blocks[0]
     coupled = [k for k, c in zip(COUPLED, (*[blk0.attn.qkv] * 3, blk0.attn.o, blk0.mixer.cascade)) if c.has_coupling]
     return Claim(

@@ -277,7 +277,6 @@ def grt_jacobians(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | 
                   ) -> list[dict[str, torch.Tensor]]:
     """Per block: each projection's per-head Jacobians ``[n, heads, w, w]`` at ``n`` held-out tokens, plus the
     whole FFN sublayer's ``[n, D, D]`` (cached: signal propagation and the det sign share them)."""
-
     names = ("qkv", "o", "mixer", "ffn_expand", "ffn_contract")
     return memo(cache, ("grt_jac", id(model), jac_tokens),
                 lambda: _projection_jacobians(model, ids, jac_tokens, cache, names, ffn=True))

@@ -28,6 +28,10 @@ from studies.trained.measure import (
 )
 
 
+def _span(t: torch.Tensor) -> list[float]:
+    return [float(t.min()), float(t.max())]
+
+
 def grt_signal(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | None) -> dict[str, Any]:
     """Per block of the GRT: each projection's gains and Jacobian singular values against its scale bound, the
     FFN sublayer's against its upper bounds, and the sublayer and block RMS gains; ``ok``: every bound that
@@ -60,7 +64,7 @@ def grt_signal(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | Non
                 jac_ok = (not linear) or (sv_lo_ratio >= 1 - tol.rtol and sv_hi_ratio <= 1 + tol.rtol)
                 ok_all &= gain_ok and jac_ok
                 proj[k] = {"gain": summary_stats(gk[valid]), "bound": [float(lo_k.min()), float(hi_k.max())],
-                           "gain_in_bound": gain_ok, "jacobian_sv": [float(sv.min()), float(sv.max())],
+                           "gain_in_bound": gain_ok, "jacobian_sv": _span(sv),
                            "sv_max / bound_hi": sv_hi_ratio, "sv_min / bound_lo": sv_lo_ratio,
                            "jacobian_bounded_by_construction": linear, "jacobian_in_bound": bool(jac_ok)}
                 if not linear:
@@ -78,19 +82,16 @@ def grt_signal(model: GRT, ids: torch.Tensor, jac_tokens: int, cache: dict | Non
         jac_ok = bool(sv_ffn.max() <= hi_jac * (1 + tol.rtol))
         ok_all &= gain_ok and jac_ok
         proj["ffn"] = {"gain": summary_stats(g_ffn), "bound": [0.0, hi_val], "gain_in_bound": gain_ok,
-                       "jacobian_sv": [float(sv_ffn.min()), float(sv_ffn.max())], "jacobian_upper_bound": hi_jac,
+                       "jacobian_sv": _span(sv_ffn), "jacobian_upper_bound": hi_jac,
                        "jacobian_in_bound": jac_ok, "fused_vs_composed_max_diff": fused_err}
-        # sublayer and block RMS gains on the stream
-        writes = {"attn": bt.after_attn - bt.stream_in, "mixer": bt.after_mixer - bt.after_attn,
-                  "ffn": bt.stream_out - bt.after_mixer}
-        ins = {"attn": (bt.stream_in, bt.attn_in), "mixer": (bt.after_attn, bt.mixer_in),
-               "ffn": (bt.after_mixer, bt.ffn_in)}
+        # sublayer and block RMS gains on the stream: (stream in, stream out, normed input) per sublayer
+        sides = {"attn": (bt.stream_in, bt.after_attn, bt.attn_in),
+                 "mixer": (bt.after_attn, bt.after_mixer, bt.mixer_in),
+                 "ffn": (bt.after_mixer, bt.stream_out, bt.ffn_in)}
         gates = dict(zip(GATE_NAMES, blk.gates().tolist()))
-        sub = {}
-        for n, wr in writes.items():
-            stream, normed = ins[n]
-            sub[n] = {"process_gain rms(f(PN x))/rms(PN x)": summary_stats(rms(wr) / gates[n] / rms(normed)),
-                      "write_gain rms(g f)/rms(x)": summary_stats(rms(wr) / rms(stream))}
+        sub = {n: {"process_gain rms(f(PN x))/rms(PN x)": summary_stats(rms(y - x) / gates[n] / rms(normed)),
+                   "write_gain rms(g f)/rms(x)": summary_stats(rms(y - x) / rms(x))}
+               for n, (x, y, normed) in sides.items()}
         blocks.append({"projections": proj, "sublayers": sub,
                        "block_gain rms(out)/rms(in)": summary_stats(rms(bt.stream_out) / rms(bt.stream_in))})
     return {"blocks": blocks, "ok": bool(ok_all), "worst_coupled_sv_over_bound": max(worst.values(), default=None)}
@@ -107,17 +108,15 @@ def dense_signal(model: nn.Module, ids: torch.Tensor, jac_tokens: int, cache: di
         proj = {}
         for name, lin, x in (("q", blk.attn.q_proj, z), ("k", blk.attn.k_proj, z), ("v", blk.attn.v_proj, z),
                              ("o", blk.attn.o_proj, r["values"].reshape(-1, D))):
-            sv = torch.linalg.svdvals(lin.weight)
             gain = torch.linalg.vector_norm(lin(x), dim=-1) / torch.linalg.vector_norm(x, dim=-1)
-            proj[name] = {"gain": summary_stats(gain), "jacobian_sv": [float(sv.min()), float(sv.max())]}
+            proj[name] = {"gain": summary_stats(gain), "jacobian_sv": _span(torch.linalg.svdvals(lin.weight))}
         z2 = r["mlp_in"].reshape(-1, D)
         sel = jacobian_token_index(z2.shape[0], jac_tokens)
         svm = torch.linalg.svdvals(per_token_jacobian(blk.mlp, z2[sel]))  # of the (n, D, D) Jacobians
         gm = torch.linalg.vector_norm(blk.mlp(z2), dim=-1) / torch.linalg.vector_norm(z2, dim=-1)
-        proj["mlp"] = {"gain": summary_stats(gm), "jacobian_sv": [float(svm.min()), float(svm.max())]}
+        proj["mlp"] = {"gain": summary_stats(gm), "jacobian_sv": _span(svm)}
         for name, lin in (("mlp_up", blk.mlp.up), ("mlp_down", blk.mlp.down)):
-            sv = torch.linalg.svdvals(lin.weight)
-            proj[name] = {"jacobian_sv": [float(sv.min()), float(sv.max())]}
+            proj[name] = {"jacobian_sv": _span(torch.linalg.svdvals(lin.weight))}
         sub = {"attn": {"process_gain rms(f(N x))/rms(N x)": summary_stats(rms(r["out"]) / rms(r["attn_in"])),
                         "write_gain rms(f)/rms(x)": summary_stats(rms(r["out"]) / rms(r["stream_in"]))},
                "mlp": {"process_gain rms(f(N x))/rms(N x)": summary_stats(rms(r["mlp_out"]) / rms(r["mlp_in"])),
