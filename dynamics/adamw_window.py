@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from dynamics.scalefree import grow_until_settled
+from dynamics.scalefree import e_fold, grow_until_settled
+from dynamics.scalefree import equilibrium_cos as scale_free_cos
 from dynamics.scalefree import relaxation_steps as scale_free_relaxation_steps
 from dynamics.scalefree import steps_to_equilibrium as scale_free_steps
 from rmsgauge import check_range
@@ -29,11 +30,6 @@ def _torch_decay(lr: float, wd: float, betas: tuple[float, float]) -> float:
     check_range("betas[0]", betas[0], 0.0, 1.0, hi_open=True)
     check_range("betas[1]", betas[1], 0.0, 1.0, hi_open=True)
     return float(lr) * float(wd)
-
-
-def _e_fold(factor: float) -> float:
-    """Steps per e-fold of a mode that shrinks by ``factor`` per step (inf for 1, 0 for 0)."""
-    return math.inf if factor >= 1.0 else 0.0 if factor == 0.0 else -1.0 / math.log(factor)
 
 
 def adamw_update_moments(d: float, beta1: float, beta2: float | None = None) -> tuple[float, float]:
@@ -103,9 +99,7 @@ def fixed_point_adamw(lr: float, d: float, beta1: float, nu, beta2: float | None
 def adamw_equilibrium_cos(d: float, beta1: float, beta2: float | None = None) -> float:
     r""":math:`\cos\varphi^* = q + A(1-q^2)/(1+2qA)` with AdamW's :math:`A` (:func:`adamw_update_moments`);
     ``beta2=None``: :math:`(q+\beta_1)/(1+\beta_1q)`."""
-    q = 1.0 - d
-    A = adamw_update_moments(d, beta1, beta2)[1]
-    return q + A * (1.0 - q * q) / (1.0 + 2.0 * q * A)
+    return float(scale_free_cos(d, adamw_update_moments(d, beta1, beta2)[1]))
 
 
 def adamw_relaxation_modes(d: float, beta2: float) -> tuple[float, float]:
@@ -126,7 +120,7 @@ def adamw_relaxation_modes(d: float, beta2: float) -> tuple[float, float]:
     j11, j12, j21 = q * q - c * b2, -c * b2, -(1.0 - b2)  # (xi, zeta) -> (xi', zeta'), j22 = beta2
     half_trace, root = 0.5 * (j11 + b2), math.sqrt(0.25 * (j11 - b2) ** 2 + j12 * j21)
     lam = sorted((abs(half_trace - root), abs(half_trace + root)))
-    return _e_fold(lam[0]), _e_fold(lam[1])
+    return e_fold(lam[0]), e_fold(lam[1])
 
 
 def adamw_transient(x0: float, lr: float, wd: float, numel: int, betas: tuple[float, float],

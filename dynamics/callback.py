@@ -96,7 +96,6 @@ class EquilibriumCallback(TrainerCallback, ExportableState):
         self._logging = False
         self._done = 0
 
-    # ------------------------------------------------------------------------------------------------ state
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps (``ExportableState``): the constructor's plain arguments and the monitor's state
         without its history (the JSON-lines file holds the records)."""
@@ -119,7 +118,6 @@ class EquilibriumCallback(TrainerCallback, ExportableState):
                 return (entry.get("attributes") or {}).get("saved")
         return None
 
-    # ------------------------------------------------------------------------------------------------ events
     def on_train_begin(self, args: Any, state: Any, control: Any, model: nn.Module | None = None,
                        optimizer: Any = None, train_dataloader: Any = None, **kwargs: Any) -> None:
         if not getattr(state, "is_world_process_zero", True) or model is None or optimizer is None:
@@ -224,8 +222,6 @@ class EquilibriumCallback(TrainerCallback, ExportableState):
         self.summary = self.monitor.summary()
         self.table = self.monitor.table()
         append_lines(self.jsonl, [{"event": "summary", **self.summary}])
-        if self.writer is not None and hasattr(self.writer, "flush"):
-            self.writer.flush()
         if self.print_table:
             print(self.table)
 

@@ -31,7 +31,6 @@ def check_norm_identity(ctx: Context) -> Claim:
     if not ctx.plan.single:
         traces.append(ctx.toy_trace("float32"))
     rows: dict[str, Any] = {}
-    ok = True
     sgd_like = all(tr.cfg.optimizer == "sgd" for tr in traces)
     measured: dict[str, float] = {}
     for tr in traces:
@@ -43,7 +42,6 @@ def check_norm_identity(ctx: Context) -> Claim:
         main = res["zero_radial"] if tr.cfg.optimizer == "sgd" else res["exact"]
         drop_err = np.abs(res["first_order"] - law_drop) if tr.cfg.optimizer == "sgd" else np.zeros(1)
         this_ok = bool(main.max() <= tol and drop_err.max() <= tol)
-        ok &= this_ok
         key = _fmt_cfg(tr)
         rows[key] = {"exact_identity_max_rel": float(main.max()), "tol": tol,
                      "source_form_max_rel": float(res["first_order"].max()),
@@ -68,13 +66,12 @@ def check_norm_identity(ctx: Context) -> Claim:
         stated="(1-2wd)||W||^2 + lr^2||g||^2", measured=measured,
         summary=(f"exact {max(v for k, v in measured.items() if k.startswith('exact_')):.2g}, "
                  f"(1-2wd) {src_max:.2g}"),
-        tolerance=max(r["tol"] for r in rows.values()), holds=ok,
+        tolerance=max(r["tol"] for r in rows.values()), holds=all(r["holds"] for r in rows.values()),
         dtype=", ".join(sorted({tr.dtype for tr in traces}, reverse=True)), exact_law=law, source_status="approximate",
-        details={"data": rows, "weights": _weights_note(ctx, traces), "mode": ctx.plan.describe()},
+        details={"data": rows, "weights": _weights_note(traces), "mode": ctx.plan.describe()},
     )
 
 
-# ====================================================================== 2. trajectory tracking
 def tracking(tr: Trace) -> dict[str, Any]:
     """Iterate the exact and the first-order forms from measured ||u_t|| (and <u_t,W_t>); compare to x_t."""
     c = tr.cfg
@@ -137,7 +134,7 @@ def check_trajectory_tracking(ctx: Context) -> Claim:
            "early, saturating at d/2; one-step relative error d^2 x_t/x_(t+1) (= d^2 at a stationary norm). The "
            "source's 4e-4 is the one-step error at wd = sqrt(4e-4) = 0.02, or the iterated one at wd = 8e-4 once "
            f"saturated, larger wd for shorter runs{at_T}. Exact form: round-off. Here d = {d:g}")
-    details["weights"] = _weights_note(ctx, traces)
+    details["weights"] = _weights_note(traces)
     details["mode"] = ctx.plan.describe()
     return Claim(
         id="dynamics.trajectory_tracking",
@@ -150,7 +147,6 @@ def check_trajectory_tracking(ctx: Context) -> Claim:
     )
 
 
-# ====================================================================== 3. equilibrium norm
 def phase_fixed_point(decay: str, lr: float, wd: float, dtype: str = "float64", steps: int | None = None,
                       start_factor: float = 4.0) -> dict[str, Any]:
     """Deterministic SGD on the phase toy (G = 1 exactly): fixed point and relaxation factor, to round-off."""
@@ -313,7 +309,7 @@ def check_equilibrium_norm(ctx: Context) -> Claim:
     ok = (all(r["holds"] for r in phase_rows.values()) and all(r["holds"] for r in noise_rows.values())
           and all(r["holds"] for r in train_rows.values() if r["in_verdict"]))
     details["weights"] = {"phase": "phase toy atan2(w1,w0), W in R^2 (float64)",
-                          **_weights_note(ctx, [ctx.noise_trace(c, start_factor=2.0)[0] for c in noise_cfgs])}
+                          **_weights_note([ctx.noise_trace(c, start_factor=2.0)[0] for c in noise_cfgs])}
     details["mode"] = plan.describe()
     return Claim(
         id="dynamics.equilibrium_norm",
@@ -326,6 +322,3 @@ def check_equilibrium_norm(ctx: Context) -> Claim:
         holds=ok, dtype=ctx.dtype_for("float64") + ("" if plan.single else ", float32"), exact_law=EQUILIBRIUM_NORM_LAW,
         source_status="approximate", details=details,
     )
-
-
-# ====================================================================== 4. equilibrium angle

@@ -116,7 +116,6 @@ class Context:
         self._cache: dict[Any, Any] = {}
         self.traces: list[Trace] = []  # every training run, for the radial-gradient record
 
-    # ------------------------------------------------------------------ helpers
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
         if key not in self._cache:
             self._cache[key] = build()
@@ -149,7 +148,6 @@ class Context:
             return self.plan.cfg(lr)
         return OptimConfig(optimizer="sgd", decay="source", lr=lr, wd=0.02)
 
-    # ------------------------------------------------------------------ the shared runs
     def model_calibration(self, dtype: str | None = None) -> dict[str, Any]:
         """A fresh QK-norm model, one corpus batch, and the SGD lr that turns ``W_q`` by 0.0025 rad on it."""
         dtype = dtype or self.dtype_for("float32")
@@ -237,7 +235,7 @@ def _fmt_cfg(tr: Trace) -> str:
     return f"{tr.problem_name}/{tr.dtype} {tr.cfg.label()}"
 
 
-def _weights_note(ctx: Context, traces: list[Trace]) -> dict[str, str]:
+def _weights_note(traces: list[Trace]) -> dict[str, str]:
     out: dict[str, str] = {}
     for tr in traces:
         out.setdefault(f"{tr.problem_name}/{tr.dtype}", tr.problem)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynamics.scalefree import grow_until_settled
+from dynamics.scalefree import e_fold, grow_until_settled
 from rmsgauge import check_range
 
 
@@ -60,7 +60,6 @@ class HeavyBall:
             raise ValueError("HeavyBall needs a decay: d (decoupled) or l2 (coupled) in (0, inf); without one the "
                              "norm grows without bound (no equilibrium)")
 
-    # ------------------------------------------------------------------------------------------- the map
     def moment_step(self, X, Y, Z, P):
         """One step of the second-moment map (vectorized: arrays broadcast); returns ``(X', Y', Z')``."""
         q, eta, mu, lam, k = 1.0 - self.d, self.lr, self.momentum, self.l2, 1.0 - self.dampening
@@ -86,7 +85,6 @@ class HeavyBall:
         M, f = self.matrices()
         return np.linalg.solve(np.eye(3) - M, f)
 
-    # ------------------------------------------------------------------------------------------- the laws
     def fixed_point(self, G2) -> np.ndarray:
         r"""Squared-norm fixed point :math:`X^* = \sqrt{G^2 v_0}` (``G2`` may be an array)."""
         return np.sqrt(np.asarray(G2, dtype=np.float64) * self._v()[0])
@@ -112,34 +110,29 @@ class HeavyBall:
 
     def relaxation_steps(self) -> float:
         """Steps per e-fold of the transient, :math:`-1/\\ln\\rho`."""
-        rho = self.relaxation_factor()
-        return math.inf if rho >= 1.0 else (0.0 if rho == 0.0 else -1.0 / math.log(rho))
+        return e_fold(self.relaxation_factor())
 
     def trajectory(self, x0: float, G2: float, steps: int, y0: float = 0.0, z0: float = 0.0) -> np.ndarray:
         """``X_0 .. X_steps`` of the mean-field map from ``(x0, y0, z0)`` (a fresh optimizer: ``y0 = z0 = 0``)."""
-        traj, state = self._chunk((float(x0), float(y0), float(z0)), G2, steps)
-        return np.append(traj, state[0])
+        M, f = self.matrices()
+        (a, b, c), (d_, e, g_), (h, i, j) = M.tolist()
+        f0, f1, f2 = f.tolist()
+        X, Y, Z = float(x0), float(y0), float(z0)
+        out = np.empty(steps + 1)
+        for t in range(steps):  # a nonlinear recursion: sequential by nature (a handful of flops per step)
+            out[t] = X
+            P = G2 / X
+            X, Y, Z = a * X + b * Y + c * Z + f0 * P, d_ * X + e * Y + g_ * Z + f1 * P, h * X + i * Y + j * Z + f2 * P
+        out[steps] = X
+        return out
 
     def steps_to_equilibrium(self, x0: float, G2: float, band: float, y0: float = 0.0,
                              z0: float = 0.0) -> tuple[float, float]:
         r"""``(enter, settle)``: first step with :math:`|X_t/X^*-1| \le` ``band`` and first from which it stays, for
         the mean-field map from ``(x0, y0, z0)`` (:func:`dynamics.scalefree.grow_until_settled`)."""
-        xs = float(self.fixed_point(G2))
-        first = math.ceil(4.0 * self.relaxation_steps() * max(1.0, math.log(abs(x0 / xs - 1.0) / band + 1.0)))
-        return grow_until_settled(lambda n: self.trajectory(x0, G2, n, y0, z0), xs, self.relaxation_steps(), band,
-                                  first if math.isfinite(first) else 0)
-
-    def _chunk(self, state: tuple[float, float, float], G2: float, n: int):
-        X, Y, Z = state
-        M, f = self.matrices()
-        (a, b, c), (d_, e, g_), (h, i, j) = M.tolist()
-        f0, f1, f2 = f.tolist()
-        out = np.empty(n)
-        for t in range(n):  # a nonlinear recursion: sequential by nature (a handful of flops per step)
-            out[t] = X
-            P = G2 / X
-            X, Y, Z = a * X + b * Y + c * Z + f0 * P, d_ * X + e * Y + g_ * Z + f1 * P, h * X + i * Y + j * Z + f2 * P
-        return out, (X, Y, Z)
+        xs, tau = float(self.fixed_point(G2)), self.relaxation_steps()
+        first = math.ceil(4.0 * tau * max(1.0, math.log(abs(x0 / xs - 1.0) / band + 1.0)))
+        return grow_until_settled(lambda n: self.trajectory(x0, G2, n, y0, z0), xs, tau, band, first)
 
 
 def heavy_ball_factor_closed(lr: float, mu: float, *, d: float = 0.0, l2: float = 0.0) -> float:

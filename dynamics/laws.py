@@ -36,6 +36,7 @@ from scipy.signal import lfilter
 
 from dynamics.adamw_window import adamw_equilibrium_cos, adamw_update_moments, fixed_point_adamw
 from dynamics.heavyball import HeavyBall
+from dynamics.scalefree import e_fold
 from dynamics.scalefree import relaxation_steps as scale_free_relaxation_steps
 from rmsgauge import check_choice, check_range
 
@@ -68,7 +69,6 @@ def adafactor_angle_bound(rel_step: float, clip_threshold: float = 1.0) -> float
     return math.atan(clip_threshold * rel_step)
 
 
-# --------------------------------------------------------------------------- conventions
 def decoupled_decay(lr: float, wd: float, decay: str) -> float:
     r"""The per-step multiplicative decay :math:`d` (``W <- (1-d) W - lr u``) of a convention.
 
@@ -99,7 +99,6 @@ def momentum_of(optimizer: str, momentum: float, betas: tuple[float, float]) -> 
     return float(betas[0])
 
 
-# --------------------------------------------------------------------------- one step
 def norm_step(x, u2, lr: float, d: float, radial=0.0):
     r"""Exact :math:`\lVert qW - \eta u\rVert^2 = q^2 x - 2\eta q\langle u,W\rangle + \eta^2\lVert u\rVert^2`."""
     q = 1.0 - d
@@ -147,7 +146,6 @@ def first_order_bias_constant_norm(t, d: float):
     return 0.5 * d * (1.0 - (1.0 - 2.0 * d) ** np.asarray(t, dtype=np.float64))
 
 
-# --------------------------------------------------------------------------- fixed points
 def fixed_point_sgd(lr: float, d: float, G2, momentum: float = 0.0):
     r"""Squared-norm fixed point :math:`x^*` for gradient-driven updates (SGD, SGD+momentum, decoupled decay).
 
@@ -200,15 +198,9 @@ def relaxation_factor(d: float, optimizer: str = "sgd", momentum: float = 0.0) -
 
 def relaxation_time(factor: float) -> float:
     """Steps for the deviation to shrink by e: :math:`-1/\\ln|f'(x^*)|` (inf when the factor is +-1)."""
-    a = abs(factor)
-    if a >= 1.0:
-        return math.inf
-    if a == 0.0:
-        return 0.0
-    return -1.0 / math.log(a)
+    return e_fold(abs(factor))
 
 
-# --------------------------------------------------------------------------- angles
 def equilibrium_cos(d: float, momentum: float = 0.0) -> float:
     r""":math:`\cos\varphi^* = (q+\mu)/(1+\mu q)` (decoupled decay; :math:`\mu=0`: exactly :math:`q`)."""
     check_range("d", d, 0.0, 1.0, hi_open=True)
@@ -285,7 +277,6 @@ def fitted_exponent(c, angles) -> float:
     return float(np.polyfit(lc, la, 1)[0])
 
 
-# --------------------------------------------------------------------------- monitor-facing laws
 def adamw_equilibrium_norm(lr: float, wd: float, numel: int, beta1: float = 0.9, decay: str = "torch",
                            beta2: float | None = None) -> float:
     r"""Equilibrium norm :math:`\sqrt{x^*}` of an AdamW gauge group of ``numel`` entries (random-walk regime).

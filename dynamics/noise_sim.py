@@ -83,10 +83,9 @@ def noise_run(make_opt: Callable[[list[torch.Tensor]], torch.optim.Optimizer], *
 
 
 def _flat(params: list[torch.Tensor], replicas: int) -> torch.Tensor:
-    with torch.no_grad():
-        if len(params) == 1:
-            return params[0].detach().reshape(replicas, -1).to(torch.float64, copy=True)
-        return torch.stack([p.detach().reshape(-1) for p in params]).to(torch.float64)
+    if len(params) == 1:
+        return params[0].detach().reshape(replicas, -1).to(torch.float64, copy=True)
+    return torch.stack([p.detach().reshape(-1) for p in params]).to(torch.float64)
 
 
 def settle_step(x_mean: np.ndarray, x_star: float, band: float) -> int:

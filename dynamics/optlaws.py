@@ -132,7 +132,6 @@ def _sgd(pg: Mapping[str, Any], lr: float, wd: float) -> Law:
     return Law(label, "heavyball", note, lr, wd, lr_eff=lr, rule=rule, momentum=mu)
 
 
-# ------------------------------------------------------------------------------------------------ predictions
 def predict(law: Law, st: GroupStats) -> dict[str, Any]:
     """``angle_eq``, ``norm_eq``, ``relax_steps``, ``angle_rw`` (None where the law gives none).
 
@@ -171,14 +170,8 @@ def _heavyball(law: Law, st: GroupStats) -> dict[str, Any]:
     return {"angle_eq": math.acos(cos), "norm_eq": norm, "relax_steps": _relax(r)}
 
 
-@lru_cache(maxsize=256)
-def _relax(rule: HeavyBall) -> float:
-    return rule.relaxation_steps()
-
-
-@lru_cache(maxsize=256)
-def _lion_A(d: float, b1: float, b2: float) -> float:
-    return sf.lion_correlation_sum(d, b1, b2)
+_relax = lru_cache(maxsize=256)(HeavyBall.relaxation_steps)  # an eigenvalue problem per rule: cached
+_lion_A = lru_cache(maxsize=256)(sf.lion_correlation_sum)  # a series per (d, beta1, beta2): cached
 
 
 def correlation_sum(law: Law, st: GroupStats) -> float | None:
@@ -234,9 +227,7 @@ def schedule_lag(prev: Law, now: Law, st: GroupStats, steps: int) -> float | Non
     target moving at relative rate :math:`r` trails it by :math:`\tau r`; above the monitor's band the norm cannot
     follow the schedule."""
     a, b = predict(prev, st).get("norm_eq"), predict(now, st)
-    relax = b.get("relax_steps")
-    if a is None or b.get("norm_eq") is None or relax is None or steps < 1:
+    nb, relax = b.get("norm_eq"), b.get("relax_steps")
+    if steps < 1 or not all(v is not None and math.isfinite(v) for v in (a, nb, relax)) or a <= 0:
         return None
-    if not (math.isfinite(a) and math.isfinite(b["norm_eq"]) and math.isfinite(relax)) or a <= 0:
-        return None
-    return relax * abs(2.0 * math.log(b["norm_eq"] / a)) / steps
+    return relax * abs(2.0 * math.log(nb / a)) / steps

@@ -130,7 +130,9 @@ class RegressionToy(GaugeProblem):
         self.gen = torch.Generator().manual_seed(20_000 + seed)
 
     def loss(self, step: int) -> torch.Tensor:
-        idx = torch.randint(0, self.cfg.n_samples, (self.cfg.batch,), generator=self.gen)
+        return self.loss_on(torch.randint(0, self.cfg.n_samples, (self.cfg.batch,), generator=self.gen))
+
+    def loss_on(self, idx: torch.Tensor) -> torch.Tensor:
         pred = rms_norm(self.x[idx] @ self.weight)  # (B, d_out)
         return (pred - self.y[idx]).pow(2).sum(-1).mean()
 

@@ -64,7 +64,8 @@ def check_group(kind: str, pg: Mapping[str, Any], *, gauge: bool) -> None:
     """One-line ``ValueError`` for any hyperparameter of a param group outside the range its law and the base step
     need: lr and weight decay (:func:`check_hparams`; the decay that sets the angle, ``rot_wd``, and the one the base
     applies), the momentum and dampening of SGD, the betas of AdamW and Lion, AdamW's eps."""
-    where = _where(pg)
+    i = pg.get("group_index", -1)  # -1: the defaults (no prefix); i: the caller's groups[i]
+    where = "" if i < 0 else f"groups[{i}]."
     check_hparams(where, pg.get("lr"), pg.get("rot_wd", pg.get("weight_decay")), gauge=gauge)
     check_hparams(where, pg.get("lr"), pg.get("weight_decay"), gauge=False)
     if kind in ("sgd", "sgdm"):
@@ -82,12 +83,6 @@ def check_group(kind: str, pg: Mapping[str, Any], *, gauge: bool) -> None:
         check_range(f"{where}eps", pg.get("eps"), 0.0, None)
         if pg.get("amsgrad"):
             raise ValueError(f"{where}amsgrad must be False: AMSGrad's running max of v-hat has no equilibrium angle")
-
-
-def _where(pg: Mapping[str, Any]) -> str:
-    """The error prefix of a param group: ``""`` for the defaults, ``"groups[i]."`` for the caller's groups."""
-    i = pg.get("group_index", -1)
-    return "" if i < 0 else f"groups[{i}]."
 
 
 def _match(names: Sequence[str], patterns: Iterable[str], what: str) -> set[str]:
@@ -114,8 +109,7 @@ class RotationalOptimizer(torch.optim.Optimizer):
             raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
         self.kind, self.per_neuron = kind, bool(per_neuron)
         self.groups: list[GaugeGroup] = gauge_groups(model, gauges, per_block=per_block)
-        named = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        self._named = named
+        self._named = named = {n: p for n, p in model.named_parameters() if p.requires_grad}
         self.base = KINDS[kind](self._param_groups(named, defaults, groups or (), no_decay))
         super().__init__([p for p in named.values()], dict(self.base.defaults))
         self.param_groups = self.base.param_groups
@@ -136,10 +130,9 @@ class RotationalOptimizer(torch.optim.Optimizer):
 
     def _param_groups(self, named: dict[str, torch.Tensor], defaults: dict[str, Any],
                       groups: Sequence[Mapping[str, Any]], no_decay: Iterable[str]) -> list[dict[str, Any]]:
-        names = list(named)
+        names, gauge_names = list(named), {g.param for g in self.groups}
         whole = {g.param for g in self.groups if g.axis is None} | {
-            n for n in {g.param for g in self.groups} if _covers(named[n], [g for g in self.groups if g.param == n])}
-        gauge_names = {g.param for g in self.groups}
+            n for n in gauge_names if _covers(named[n], [g for g in self.groups if g.param == n])}
         nd = _match(names, no_decay, "no_decay")
         if nd & gauge_names:
             raise ValueError(f"no_decay names gauge tensor(s) {sorted(nd & gauge_names)}: a rotational gauge needs "
@@ -171,7 +164,6 @@ class RotationalOptimizer(torch.optim.Optimizer):
                                 "group_index": i - 1})
         return out
 
-    # ------------------------------------------------------------------------------------------ the angle
     def rotational_angle(self, pg: dict[str, Any]) -> float:
         """:math:`\\varphi^*` for a param group at its current lr (the base optimizer's exact equilibrium angle)."""
         check_group(self.kind, pg, gauge=True)  # a scheduler or a hand edit may have moved any of them

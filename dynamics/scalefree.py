@@ -52,6 +52,11 @@ def equilibrium_cos(d: float, A=0.0):
     return q + A * (1.0 - q * q) / (1.0 + 2.0 * q * A)
 
 
+def e_fold(factor: float) -> float:
+    """Steps per e-fold of a mode that shrinks by ``factor`` (>= 0) per step, :math:`-1/\\ln f` (inf for 1, 0 for 0)."""
+    return math.inf if factor >= 1.0 else 0.0 if factor == 0.0 else -1.0 / math.log(factor)
+
+
 def relaxation_steps(d: float) -> float:
     """Steps per e-fold of the squared-norm transient, :math:`-1/(2\\ln q)` (inf without decay)."""
     check_range("d", d, 0.0, 1.0, hi_open=True)
@@ -123,7 +128,6 @@ def measured_correlation_sum(lr: float, nu: float, uw: float) -> float:
     return -uw / (lr * nu)
 
 
-# --------------------------------------------------------------------------- the transient from a fresh optimizer
 def _arcsin_series(rho_max: float) -> np.ndarray:
     r"""Coefficients :math:`c_j = \binom{2j}{j}/(4^j(2j+1))` of :math:`\arcsin x = \sum_j c_jx^{2j+1}`, enough of them
     that the first term dropped is below float64 round-off for :math:`|x| \le` ``rho_max``."""

@@ -77,23 +77,16 @@ class Stepper:
 
     def __init__(self, param: torch.Tensor, cfg: OptimConfig) -> None:
         self.p, self.cfg = param, cfg
-        o, dec = cfg.optimizer, cfg.decay
         self.manual_decay = 0.0  # multiplicative decay we apply before torch's step
-        if o == "sgd":
-            if dec == "source":
-                self.manual_decay = cfg.wd
-                self.opt = torch.optim.SGD([param], lr=cfg.lr)
-            else:  # torch / l2: identical rule for plain SGD
-                self.opt = torch.optim.SGD([param], lr=cfg.lr, weight_decay=cfg.wd)
-        elif o == "sgdm":
-            if dec == "l2":
-                self.opt = torch.optim.SGD([param], lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.wd)
-            else:
-                self.manual_decay = cfg.d
-                self.opt = torch.optim.SGD([param], lr=cfg.lr, momentum=cfg.momentum)
-        else:
-            wd = cfg.wd / cfg.lr if dec == "source" else cfg.wd
+        if cfg.optimizer == "adamw":
+            wd = cfg.wd / cfg.lr if cfg.decay == "source" else cfg.wd
             self.opt = torch.optim.AdamW([param], lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, weight_decay=wd)
+            return
+        # torch.optim.SGD's weight_decay is the coupled l2 rule, which for plain SGD is torch's decoupled lr*wd too
+        coupled = cfg.decay == "l2" or (cfg.optimizer == "sgd" and cfg.decay == "torch")
+        self.manual_decay = 0.0 if coupled else cfg.d
+        self.opt = torch.optim.SGD([param], lr=cfg.lr, momentum=cfg.momentum if cfg.optimizer == "sgdm" else 0.0,
+                                   weight_decay=cfg.wd if coupled else 0.0)
 
     def step(self) -> None:
         if self.manual_decay:
@@ -165,14 +158,10 @@ class Trace:
     def identity_residuals(self) -> dict[str, np.ndarray]:
         """Relative residuals of the exact identity, its zero-radial form and the source's first-order form."""
         c = self.cfg
-        exact = laws.norm_step(self.x, self.u2, c.lr, c.d, self.uw)
-        zero_radial = laws.norm_step(self.x, self.u2, c.lr, c.d)
-        first = laws.norm_step_first_order(self.x, self.u2, c.lr, c.d)
-        return {
-            "exact": np.abs(self.x_next - exact) / self.x_next,
-            "zero_radial": np.abs(self.x_next - zero_radial) / self.x_next,
-            "first_order": np.abs(self.x_next - first) / self.x_next,
-        }
+        forms = {"exact": laws.norm_step(self.x, self.u2, c.lr, c.d, self.uw),
+                 "zero_radial": laws.norm_step(self.x, self.u2, c.lr, c.d),
+                 "first_order": laws.norm_step_first_order(self.x, self.u2, c.lr, c.d)}
+        return {k: np.abs(self.x_next - v) / self.x_next for k, v in forms.items()}
 
 
 Progress = Callable[[str], None]

@@ -102,7 +102,6 @@ class EquilibriumMonitor:
         self._own_writer = self.writer is not None and self.writer is not tensorboard
         self._handles = [optimizer.register_step_pre_hook(self._before), optimizer.register_step_post_hook(self._after)]
 
-    # ---------------------------------------------------------------------------------------------- hooks
     def _recording(self) -> bool:
         """Every ``interval``-th step, and the first step this monitor sees (its first state, ``x0``)."""
         return (self.step + 1) % self.interval == 0 or self.step == 0 or not self.history
@@ -239,7 +238,6 @@ class EquilibriumMonitor:
                                         gap=positive_ratio(norm, pred["norm_eq"])))
         return lag
 
-    # ------------------------------------------------------------------------------------------ schedule
     def _follow(self, g: GaugeGroup, law: Law, r: dict[str, Any], step: int, norm0: float) -> None:
         r"""``r["track"]``: the laws' second moments :math:`(X, Y, Z)` along the run's own hyperparameters, advanced
         from the previous record (or from this step's measured start where no prediction ran before it), and
@@ -297,7 +295,6 @@ class EquilibriumMonitor:
             self._scheduled[name] = True
         self._hparams[name] = hp
 
-    # ---------------------------------------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
         """Everything the next records depend on (plain data: a ``weights_only`` checkpoint holds it), so a run
         resumed from a checkpoint records what the uninterrupted run would have, and its summary covers both parts."""
@@ -335,7 +332,6 @@ class EquilibriumMonitor:
         if self._log is not None:
             self._log.resume(self.step)
 
-    # ---------------------------------------------------------------------------------------------- results
     def detach(self) -> None:
         """Remove the optimizer hooks (the history stays); flush the TensorBoard writer (close one made here)."""
         for h in self._handles:

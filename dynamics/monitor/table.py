@@ -105,7 +105,6 @@ def _steps(v: Any) -> str:
 def lag_message(group: str, lag: float, step: int | None, band: float, *, relax: float | None = None,
                 gap: float | None = None) -> str:
     """One line: the schedule moves the equilibrium faster than the norm can follow, in figures a person reads."""
-    speed = ""
     if finite_number(relax) and relax > 0:
         speed = (f"|W|*^2 moves {lag / relax:.2%} per step while the norm relaxes one e-fold per {relax:,.0f} steps "
                  f"(their product {lag:.3g} is above the band {band:g})")
