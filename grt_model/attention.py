@@ -17,51 +17,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 
 import torch
 from torch import nn
 
 Attend = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-# a context variable (per thread and task), not a module global: concurrent forwards do not see each other's
+# context variables (per thread and task), not module globals: concurrent forwards do not see each other's
 _OVERRIDE: ContextVar[Attend | None] = ContextVar("rmsgauge_attention_override", default=None)
+_EXPLICIT_ATTENTION: ContextVar[bool] = ContextVar("grt_explicit_attention", default=False)
 
 
 @contextmanager
-def attention_override(fn: Attend) -> Iterator[None]:
-    """Within the block, every attention module of either model hands its ``(q, k, v)`` to ``fn``."""
-    token = _OVERRIDE.set(fn)
+def _setting(var: ContextVar, value: object) -> Iterator[None]:
+    token = var.set(value)
     try:
         yield
     finally:
-        _OVERRIDE.reset(token)
+        var.reset(token)
+
+
+def attention_override(fn: Attend) -> AbstractContextManager[None]:
+    """Within the block, every attention module of either model hands its ``(q, k, v)`` to ``fn``."""
+    return _setting(_OVERRIDE, fn)
 
 
 def current_override() -> Attend | None:
     return _OVERRIDE.get()
 
 
-# True inside explicit_attention(): a context variable (per thread and task), not a module global
-_EXPLICIT_ATTENTION: ContextVar[bool] = ContextVar("grt_explicit_attention", default=False)
-
-
-@contextmanager
-def explicit_attention() -> Iterator[None]:
+def explicit_attention() -> AbstractContextManager[None]:
     """Compute attention as an explicit masked softmax instead of ``F.scaled_dot_product_attention``.
 
     The same function (tested equal); use it under ``torch.func`` transforms (``jacrev``, ``vmap``),
     where SDPA's CPU backward has no batching rule and falls back to a slow per-sample loop with a warning.
     """
-    token = _EXPLICIT_ATTENTION.set(True)
-    try:
-        yield
-    finally:
-        _EXPLICIT_ATTENTION.reset(token)
+    return _setting(_EXPLICIT_ATTENTION, True)
 
 
 def explicit_attention_active() -> bool:
-    """Whether the caller is inside :func:`explicit_attention`."""
     return _EXPLICIT_ATTENTION.get()
 
 

@@ -68,18 +68,13 @@ def pair_index(width: int, stage: int, device=None) -> torch.Tensor:
 
 def to_pairs(x: torch.Tensor, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Split ``[..., d]`` into the stage's ``(x0, x1)``, each ``[..., P]`` in pair order (views, then a reshape)."""
-    d = x.shape[-1]
-    v = x.reshape(*x.shape[:-1], d // (2 * stride), 2, stride)  # (..., d/2h, 2, h)
-    x0 = v[..., 0, :].reshape(*x.shape[:-1], d // 2)
-    x1 = v[..., 1, :].reshape(*x.shape[:-1], d // 2)
-    return x0, x1
+    lead, d = x.shape[:-1], x.shape[-1]
+    v = x.reshape(*lead, d // (2 * stride), 2, stride)  # (..., d/2h, 2, h)
+    return v[..., 0, :].reshape(*lead, d // 2), v[..., 1, :].reshape(*lead, d // 2)
 
 
 def from_pairs(x0: torch.Tensor, x1: torch.Tensor, stride: int) -> torch.Tensor:
     """Inverse of :func:`to_pairs`: interleave ``(x0, x1)`` back into ``[..., d]``."""
-    lead = x0.shape[:-1]
-    P = x0.shape[-1]
-    v = torch.stack(
-        (x0.reshape(*lead, P // stride, stride), x1.reshape(*lead, P // stride, stride)), dim=-2
-    )  # (..., d/2h, 2, h)
-    return v.reshape(*lead, 2 * P)
+    lead, P = x0.shape[:-1], x0.shape[-1]
+    v = torch.stack((x0.reshape(*lead, P // stride, stride), x1.reshape(*lead, P // stride, stride)), dim=-2)
+    return v.reshape(*lead, 2 * P)  # (..., d/2h, 2, h) -> (..., d)

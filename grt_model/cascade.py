@@ -75,12 +75,9 @@ class RotationCascade(nn.Module):
                  dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> None:
         super().__init__()
         check_width(width)
-        if n_stages < 1:
-            raise ValueError(f"n_stages must be >= 1, got {n_stages}")
-        if heads < 1:
-            raise ValueError(f"heads must be >= 1, got {heads}")
-        if first_stage < 0:
-            raise ValueError(f"first_stage must be >= 0, got {first_stage}")
+        for name, v, lo in (("n_stages", n_stages, 1), ("heads", heads, 1), ("first_stage", first_stage, 0)):
+            if v < lo:
+                raise ValueError(f"{name} must be >= {lo}, got {v}")
         if feature_norm not in ("pair_energy", "feature_rms"):
             raise ValueError(f"feature_norm must be pair_energy or feature_rms, got {feature_norm!r}")
         self.width, self.n_stages, self.heads, self.first_stage = width, n_stages, heads, first_stage
@@ -130,11 +127,6 @@ class RotationCascade(nn.Module):
             )
         return d // self.width
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        x = broadcast_input_heads(x, self.heads, self.width)
-        return x.reshape(*x.shape[:-1], self.heads, self.width)  # (..., H, d)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., Hin*width] -> [..., heads*width]`` (``Hin = heads``, or a divisor: shared input heads)."""
         self._check_input(x)  # shape check with the message every path shares
@@ -157,9 +149,7 @@ class RotationCascade(nn.Module):
         return torch.log(self.scales()).sum(dim=(1, 2, 3))
 
 
-# ---------------------------------------------------------------------------------------------
 # The slow, obviously correct reference: explicit d x d Givens and scale matrices, stage by stage.
-# ---------------------------------------------------------------------------------------------
 
 
 def givens_matrix(width: int, i0: int, i1: int, theta: torch.Tensor) -> torch.Tensor:
@@ -198,7 +188,8 @@ def reference_cascade(cascade: RotationCascade, x: torch.Tensor) -> torch.Tensor
     is the slow path the fast one is tested against.
     """
     d, H = cascade.width, cascade.heads
-    xs = cascade._split_heads(x)  # (..., H, d)
+    cascade._check_input(x)
+    xs = broadcast_input_heads(x, H, d).unflatten(-1, (H, d))  # (..., H, d)
     scales = cascade.scales()
     outs = []
     for head in range(H):

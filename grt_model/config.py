@@ -19,7 +19,7 @@ stages per block (heads run in parallel, so a head-stacked cascade counts once):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 PRESETS = ("reference", "small")
@@ -97,7 +97,6 @@ class GRTConfig:
             if not (ok and (v > lo if rng[0] == "(" else v >= lo) and (hi is None or v < hi)):
                 raise ValueError(f"GRTConfig.{name} must be a finite number in {rng}, got {v!r}")
 
-    # ----------------------------------------------------------------------------------------------
     @classmethod
     def reference(cls, **overrides: Any) -> GRTConfig:
         """The text's reference configuration (the dataclass defaults), with optional overrides."""
@@ -116,14 +115,9 @@ class GRTConfig:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {name!r}")
         return getattr(cls, name)(**overrides)
 
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    # ----------------------------------------------------------------------------------------------
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads

@@ -63,9 +63,7 @@ class PhaseEmbedding(nn.Module):
         return 2 * self.pairs
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        theta = self.phases[idx]  # (..., P)
-        r = self.magnitudes[idx].unsqueeze(-1)  # (..., 1)
-        return from_polar(r, theta)  # (..., 2P)
+        return from_polar(self.magnitudes[idx].unsqueeze(-1), self.phases[idx])  # (..., 2P)
 
     def cartesian_table(self) -> torch.Tensor:
         """``[V, 2P]``: every token's rebuilt vector (the tied output head's weight); recomputed, not cached."""

@@ -64,11 +64,6 @@ __all__ = ["GATE_NAMES", "GRT", "GRTFFN", "GRTAttention", "GRTBlock", "GRTMixer"
 GATE_NAMES = ("attn", "mixer", "ffn")  # a block's three sublayers, in order; its gates follow this order
 
 
-# ---------------------------------------------------------------------------------------------------
-# Sublayers
-# ---------------------------------------------------------------------------------------------------
-
-
 class GRTAttention(nn.Module):
     """Q/K/V as one head-stacked cascade, causal softmax attention (+RoPE), O cascade per head."""
 
@@ -179,11 +174,6 @@ class GRTBlock(nn.Module):
         return x
 
 
-# ---------------------------------------------------------------------------------------------------
-# The model
-# ---------------------------------------------------------------------------------------------------
-
-
 class GRT(nn.Module):
     """The Geometric Rotation Transformer; ``forward(idx, targets=None) -> (logits, loss)``.
 
@@ -230,10 +220,9 @@ class GRT(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         logits = self.norm_f(x) @ self.output_weight().T  # (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-        return logits, loss
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

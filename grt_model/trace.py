@@ -101,12 +101,8 @@ class BlockTrace:
         if (query_pos is None) != (key_pos is None):
             raise ValueError("give both query_pos and key_pos, or neither")
         if query_pos is None:
-            _, pq = to_polar(q)
-            _, pk = to_polar(k)
-            return _wrap(pk - pq).transpose(1, 2)  # (B, T, H, P)
-        _, pq = to_polar(q[:, :, query_pos])
-        _, pk = to_polar(k[:, :, key_pos])
-        return _wrap(pk - pq)  # (B, H, P)
+            return _wrap(to_polar(k)[1] - to_polar(q)[1]).transpose(1, 2)  # (B, T, H, P)
+        return _wrap(to_polar(k[:, :, key_pos])[1] - to_polar(q[:, :, query_pos])[1])  # (B, H, P)
 
 
 @dataclass

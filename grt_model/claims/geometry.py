@@ -37,7 +37,6 @@ def claim_det_positive(dtype=torch.float64) -> Claim:
     c = RotationCascade(width, stages, coupling=False, heads=heads, dtype=dtype)
     with torch.no_grad():
         c.raw_scales.normal_(0.0, 1.0)  # scales softplus(N(0,1)): roughly 0.3 .. 2
-    with torch.no_grad():
         sign, logabs = torch.linalg.slogdet(materialize(c))  # (H,), (H,)
     predicted = c.log_det()  # sum of log(s0 s1)
     err = num((logabs - predicted).abs().max())

@@ -116,7 +116,7 @@ def claim_param_accounting() -> Claim:
     )
 
 
-# ---- Claims a planted bug must flip: the fast paths against the written-out reference, and the wiring itself
+# Claims a planted bug must flip: the fast paths against the written-out reference, and the wiring itself
 
 WIRING_WIDTH = 8  # small enough to write every stage's pairs out by hand; 3 distinct strides
 WIRING_EXPECTED = {  # stage -> the (x0, x1) coordinate pairs in pair order, written out (not computed)
@@ -127,7 +127,7 @@ WIRING_EXPECTED = {  # stage -> the (x0, x1) coordinate pairs in pair order, wri
 }
 
 
-def wired_pairs(cascade: RotationCascade, stage: int) -> list[tuple[int, int]]:
+def wired_pairs(cascade: RotationCascade) -> list[tuple[int, int]]:
     r"""The pairs one stage of ``cascade`` *actually* rotates, read off its matrix (coupling off, unit scales).
 
     With angle :math:`\theta_p = (p+1)\,\delta` on pair :math:`p` (all distinct, small), the stage's matrix has
@@ -164,8 +164,8 @@ def claim_butterfly_wiring(dtype=torch.float64) -> Claim:
         found["butterfly_pairs"][str(s)] = butterfly_pairs(d, s)
         x0, x1 = to_pairs(ids, stage_stride(d, s))  # the coordinates' own indices, split as the fast path does
         found["to_pairs"][str(s)] = [(int(a), int(b)) for a, b in zip(x0, x1)]
-        found["eager_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, dtype), s)  # 8 tokens: the eager path
-        found["auto_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, dtype), s)
+        found["eager_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, dtype))  # 8 tokens: the eager path
+        found["auto_matrix"][str(s)] = wired_pairs(one_stage_cascade(d, s, dtype))
     wrong = {src: [s for s, pairs in by_stage.items() if pairs != WIRING_EXPECTED[int(s)]]
              for src, by_stage in found.items()}
     strides = RotationCascade(64, 11, coupling=False, dtype=dtype).strides()
@@ -177,7 +177,7 @@ def claim_butterfly_wiring(dtype=torch.float64) -> Claim:
         id="grt.butterfly_wiring",
         statement="an FFT butterfly routing hands each pair a new partner at every stage",
         stated="FFT butterfly wiring",
-        measured={"stages_wrong": {k: v for k, v in wrong.items()}, "strides_64_11": strides},
+        measured={"stages_wrong": dict(wrong), "strides_64_11": strides},
         summary=f"{sum(len(v) for v in wrong.values())} stages wrong",
         tolerance=None, holds=holds, dtype=dtype,
         exact_law="stage s has stride h = 2^(s mod log2 d) and pairs (2hj + k, 2hj + h + k), j < d/2h, k < h; a "

@@ -62,8 +62,7 @@ def numerical_rank(M: torch.Tensor, tol: Tolerance) -> int:
 
 def cross_head_blocks(J: torch.Tensor, heads: int) -> torch.Tensor:
     """``[d, d] -> [H_out, H_in, dh, dh]``: the Jacobian's head-to-head blocks (one token)."""
-    d = J.shape[0]
-    dh = d // heads
+    dh = J.shape[0] // heads
     return J.view(heads, dh, heads, dh).permute(0, 2, 1, 3)
 
 

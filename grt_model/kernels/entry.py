@@ -85,7 +85,6 @@ from grt_model.kernels.scalar import (  # the scalar helpers are re-exported: te
 )
 
 # Whole cascades (heads stacked along the columns), forward and backward
-# ---------------------------------------------------------------------------------------------------
 
 
 @kernel
@@ -249,10 +248,8 @@ def coupled_cascade_bwd(x, rec, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, ti
             _store_add(g, n0, cnt, (h % hin) * W, W, gx)
 
 
-# ---------------------------------------------------------------------------------------------------
 # The coupling-off FFN: zero-pad -> expand cascade -> RadialGELU -> contract cascade -> keep the first d_out.
 # Steps 0..S1-1 are the expand stages, step S1 the GELU, steps S1+1..S1+S2 the contract stages.
-# ---------------------------------------------------------------------------------------------------
 
 
 @kernel

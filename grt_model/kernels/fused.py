@@ -139,11 +139,6 @@ def drift_tolerance(dtype: torch.dtype, steps: int) -> float:
     return tolerance(dtype, depth=max(1, steps)).rtol
 
 
-# ---------------------------------------------------------------------------------------------------
-# The cascade
-# ---------------------------------------------------------------------------------------------------
-
-
 class _Plan:
     """What one fused call runs with: the tuning, the kernel runtime, the counters (not tensors: autograd
     passes them through and returns ``None`` for them)."""
@@ -288,11 +283,6 @@ def cascade_fused(x: torch.Tensor, angles: torch.Tensor, raw_scales: torch.Tenso
     y = _or_eager(lambda: _CascadeFn.apply(x2, *params, width, first_stage, _Plan(tuning, stats), train),
                   lambda: cascade_eager(x2, *params, width, first_stage))
     return y.reshape(*x.shape[:-1], angles.shape[0] * width)
-
-
-# ---------------------------------------------------------------------------------------------------
-# The fused coupling-off FFN
-# ---------------------------------------------------------------------------------------------------
 
 
 class _FFNFn(torch.autograd.Function):

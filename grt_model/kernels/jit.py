@@ -58,11 +58,8 @@ def _hash_files(files: tuple[tuple[str, int, int], ...]) -> str:
 
 def kernel_source_stamp(folder: Path = KERNEL_DIR) -> str:
     """The cache stamp every kernel carries: one hash of every kernel source in ``folder``."""
-    files = []
-    for p in kernel_sources(folder):
-        st = p.stat()
-        files.append((str(p), st.st_mtime_ns, st.st_size))
-    return "grt-kernels-sha256:" + _hash_files(tuple(files))
+    stats = [(p, p.stat()) for p in kernel_sources(folder)]
+    return "grt-kernels-sha256:" + _hash_files(tuple((str(p), st.st_mtime_ns, st.st_size) for p, st in stats))
 
 
 def _cache_class():

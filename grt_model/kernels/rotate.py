@@ -9,9 +9,7 @@ import numpy as np
 
 from grt_model.kernels.jit import kernel
 
-# ---------------------------------------------------------------------------------------------------
 # Tile moves: token-major rows <-> coordinate-major tile buf[i, t]
-# ---------------------------------------------------------------------------------------------------
 
 
 @kernel
@@ -48,9 +46,7 @@ def _store_add(buf, n0, cnt, col0, ncols, y):
             y[n0 + t, col0 + i] += buf[i, t]
 
 
-# ---------------------------------------------------------------------------------------------------
 # One stage, src -> dst (different arrays), and its backward in place on the gradient g.
-# ---------------------------------------------------------------------------------------------------
 
 
 @kernel

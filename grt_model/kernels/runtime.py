@@ -41,12 +41,10 @@ class KernelRuntime:
 
     def __init__(self) -> None:
         self._kernels: Any = None  # the module, or False once it proved unavailable
-        self.unavailable_reason = ""
         self._pool: ThreadPoolExecutor | None = None
 
     def mark_unavailable(self, reason: str) -> None:
         self._kernels = False
-        self.unavailable_reason = reason
         log.warning("grt_model: fused rotation-cascade kernels unavailable (%s); using the eager PyTorch path",
                     reason)
 

@@ -29,9 +29,7 @@ _SIN32 = tuple(np.float32((-1.0) ** k / math.factorial(2 * k + 1)) for k in rang
 _COS32 = tuple(np.float32((-1.0) ** k / math.factorial(2 * k)) for k in range(7))
 
 
-# ---------------------------------------------------------------------------------------------------
 # Straight-line scalar helpers; LLVM vectorizes the loops they are inlined into.
-# ---------------------------------------------------------------------------------------------------
 
 
 @inline_kernel
