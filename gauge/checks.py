@@ -36,18 +36,17 @@ QUICK_TRAIN_STEPS = 10  # quick runs: enough steps to leave the symmetric initia
 def check_forward_invariance(setup: GaugeSetup, dtype: str) -> Claim:
     """Max output deviation of the QK-norm over ``c`` in ``[c_min, c_max]`` (eps = 0), and of the loss."""
     cfg, model = setup.config, setup.model(dtype)
-    attn = model.blocks[cfg.layer].attn
-    W = setup.weight(dtype)
+    W, gain = setup.weight(dtype), model.blocks[cfg.layer].attn.q_norm.weight
     with torch.no_grad():
         cap = capture_q_path(model, cfg.layer, setup.idx, setup.targets)
         x = cap.x.flatten(0, 1)  # (N, D) tokens of the held-out batch
         cs = cfg.c_grid()
-        dev, ref = scale_deviation(x, W, cfg.n_heads, 0.0, attn.q_norm.weight, cs)  # (C,), (N, H, hd)
+        dev, ref = scale_deviation(x, W, cfg.n_heads, 0.0, gain, cs)  # (C,), (N, H, hd)
         worst = int(dev.argmax())
-        y_worst = q_norm_output(x, cs[worst].to(W.dtype) * W, cfg.n_heads, 0.0, attn.q_norm.weight)
+        y_worst = q_norm_output(x, cs[worst].to(W.dtype) * W, cfg.n_heads, 0.0, gain)
         a = ref.abs()  # (N, H, hd): the deviation in units of the spacing of floats at |ref|
         ulps = (y_worst - ref).abs() / (torch.nextafter(a, torch.full_like(a, math.inf)) - a)
-        y2 = q_norm_output(x, 2.0 * W, cfg.n_heads, 0.0, attn.q_norm.weight)  # power of two: exact in floats
+        y2 = q_norm_output(x, 2.0 * W, cfg.n_heads, 0.0, gain)  # power of two: exact in floats
         L0 = float(cap.loss)
         loss_cs = cs[torch.linspace(0, len(cs) - 1, 7).round().long()]  # 7 scales across the range, ends included
         loss = partial(loss_of, model, setup.idx, setup.targets)
@@ -170,9 +169,7 @@ def check_jacobian_null_space(setup: GaugeSetup, dtype: str) -> Claim:
 def check_epsilon_breaking(setup: GaugeSetup, dtype: str) -> Claim:
     r"""Predicted (exact and first-order) vs measured deviation with eps > 0; break scales; the eps radial law."""
     cfg, model = setup.config, setup.model(dtype)
-    attn = model.blocks[cfg.layer].attn
-    W = setup.weight(dtype)
-    gain = attn.q_norm.weight
+    W, gain = setup.weight(dtype), model.blocks[cfg.layer].attn.q_norm.weight
     cs = cfg.c_grid()
     with torch.no_grad():
         x = capture_q_path(model, cfg.layer, setup.idx, setup.targets).x.flatten(0, 1)  # (N, D)

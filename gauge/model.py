@@ -102,11 +102,10 @@ class GaugeSetup:
 
 def build_setup(cfg: GaugeConfig, *, qk_norm: bool = True, progress: Callable[[str], None] | None = None) -> GaugeSetup:
     """Seed, build, train ``cfg.train_steps`` AdamW steps in float32, copy to float64, draw the held-out batch."""
-    dense_cfg = cfg.dense_config(qk_norm)
     corpus = ByteCorpus.load(cfg.corpus)
     seed_everything(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)  # data order: fixed by the seed alone
-    model = DenseTransformer(dense_cfg).float()
+    model = DenseTransformer(cfg.dense_config(qk_norm)).float()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)  # no decay: it is not the topic here
     for step in range(cfg.train_steps):
         x, y = corpus.batch("train", cfg.batch_size, cfg.block_size, gen)

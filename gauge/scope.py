@@ -46,6 +46,7 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
     d: dict[str, list[float]] = {"first": [], "strongest": [], "head": [], "whole": []}
     with torch.no_grad():
         L0 = float(loss())
+        ltol = loss_tolerance(dtype, cfg, L0).bound()
         for c in cfg.census_c:
             for h in range(H):
                 for j, key in ((int(first[h]), "first"), (int(strongest[h]), "strongest")):
@@ -61,10 +62,9 @@ def check_per_row_scaling(setup: GaugeSetup, dtype: str) -> Claim:
             fd = [(loss_at(1.0 + delta, slice(j, j + 1)) - loss_at(1.0 - delta, slice(j, j + 1))) / (2.0 * delta)
                   for j in strongest.tolist()]
             ref = radial[strongest].double()
-            fd_tol = tolerance(dtype, rtol=delta, atol=loss_tolerance(dtype, cfg, L0).bound() / delta)
+            fd_tol = tolerance(dtype, rtol=delta, atol=ltol / delta)
             fd_excess = float(((torch.tensor(fd, dtype=torch.float64) - ref).abs()
                                - (fd_tol.atol + fd_tol.rtol * ref.abs())).max())
-    ltol = loss_tolerance(dtype, cfg, L0).bound()
     rtol = radial_tolerance(dtype, cfg, scale).bound()
     # float64 (the verification precision) must also resolve the neuron's loss change directly; in float32 a
     # weakly used layer's neuron can move L by less than the loss round-off bound, and the scale-free per-row

@@ -23,6 +23,4 @@ class ProofResult:
 def is_zero(expr: sp.Expr) -> bool:
     """True when ``expr`` simplifies to exactly 0 (sympy's ``simplify`` then ``equals`` as a fallback)."""
     s = sp.simplify(expr)
-    if s == 0:
-        return True
-    return bool(s.equals(0))
+    return s == 0 or bool(s.equals(0))

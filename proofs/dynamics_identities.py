@@ -51,7 +51,6 @@ x, G, gamma, nu = sp.symbols("x G gamma nu", positive=True)
 t = sp.Symbol("t", nonnegative=True, integer=True)
 
 
-# ---------------------------------------------------------------- norm identity
 def norm_identity() -> ProofResult:
     n = 4
     W = sp.Matrix(sp.symbols(f"w0:{n}", real=True))
@@ -79,14 +78,10 @@ def norm_identity_first_order() -> ProofResult:
 def gradient_scaling() -> ProofResult:
     w0, w1 = sp.symbols("w0 w1", real=True)
     c = sp.Symbol("c", positive=True)
-    f = sp.Function("f")
-
-    def loss(a: sp.Expr, b: sp.Expr) -> sp.Expr:
-        rr = sp.sqrt(a**2 + b**2)
-        return f(a / rr, b / rr)
-
     a, b = sp.symbols("a b", real=True)
-    grad = [sp.diff(loss(a, b), v) for v in (a, b)]
+    rr = sp.sqrt(a**2 + b**2)
+    loss = sp.Function("f")(a / rr, b / rr)
+    grad = [sp.diff(loss, v) for v in (a, b)]
     at_c = [gi.subs({a: c * w0, b: c * w1}) for gi in grad]
     at_1 = [gi.subs({a: w0, b: w1}) for gi in grad]
     res = [sp.simplify(p - q_ / c) for p, q_ in zip(at_c, at_1)]
@@ -98,7 +93,6 @@ def gradient_scaling() -> ProofResult:
                        "n = 2 with an undefined f (sympy cannot differentiate f of a symbolic number of arguments)")
 
 
-# ---------------------------------------------------------------- trajectory bias
 def trajectory_tracking() -> ProofResult:
     F, e = sp.symbols("F e", real=True)  # F = eta^2 ||g_t||^2 (shared forcing), e = x_t - xhat_t
     xhat = x - e
@@ -116,7 +110,6 @@ def trajectory_tracking() -> ProofResult:
                        "symbolic d, x, t (the early-time series shown at t = 5)")
 
 
-# ---------------------------------------------------------------- fixed point and stability
 def equilibrium_norm() -> ProofResult:
     X = sp.Symbol("X", positive=True)
     fmap = q**2 * X + eta**2 * G**2 / X
@@ -138,13 +131,12 @@ def equilibrium_norm() -> ProofResult:
                        f"{ratio}; tau series {tau_series}", "symbolic q, eta, G, d")
 
 
-def _decoupled_moments() -> dict[sp.Symbol, sp.Expr]:
+def _decoupled_moments() -> dict[str, sp.Expr]:
     """Stationary E||W||^2, E<W_t, v_(t-1)>, E||v||^2 for v_t = mu v_(t-1) + g_t, W' = qW - eta v (g uncorrelated)."""
     X, B, C = sp.symbols("X B C")
     eqs = [sp.Eq(C, mu**2 * C + gamma), sp.Eq(B, q * mu * B - eta * C),
            sp.Eq(X, q**2 * X - 2 * eta * q * mu * B + eta**2 * C)]
-    sol = sp.solve(eqs, [X, B, C], dict=True)[0]
-    return {"X": sol[X], "B": sol[B], "C": sol[C]}
+    return {str(s): v for s, v in sp.solve(eqs, [X, B, C], dict=True)[0].items()}
 
 
 def _l2_moments() -> dict[str, sp.Expr]:
@@ -152,8 +144,7 @@ def _l2_moments() -> dict[str, sp.Expr]:
     X, P, C = sp.symbols("X P C")
     eqs = [sp.Eq(C, mu**2 * C + gamma + lam**2 * X + 2 * mu * lam * P), sp.Eq(P, mu * P + lam * X - eta * C),
            sp.Eq(X, X - 2 * eta * (mu * P + lam * X) + eta**2 * C)]
-    sol = sp.solve(eqs, [X, P, C], dict=True)[0]
-    return {"X": sol[X], "P": sol[P], "C": sol[C]}
+    return {str(s): v for s, v in sp.solve(eqs, [X, P, C], dict=True)[0].items()}
 
 
 def equilibrium_norm_momentum() -> ProofResult:
@@ -212,7 +203,6 @@ def relaxation_momentum() -> ProofResult:
                        "symbolic q, mu, eta, lambda, G (random-walk second moments, mean field)")
 
 
-# ---------------------------------------------------------------- angles
 def equilibrium_angle() -> ProofResult:
     w, g = sp.symbols("w g_norm", positive=True)
     W = sp.Matrix([w, 0])
@@ -251,9 +241,7 @@ def equilibrium_angle_momentum() -> ProofResult:
 
 def angular_rate_scaling() -> ProofResult:
     w, g, c, eps = sp.symbols("w g_norm c epsilon", positive=True)
-    W = sp.Matrix([w, 0])
-    gv = sp.Matrix([0, g])
-    Wn = q * W - eta * gv
+    Wn = q * sp.Matrix([w, 0]) - eta * sp.Matrix([0, g])  # one step from W = (w, 0) along the tangent g = (0, g)
     tan_phi = sp.simplify(-Wn[1] / Wn[0])  # angle of W' from W in the (W, g) plane
     r1 = sp.simplify(tan_phi - eta * g / (q * w))
     tan_c = tan_phi.subs({w: c * w, g: g / c})  # ||cW|| = c||W||, ||g(cW)|| = ||g||/c

@@ -153,8 +153,7 @@ def _jacobian_entry(eps: sp.Expr) -> sp.Expr:
 
 
 def jacobian_closed_form() -> ProofResult:
-    S = _sum_sq()
-    rho = _rms(S, _eps)
+    rho = _rms(_sum_sq(), _eps)
     closed = (sp.KroneckerDelta(_j, _k) - _z[_k] * _z[_j] / (_n * rho**2)) / rho
     res = sp.simplify(_jacobian_entry(_eps) - closed)
     return ProofResult("gauge.jacobian_null_space", "J(z) = (I - z z^T/(n rho^2))/rho, rho^2 = ms(z) + eps",
@@ -162,8 +161,7 @@ def jacobian_closed_form() -> ProofResult:
 
 
 def jacobian_null_space() -> ProofResult:
-    S = _sum_sq()
-    rho = _rms(S, _eps)
+    rho = _rms(_sum_sq(), _eps)
     jz = _in_range(sp.Sum(_jacobian_entry(_eps) * _z[_j], (_j, 1, _n)).doit())
     jz = _canonical_sums(jz)  # the Jacobian's sum (dummy i) and the contraction's (dummy j) are one sum
     res_eps = sp.simplify(jz - _eps / rho**3 * _z[_k])

@@ -182,9 +182,8 @@ def coupled_stage_det() -> ProofResult:
     hh = sp.tanh(u)
     res2 = sp.simplify(x0 * sp.diff(hh, x1) - x1 * sp.diff(hh, x0) - (1 - sp.tanh(u) ** 2) * (w2 * x0 - w1 * x1) / r)
     # a negative value: w = (0, 0, 5), x = (-1, 0): u = 0, det = 1 + 1 * (5 * (-1)) = -4
-    neg = (s0 * s1 * (1 + (1 - sp.tanh(u) ** 2) * (w2 * x0 - w1 * x1) / r)).subs(
-        {s0: 1, s1: 1, w0: 0, w1: 0, w2: 5, x0: -1, x1: 0})
-    neg = sp.nsimplify(neg)
+    neg = sp.nsimplify((s0 * s1 * (1 + (1 - sp.tanh(u) ** 2) * (w2 * x0 - w1 * x1) / r)).subs(
+        {s0: 1, s1: 1, w0: 0, w1: 0, w2: 5, x0: -1, x1: 0}))
     ok = is_zero(res1) and is_zero(res2) and bool(neg < 0)
     return ProofResult("grt.coupled_stage_det",
                        "coupling on, one pair: det J = s0 s1 (1 + sech^2(u) (w2 cos phi - w1 sin phi)), "

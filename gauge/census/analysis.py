@@ -107,8 +107,7 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
             prog.phase("float64 copy")
             eng = Engine(model, fn, seed=seed, mode=mode, inplace=inplace)
             try:
-                res = _census(eng, model, scales, partition, own_eps and ("measure" if measure_eps_loss else "first"),
-                              prog)
+                res = _census(eng, model, scales, partition, own_eps, measure_eps_loss, prog)
             finally:
                 eng.close()
     finally:
@@ -117,8 +116,8 @@ def census(model: nn.Module, loss_fn: Callable[[nn.Module], torch.Tensor] | None
     return res
 
 
-def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition: bool, own_eps: str | bool,
-            prog: Progress) -> CensusResult:
+def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition: bool, own_eps: bool,
+            measure_eps_loss: bool, prog: Progress) -> CensusResult:
     eng.set_eps(zero=True)
     randomized = randomize_zero_tensors(eng)
     prog.phase("capture (one forward) and screen (one backward)")
@@ -135,7 +134,7 @@ def _census(eng: Engine, model: nn.Module, scales: tuple[float, ...], partition:
     rows = _search(eng, list(targets.values()), base, bound, tol.rtol, cs, partition, prog)
     _joint(eng, {r.name: r for r in rows}, targets, base, bound, tol.rtol, cs, partition, prog)
     _attach_reasons(eng, rows, cap)
-    loss_own = _own_eps(eng, rows, cap, bound, cs, prog, own_eps == "measure") if own_eps else base
+    loss_own = _own_eps(eng, rows, cap, bound, cs, prog, measure_eps_loss) if own_eps else base
     prog.phase("done")
     zeroed = {**eng.own_eps, **{s.label: s.eps for s in eng.watch.sites.values()}}
     kept = {f"{n}.{a}" if n else a: v for n, attrs in eng.kept_eps().items() for a, v in attrs.items()}
@@ -226,16 +225,14 @@ def _own_eps(eng: Engine, rows: list[TensorCensus], cap: Capture, bound: float, 
     own = capture(eng, check=False, keep=frozenset(owners.values()),
                   grads=frozenset(rd[0] for rd in readers.values() if rd))
     loss_own = finite_or_raise(own.loss, "at the model's own eps")
-    mods = dict(eng.model.named_modules())
     items = []
     prog.start("eps report: tensor", len(gauged))
     for r in gauged:
-        rd, mname = readers[r.name], owners[r.name]
-        norm = mods.get(rd[0]) if rd and rd[0] not in eng.watch.sites else None  # a site has no module of its own
-        pr = Probe(r.name, r.name[len(mname) + 1:] if mname else r.name, mods[mname], own.calls.get(mname),
-                   norm, rd[1] if rd else None, own.norm_io.get(rd[0]) if rd else None,
-                   own.grads.get(rd[0]) if rd else None)
-        r.eps, vals = eps_report(eng, pr, r.blocks[0], eng.own_eps_of(rd[0]) if rd else None, cs, measure)
+        (key, info), mname = readers[r.name] or (None, None), owners[r.name]  # key None: no norm reads it
+        norm = eng.mods.get(key) if key not in eng.watch.sites else None  # a site has no module of its own
+        pr = Probe(r.name, r.name[len(mname) + 1:] if mname else r.name, eng.mods[mname], own.calls.get(mname),
+                   norm, info, own.norm_io.get(key), own.grads.get(key))
+        r.eps, vals = eps_report(eng, pr, r.blocks[0], None if key is None else eng.own_eps_of(key), cs, measure)
         if vals:
             items.append((r, vals))
         else:
@@ -248,7 +245,6 @@ def _own_eps(eng: Engine, rows: list[TensorCensus], cap: Capture, bound: float, 
 
 def _attach_reasons(eng: Engine, rows: list[TensorCensus], cap: Capture) -> None:
     wn = weight_norm_reasons(eng.model)
-    mods = dict(eng.model.named_modules())
     kept = eng.kept_eps()
     for r in rows:
         if r.name in wn:
@@ -264,10 +260,10 @@ def _attach_reasons(eng: Engine, rows: list[TensorCensus], cap: Capture) -> None
                 descr.append(eng.watch.sites[nrm].describe(shape, eps))
             elif nrm in kept:
                 held = ", ".join(f"{a} = {v:g}" for a, v in kept[nrm].items())
-                descr.append(f"{nrm} ({type(mods[nrm]).__name__} keeps {held}: no normalization the census "
+                descr.append(f"{nrm} ({type(eng.mods[nrm]).__name__} keeps {held}: no normalization the census "
                              f"recognises uses it, so it was not set to 0 and a gauge through it is approximate)")
             else:
-                descr.append(describe(norm_info(mods[nrm]), mods[nrm], shape, nrm, eps))
+                descr.append(describe(norm_info(eng.mods[nrm]), eng.mods[nrm], shape, nrm, eps))
         if descr:
             r.reason = "output read by " + ", ".join(descr)
         elif r.blocks:
@@ -284,9 +280,8 @@ def _listed(names: list[str], most: int = 3) -> str:
 
 def _notes(eng: Engine, cap: Capture) -> list[str]:
     notes = []
-    mods = dict(eng.model.named_modules())
     sites = list(eng.watch.sites.values())
-    refused = [n for n in eng.own_eps if norm_info(mods[n]).family == "batch" and norm_info(mods[n]).batch_stats]
+    refused = [n for n in eng.own_eps if (i := norm_info(eng.norms[n])).family == "batch" and i.batch_stats]
     refused += [s.label for s in sites if s.info.family == "batch" and s.info.batch_stats]
     if refused:
         notes.append(f"BatchNorm in training mode refuses eps = 0 ({_listed(refused)}): run at eps = 2^-1022, which "

@@ -78,8 +78,7 @@ def capture(eng: Engine, check: bool = True, keep: frozenset[str] = frozenset(),
     for n in [n for n in norm_io if n not in eng.norms and n not in kept]:
         del norm_io[n]  # its eps is a site's (or a norm's inside it): that one is the reader
     infos = {n: norm_info(m) for n, m in eng.norms.items()}
-    infos.update({n: NormInfo("other", type(m).__name__, False, True) for n, m in eng.model.named_modules()
-                  if n in kept})
+    infos.update({n: NormInfo("other", type(eng.mods[n]).__name__, False, True) for n in kept})
     for key, io in sites.items():
         site = eng.watch.sites[key]
         if site.host not in eng.norms:  # inside a recognised norm module, that module is the reader

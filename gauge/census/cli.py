@@ -287,10 +287,9 @@ def _work(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
             model, batch, loss_fn = load_factory(args.model, overrides)
         else:
             (model, batch), loss_fn = build_hf(args.hf, args.weights, overrides, args.seed), None
-        res = census(model, loss_fn, batch=batch if loss_fn is None else None, scales=args.scales,
-                     partition=not args.no_partition, own_eps=not args.no_eps, seed=args.seed, mode=args.mode,
-                     progress=None if args.quiet else progress_printer(), inplace=bool(args.hf),
-                     measure_eps_loss=args.eps_loss_measured)
+        res = census(model, loss_fn, batch=batch, scales=args.scales, partition=not args.no_partition,
+                     own_eps=not args.no_eps, seed=args.seed, mode=args.mode, inplace=bool(args.hf),
+                     progress=None if args.quiet else progress_printer(), measure_eps_loss=args.eps_loss_measured)
     except CensusError as e:
         raise CensusError(f"cannot analyse {source}: {one_line(e)}") from e
     except ValueError:  # a usage error: exit 2

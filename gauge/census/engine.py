@@ -53,7 +53,6 @@ class CensusError(ValueError):
     """The census cannot analyse this model (one line saying why: no parameters, a failing or random loss, ...)."""
 
 
-# ------------------------------------------------------------------------------------------------ float64 mode
 class Float64Everywhere(TorchFunctionMode):
     """Float64 for every floating computation; dropout off; BatchNorm without running-stat updates in training
     and with eps <= 0 replaced by :data:`TINY_EPS` (exactly eps = 0's arithmetic, see above)."""
@@ -113,18 +112,14 @@ class Eager(nn.Module):
             return getattr(self._modules["_orig_mod"], name)
 
 
-# ------------------------------------------------------------------------------------------------ helpers
 def loss_from_output(out: Any) -> torch.Tensor:
     """The scalar loss in a model's output: a scalar tensor, ``out.loss`` (Hugging Face), or the scalar of a tuple."""
-    if isinstance(out, torch.Tensor) and out.numel() == 1:
-        return out.reshape(())
-    loss = getattr(out, "loss", None)
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-        return loss.reshape(())
+    found = [out, getattr(out, "loss", None)]
     if isinstance(out, (tuple, list)):
-        for o in out:
-            if isinstance(o, torch.Tensor) and o.numel() == 1 and o.is_floating_point():
-                return o.reshape(())
+        found += [o for o in out if isinstance(o, torch.Tensor) and o.is_floating_point()]
+    for o in found:
+        if isinstance(o, torch.Tensor) and o.numel() == 1:
+            return o.reshape(())
     what = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else f"a {type(out).__name__}"
     raise CensusError(f"the model's output ({what}) holds no scalar loss: census(model, batch=...) needs the model "
                       f"to return its loss; {LOSS_FN_HINT}")
@@ -212,7 +207,6 @@ def release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-# ------------------------------------------------------------------------------------------------ the engine
 class Engine:
     """The float64 copy, its loss, and batched evaluation of candidate values of one or two parameters."""
 
@@ -235,10 +229,11 @@ class Engine:
             raise CensusError(f"{type(model).__name__} has no floating-point parameters: nothing to scale")
         for p in self.params.values():
             p.requires_grad_(True)
-        self.norms = {n: m for n, m in self.model.named_modules() if is_norm_module(m)}
+        self.mods = dict(self.model.named_modules())
+        self.norms = {n: m for n, m in self.mods.items() if is_norm_module(m)}
         self.own_eps = {n: getattr(m, a) for n, m in self.norms.items() if (a := eps_attr(m)) is not None}
         # every module holding an eps-named float: the ones no recognised norm or found site accounts for are kept
-        self.eps_holders = {n: attrs for n, m in self.model.named_modules() if (attrs := eps_like_attrs(m))}
+        self.eps_holders = {n: attrs for n, m in self.mods.items() if (attrs := eps_like_attrs(m))}
         self.watch = EpsWatch()  # functional and hand-written norms, wherever their eps is
         self.watch.attach(self.model)
         self.vmap_ok: bool | None = None

@@ -128,7 +128,6 @@ def describe(info: NormInfo, m: nn.Module, shape: torch.Size, name: str, eps: st
     return f"{name} ({info.cls} over {n} values: {what}, eps={eps})"
 
 
-# ------------------------------------------------------------------------------------------------ weight norm
 def weight_norm_reasons(model: nn.Module) -> dict[str, str]:
     """Parameter name -> reason, for the direction ``v`` of every weight-normalized tensor (Salimans & Kingma 2016):
     ``w = g * v / ||v||`` with ``||v||`` over every slice along ``dim`` (the whole tensor for ``dim = -1``)."""
@@ -152,10 +151,8 @@ def weight_norm_reasons(model: nn.Module) -> dict[str, str]:
 
 
 def _wn_reason(how: str, tname: str, shape: torch.Size, dim: int) -> str:
+    head = f"weight normalization ({how}): {tname} = g · v/‖v‖, ‖v‖ over"
     if dim is None or dim == -1 or len(shape) == 0:
-        return f"weight normalization ({how}): {tname} = g · v/‖v‖, ‖v‖ over the whole tensor ({math.prod(shape)} " \
-               f"values)"
+        return f"{head} the whole tensor ({math.prod(shape)} values)"
     d = dim % len(shape)
-    n = math.prod(shape) // int(shape[d])
-    return f"weight normalization ({how}): {tname} = g · v/‖v‖, ‖v‖ over each of the {int(shape[d])} slices " \
-           f"along dim {d} ({n} values each)"
+    return f"{head} each of the {int(shape[d])} slices along dim {d} ({math.prod(shape) // int(shape[d])} values each)"

@@ -119,7 +119,6 @@ def joint_target(w: Target, b: Target) -> Target:
                   tuple(x + y for x, y in zip(w.whole, b.whole)))
 
 
-# ------------------------------------------------------------------------------------------------ real scalings
 @dataclass(frozen=True)
 class Member:
     """One block to confirm by real scalings: ``[start, stop)`` on ``axis`` of ``tgt`` (``axis`` None: whole)."""

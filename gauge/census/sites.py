@@ -155,7 +155,6 @@ class EpsWatch(TorchFunctionMode):
         self._stat = WeakTensorKeyDictionary()  # statistic -> Stat
         self._plus = WeakTensorKeyDictionary()  # statistic + eps -> (statistic, eps)
 
-    # ------------------------------------------------------------------------------------------ which module runs
     def attach(self, model: nn.Module) -> None:
         for name, m in model.named_modules():
             self._classes[name] = type(m).__name__
@@ -195,7 +194,6 @@ class EpsWatch(TorchFunctionMode):
         if self.record is not None and site.key not in self.record and isinstance(y, torch.Tensor):
             self.record[site.key] = (z.detach(), y.detach())
 
-    # ------------------------------------------------------------------------------------------ the operations
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.zero or func not in _TRACKED:  # at the model's own eps every site runs as the model wrote it
