@@ -86,11 +86,10 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], tuple[str, ...]]:
     if bad or (raw != "none" and not sources):
         raise ValueError(f"--claims must be 'none' or a comma-separated subset of {', '.join(ALL_SOURCES)}, "
                          f"got {args.claims!r}")
-    if args.list:
-        return names, sources
-    _check_paths(args)
-    if args.checkpoint is not None:
-        _check_checkpoint(args)
+    if not args.list:
+        _check_paths(args)
+        if args.checkpoint is not None:
+            _check_checkpoint(args)
     return names, sources
 
 

@@ -5,6 +5,8 @@ float64 regression toy, the noise toy), the laws of :mod:`dynamics.laws` and :cl
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 
@@ -41,8 +43,7 @@ def radial_gradient(ctx) -> FigureOutput:
     dc = dyn_context(ctx)
     runs = [dc.model_trace(), dc.toy_trace(), dc.toy_trace("float32")]
     fig = new_figure(figsize=(10.0, 4.2))
-    ax = fig.add_subplot(1, 2, 1)
-    ax2 = fig.add_subplot(1, 2, 2)
+    ax, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     colors = ("#1f77b4", "#d62728", "#2ca02c")
     styles = ("-", "-", "--")  # the two toy runs share their gradient norms: the float32 one dashed on top
     rows = {}
@@ -129,8 +130,7 @@ def equilibrium(ctx) -> FigureOutput:
     dc = dyn_context(ctx)
     grid = CONVERGENCE_GRID[::2] if ctx.quick else CONVERGENCE_GRID
     fig = new_figure(figsize=(11.0, 4.4))
-    ax = fig.add_subplot(1, 2, 1)
-    ax2 = fig.add_subplot(1, 2, 2)
+    ax, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     nums = {}
     colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
     for i, ((opt, decay, lr, wd), color) in enumerate(zip(grid, colors)):
@@ -203,16 +203,9 @@ def angular_rate_scaling(ctx) -> FigureOutput:
     dc = dyn_context(ctx)
     cal = dc.model_calibration()
     prob = cal["problem"]
-    xb, yb = cal["batch"]
-
-    def loss_fn():
-        return prob.loss_on(xb, yb)
-
+    loss_fn = partial(prob.loss_on, *cal["batch"])
     sgd_row = rate_row(prob.weight, loss_fn, dc.main_cfg, None, prob.dtype)  # lr solved for 0.0025 rad at c = 1
-
-    def adam_cfg(lr: float) -> OptimConfig:
-        return OptimConfig(optimizer="adamw", decay="torch", lr=lr, wd=0.1)
-
+    adam_cfg = partial(OptimConfig, "adamw", "torch", wd=0.1)  # AdamW, torch convention, at a given lr
     adam_row = rate_row(prob.weight, loss_fn, adam_cfg, None, prob.dtype)
     progress(f"  angle at {len(RATE_SCALES)} norm scales (SGD and AdamW, {prob.dtype})")
     sgd = angles_at_scales(prob.weight, loss_fn, dc.main_cfg(sgd_row["lr"]), RATE_SCALES)

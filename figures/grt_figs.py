@@ -103,8 +103,7 @@ def coupling_w_indexing(ctx) -> FigureOutput:
     sc = casc.scales()[0, 0]  # (P, 2)
     y0 = (torch.cos(theta) * x0 - torch.sin(theta) * x1) * sc[:, 0]
     y1 = (torch.sin(theta) * x0 + torch.cos(theta) * x1) * sc[:, 1]
-    y_cascade = casc.stage_trace(x)[1]
-    yc0, yc1 = to_pairs(y_cascade, 1)
+    yc0, yc1 = to_pairs(casc.stage_trace(x)[1], 1)
     err = float(torch.maximum((y0 - yc0).abs().max(), (y1 - yc1).abs().max()))
     tol = tolerance(torch.float64, size=4 * P, depth=2)
     agrees = tol.holds(err, 1.0)
@@ -158,9 +157,7 @@ def reach_counts(width: int, n_stages: int) -> np.ndarray:
     out = [1]
     for s in range(n_stages):
         idx = pair_index(width, s).numpy()  # (P, 2)
-        merged = D[idx[:, 0]] | D[idx[:, 1]]  # (P, d_in)
-        D[idx[:, 0]] = merged
-        D[idx[:, 1]] = merged
+        D[idx[:, 0]] = D[idx[:, 1]] = D[idx[:, 0]] | D[idx[:, 1]]  # (P, d_in) rows merged
         out.append(int(D.sum(1).min()))
     return np.array(out)
 

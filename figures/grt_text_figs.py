@@ -26,6 +26,7 @@ from figures.trained_figs import (
     _draw3d,
     _frame3d,
     _lit,
+    _output,
     cascade_tracks,
     heads_figure,
     lit_mask,
@@ -40,6 +41,7 @@ STAGE_SHOWN = 1  # the stage fig_stage_activation opens: stride 2, so the butter
 @figure("grt.fig_storage", title="What is stored: dense layer vs phase storage", source="GRT text",
         claims=("grt.param_accounting",), fast=True)
 def storage(ctx) -> FigureOutput:
+    from grt_model.cascade import RotationCascade
     from grt_model.config import GRTConfig
     from grt_model.model import GRTBlock
 
@@ -75,8 +77,6 @@ def storage(ctx) -> FigureOutput:
             weight="bold", va="bottom")
     ax.grid(axis="y", visible=False)
     # one stored weight, sliced out of a freshly initialized Q cascade at the reference size (float64)
-    from grt_model.cascade import RotationCascade
-
     seed_everything(ctx.seed)
     c = RotationCascade(dh, cfg.qkvo_stages, coupling=True, heads=H, dtype=torch.float64)
     p = 5
@@ -184,8 +184,7 @@ def stage_activation(ctx) -> FigureOutput:
                        f"hand in float64 from the stored parameters: matches the model's own stage output to "
                        f"{err:.2g} ({'within' if ok else 'OUTSIDE'} the float32 tolerance {tol.bound(1.0):.2g}, "
                        f"relative). Mean |Δθ| = {float(nudge.abs().mean()):.3f} rad.")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "stage": s, "max_abs_error": err,
-                                           "agrees": ok, "mean_abs_nudge": float(nudge.abs().mean())})
+    return _output(st, fig, cap, stage=s, max_abs_error=err, agrees=ok, mean_abs_nudge=float(nudge.abs().mean()))
 
 
 for _cascade in "kvo":  # grt.fig_k_heads, grt.fig_v_heads, grt.fig_o_heads: grt.fig_q_heads for K, V and O
@@ -206,20 +205,16 @@ def pairs_overview(ctx) -> FigureOutput:
     fig = new_figure(figsize=(13.0, 6.2))
     gs = fig.add_gridspec(2, 2, width_ratios=(1.35, 1.0))
     ax = fig.add_subplot(gs[:, 0], projection="3d")
-    allpts = []
-    for n in "qkvo":
-        t3 = with_stage(tr[n], z0=offsets[n])  # (H, P, S+1, 3)
-        allpts.append(t3.reshape(-1, 3))
-        _draw3d(ax, t3[~lit], FADED, lw=0.3, alpha=0.3)
+    t3 = {n: with_stage(tr[n], z0=offsets[n]) for n in "qkvo"}  # (H, P, S+1, 3) each
+    for t in t3.values():
+        _draw3d(ax, t[~lit], FADED, lw=0.3, alpha=0.3)
         for h in range(H):
-            _draw3d(ax, t3[h, slots], head_color(h), lw=1.6, alpha=1.0)
+            _draw3d(ax, t[h, slots], head_color(h), lw=1.6, alpha=1.0)
     for h in range(H):  # V's output feeds attention, whose output is O's input: dashed links
-        v_end = with_stage(tr["v"], z0=offsets["v"])[h, slots, -1]
-        o_start = with_stage(tr["o"], z0=offsets["o"])[h, slots, 0]
-        for a, b in zip(v_end, o_start):
+        for a, b in zip(t3["v"][h, slots, -1], t3["o"][h, slots, 0]):
             ax.plot(*np.c_[a, b], color=head_color(h), ls="--", lw=0.7)
-    _frame3d(ax, np.concatenate(allpts)[None], f"{H * len(slots)} pairs ({len(slots)} per head) lit, "
-             f"{H * P - H * len(slots)} faded", zlabel="Q | K | V | attention → O")
+    _frame3d(ax, np.concatenate([t.reshape(-1, 3) for t in t3.values()])[None], f"{H * len(slots)} pairs "
+             f"({len(slots)} per head) lit, {H * P - H * len(slots)} faded", zlabel="Q | K | V | attention → O")
     ax.set_zticks([offsets[n] + (S1 - 1) / 2 for n in "qkvo"], ["Q", "K", "V", "O"])
     r = {n: np.hypot(tr[n][..., 0], tr[n][..., 1]) for n in "qkvo"}  # (H, P, S+1)
     phi = {n: np.arctan2(tr[n][..., 1], tr[n][..., 0]) for n in "qkvo"}
@@ -242,10 +237,9 @@ def pairs_overview(ctx) -> FigureOutput:
                xlabel="stacked stage (O's stage 0 is the attention output)")
     fig.suptitle("16 pairs through Q, K, V, attention and O (block 0), in their head colours", weight="bold")
     traces = []
-    for n in "qkvo":
-        t3 = with_stage(tr[n], z0=offsets[n])
-        traces.append(line_trace(t3[~lit], name=f"{CASCADE_LABELS[n]}: other pairs", color=FADED, width=1, opacity=0.3))
-        traces += [line_trace(t3[h, slots], name=f"{CASCADE_LABELS[n]} head {h}", color=head_color(h), width=5,
+    for n, t in t3.items():
+        traces.append(line_trace(t[~lit], name=f"{CASCADE_LABELS[n]}: other pairs", color=FADED, width=1, opacity=0.3))
+        traces += [line_trace(t[h, slots], name=f"{CASCADE_LABELS[n]} head {h}", color=head_color(h), width=5,
                               markers=True) for h in range(H)]
     inter = figure3d(traces, title="16 pairs through Q, K, V, attention and O", z_title="Q | K | V | O")
     cap = _caption(st, f"The attention sublayer distilled: {len(slots)} pair slots per head ({list(slots)}; "
@@ -254,5 +248,4 @@ def pairs_overview(ctx) -> FigureOutput:
                        f"slot, dashed from V), in their head colours over the other {H * P - H * len(slots)} pairs "
                        "faint. Right: the same lit pairs' radius and phase against the stacked stage, so the static "
                        "image reads without rotation; the rotatable view is in index.html.")
-    return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
-                                                               "slots": [int(v) for v in slots]})
+    return _output(st, fig, cap, inter, slots=[int(v) for v in slots])

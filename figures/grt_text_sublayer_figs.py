@@ -16,7 +16,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from figures.model_source import sentence_trace
 from figures.registry import FigureOutput, figure
 from figures.style import FADED, head_color, new_figure
-from figures.trained_figs import _caption
+from figures.trained_figs import _caption, _output
 from rmsgauge import tolerance
 
 
@@ -67,8 +67,7 @@ def attention_mixer_sublayer(ctx) -> FigureOutput:
                        f"{off.min():.2e}, largest {off.max():.2e}; diagonal {np.diag(cross).min():.2e} .. "
                        f"{np.diag(cross).max():.2e}), so what one head wrote reaches the others through the mixer's "
                        "coupling (its stride-1 stage never pairs across heads).")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "cross_head_norms": cross.tolist(),
-                                           "gates": dict(g)})
+    return _output(st, fig, cap, cross_head_norms=cross.tolist(), gates=dict(g))
 
 
 @figure("grt.fig_ffn_radial_gelu", title="FFN: expand, RadialGELU, contract", source="GRT text", trained=True)
@@ -78,10 +77,8 @@ def ffn_radial_gelu(ctx) -> FigureOutput:
     t = st.token
     ex, co = b0.ffn_expand, b0.ffn_contract
     D = b0.ffn_in.shape[-1]
-    rex = np.stack([np.hypot(*np.moveaxis(ex.pairs(i)[0, t, 0].double().numpy(), -1, 0))
-                    for i in range(ex.n_stages + 1)])  # (S+1, P_ff)
-    rco = np.stack([np.hypot(*np.moveaxis(co.pairs(i)[0, t, 0].double().numpy(), -1, 0))
-                    for i in range(co.n_stages + 1)])
+    rex, rco = (np.stack([np.hypot(*np.moveaxis(c.pairs(i)[0, t, 0].double().numpy(), -1, 0))
+                          for i in range(c.n_stages + 1)]) for c in (ex, co))  # (S+1, P_ff) each
     Pff = rex.shape[1]
     h_in = ex.acts[-1][0, t, 0].double().numpy().reshape(-1, 2)  # (P_ff, 2) RadialGELU's input, adjacent pairs
     h_out = b0.gelu_out[0, t].double().numpy().reshape(-1, 2)
@@ -131,8 +128,7 @@ def ffn_radial_gelu(ctx) -> FigureOutput:
                        f"stage. Bottom middle: RadialGELU maps each radius r to rΦ(r) (the only nonlinearity of the "
                        f"FFN); right: the angle change it makes, zero up to round-off ({np.abs(dphi).max():.1e} rad). "
                        f"The contract's output keeps its first {D} coordinates.")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "filled": filled.tolist(),
-                                           "max_angle_change": float(np.abs(dphi).max())})
+    return _output(st, fig, cap, filled=filled.tolist(), max_angle_change=float(np.abs(dphi).max()))
 
 
 @figure("grt.fig_block_cycle", title="Normalize, process, gate, add: every cycle of every block", source="GRT text",
@@ -195,6 +191,5 @@ def block_cycle(ctx) -> FigureOutput:
                        "sublayer's output, of the gated write, and (line) of the stream after each add, each the mean "
                        "over the sentence's tokens of a token's RMS; gate values above the bars. Stream RMS from "
                        f"{arr[0, 0]:.3f} (the embedding) to {arr[-1, 5]:.3f} after the last cycle.")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance,
-                                           "cycles": [dict(zip(("cycle", "stream_before", "normalized", "processed",
-                                                                "gate", "write", "stream_after"), r)) for r in rows]})
+    keys = ("cycle", "stream_before", "normalized", "processed", "gate", "write", "stream_after")
+    return _output(st, fig, cap, cycles=[dict(zip(keys, r)) for r in rows])

@@ -40,22 +40,14 @@ def polylines(tracks: np.ndarray) -> tuple[list[Any], list[Any], list[Any]]:
 
 
 def line_trace(tracks: np.ndarray, *, name: str, color: str, width: float = 2.0, opacity: float = 1.0,
-               markers: bool = False, marker_color: np.ndarray | None = None, cmin: float = -1.0,
-               cmax: float = 1.0, colorscale: str = "RdBu", showscale: bool = False) -> Any:
+               markers: bool = False) -> Any:
     """One ``Scatter3d`` drawing every track in ``tracks`` (``(N, S, 3)``: x0, x1, stage)."""
     import plotly.graph_objects as go
 
     x, y, z = polylines(tracks)
-    kw: dict[str, Any] = {"mode": "lines+markers" if markers or marker_color is not None else "lines"}
-    kw["line"] = {"color": color, "width": width}
-    if marker_color is not None:
-        N, S, _ = tracks.shape
-        mc = np.concatenate((marker_color.reshape(N, S), np.full((N, 1), np.nan)), axis=1).ravel()
-        kw["marker"] = {"size": 3, "color": _round(mc), "colorscale": colorscale, "cmin": cmin, "cmax": cmax,
-                        "showscale": showscale, "colorbar": {"title": {"text": "cos(Q–K)"}}}
-    elif markers:
-        kw["marker"] = {"size": 2.5, "color": color}
-    return go.Scatter3d(x=x, y=y, z=z, name=name, opacity=opacity, hoverinfo="name", **kw)
+    return go.Scatter3d(x=x, y=y, z=z, name=name, opacity=opacity, hoverinfo="name",
+                        mode="lines+markers" if markers else "lines", line={"color": color, "width": width},
+                        marker={"size": 2.5, "color": color} if markers else None)
 
 
 def figure3d(traces: list[Any], *, title: str, z_title: str = "stage", height: int = 540) -> Any:

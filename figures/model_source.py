@@ -37,11 +37,8 @@ class TrainedModel:
     @property
     def provenance(self) -> str:
         c = self.config
-        if self.shipped:
-            how = (f"the shipped reference GRT, sha256 {str(self.extra.get('sha256', '?'))[:12]}... verified; "
-                   f"reproduce: {self.extra.get('reproduce', '?')}")
-        else:
-            how = "given by --checkpoint"
+        how = (f"the shipped reference GRT, sha256 {str(self.extra.get('sha256', '?'))[:12]}... verified; "
+               f"reproduce: {self.extra.get('reproduce', '?')}") if self.shipped else "given by --checkpoint"
         tc = self.train_config
         full = self.extra.get("final_val_bpb_full")  # the model card's headline: every validation byte scored once
         sample = None if self.val_loss is None else (f"the training log's {tc.get('eval_batches', '?')}-batch "
@@ -124,6 +121,7 @@ def sentence_trace(ctx) -> SentenceTrace:
     """The figure model's full trace of :data:`SENTENCE` (memoized)."""
 
     def run() -> SentenceTrace:
+        from grt_model.trace import trace_model
         from rmsgauge.corpus import encode, load_text
 
         tm = trained_model(ctx)
@@ -135,10 +133,7 @@ def sentence_trace(ctx) -> SentenceTrace:
         ids = ids[:, :T]
         text = SENTENCE[:T]
         token = text.index(TRACE_WORD) + len(TRACE_WORD) - 1
-        from grt_model.trace import trace_model
-
-        tr = trace_model(tm.model, ids)
         labels = ["␣" if ch == " " else ch for ch in text]
-        return SentenceTrace(text, labels, token, tr, tm)
+        return SentenceTrace(text, labels, token, trace_model(tm.model, ids), tm)
 
     return ctx.memo("sentence_trace", run)

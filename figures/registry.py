@@ -8,6 +8,8 @@ else a ``<package>.fig_*`` name with the claims it supports in ``claims``.  Each
 
 from __future__ import annotations
 
+import importlib
+import json
 import sys
 import time
 import traceback
@@ -71,8 +73,6 @@ def figure(name: str, *, title: str, source: str, claims: tuple[str, ...] = (), 
 
 def load_all() -> dict[str, FigureSpec]:
     """Import every figure module (registration happens on import) and return the registry in report order."""
-    import importlib
-
     for module in FIGURE_MODULES:  # this order is the report's order
         importlib.import_module(module)
     return FIGURES
@@ -132,8 +132,7 @@ def generate(names: list[str], ctx: Any) -> RunLog:
         t0 = time.perf_counter()
         progress(f"[{i}/{len(names)}] {name}: {spec.title}")
         try:
-            out = spec.fn(ctx)
-            write_output(spec, out, ctx.out_dir)
+            write_output(spec, spec.fn(ctx), ctx.out_dir)
         except FigureUnavailable as e:
             log.skipped[name] = str(e)
             progress(f"    skipped: {e}")
@@ -152,12 +151,6 @@ def generate(names: list[str], ctx: Any) -> RunLog:
 
 def read_sidecars(out_dir: Path) -> list[dict[str, Any]]:
     """Sidecars of every registered figure present in ``out_dir``, in registry order (what the report shows)."""
-    import json
-
-    figs = load_all()
-    out = []
-    for name in figs:
-        p = Path(out_dir) / (name + SIDE_SUFFIX)
-        if p.is_file() and (Path(out_dir) / (name + ".svg")).is_file():
-            out.append(json.loads(p.read_text(encoding="utf-8")))
-    return out
+    out_dir = Path(out_dir)
+    return [json.loads((out_dir / (n + SIDE_SUFFIX)).read_text(encoding="utf-8")) for n in load_all()
+            if (out_dir / (n + SIDE_SUFFIX)).is_file() and (out_dir / (n + ".svg")).is_file()]

@@ -7,6 +7,7 @@ r"""Figures of the GRT experiment grid (:mod:`studies.experiments`), drawn from 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,9 @@ import numpy as np
 
 from figures.registry import FigureOutput, FigureUnavailable, figure
 from figures.style import new_figure
+from studies.trained import STATED_GATES_BLOCK0
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "grt-experiments"
-STATED_GATES = (0.99, 0.97, 0.79)  # the GRT text's trained block-0 gates: attention, mixer, FFN
 GATE_NAMES = ("attention", "mixer", "FFN")
 
 
@@ -27,14 +28,19 @@ def _records() -> list[dict[str, Any]]:
     return json.loads(path.read_text())
 
 
+def _rows(rows_of: Callable[[list[dict[str, Any]]], Any], what: str) -> Any:
+    """``rows_of`` (a table of :mod:`studies.experiments_report`) of the records; unavailable while it is empty."""
+    if not (rows := rows_of(_records())):
+        raise FigureUnavailable(f"no {what} is recorded yet")
+    return rows
+
+
 @figure("studies.content_adaptive", title="Ablations: what each GRT choice is worth (1M tokens, 2 seeds)",
         source="GRT text", claims=("studies.content_adaptive",))
 def content_adaptive_fig(ctx) -> FigureOutput:
     from studies.experiments_report import ablation_rows
 
-    rows = sorted(ablation_rows(_records()), key=lambda r: r["mean"])
-    if not rows:
-        raise FigureUnavailable("no ablation run is recorded yet")
+    rows = sorted(_rows(ablation_rows, "ablation run"), key=lambda r: r["mean"])
     fig = new_figure(figsize=(8.0, 0.45 * len(rows) + 1.5))
     ax = fig.add_subplot(1, 1, 1)
     y = np.arange(len(rows))
@@ -58,9 +64,7 @@ def content_adaptive_fig(ctx) -> FigureOutput:
 def stability_fig(ctx) -> FigureOutput:
     from studies.experiments_report import stability_rows
 
-    rows = stability_rows(_records())
-    if not rows:
-        raise FigureUnavailable("no stability run is recorded yet")
+    rows = _rows(stability_rows, "stability run")
     fig = new_figure(figsize=(7.0, 4.2))
     ax = fig.add_subplot(1, 1, 1)
     numbers = {}
@@ -92,9 +96,7 @@ def stability_fig(ctx) -> FigureOutput:
 def depth_fig(ctx) -> FigureOutput:
     from studies.experiments_report import depth_rows
 
-    rows = depth_rows(_records())
-    if not rows:
-        raise FigureUnavailable("no depth or text-shape final run is recorded yet")
+    rows = _rows(depth_rows, "depth or text-shape final run")
     fig = new_figure(figsize=(10.0, 4.0))
     axes = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     numbers: dict[str, Any] = {}
@@ -129,17 +131,13 @@ def _eval_curve(name: str, field: str) -> tuple[np.ndarray, np.ndarray] | None:
     return np.array([e["tokens"] for e in evals]), np.array([e[field] for e in evals])
 
 
-def _gate_curves(name: str) -> tuple[np.ndarray, np.ndarray] | None:
-    return _eval_curve(name, "gates")  # (E,), (E, L, 3)
-
-
 @figure("studies.fig_gate_trajectories", title="Residual gates during training, against the text's ordering",
         source="GRT text", claims=("grt.trained_gates",))
 def gate_trajectories(ctx) -> FigureOutput:
     runs = [r for r in _records() if r["model"] == "grt" and r.get("phase") in ("final", "grid")
             and r["group"] in ("text_shape", "depth", "ablation") and r.get("variant") in
             ("shipped", "text-grt", "depth4-grt", "depth8-grt")]
-    curves = {r["name"]: c for r in runs if (c := _gate_curves(r["name"])) is not None}
+    curves = {r["name"]: c for r in runs if (c := _eval_curve(r["name"], "gates")) is not None}  # (E,), (E, L, 3)
     if not curves:
         raise FigureUnavailable("no GRT run with gate logs is recorded yet")
     fig = new_figure(figsize=(11.0, 3.6))
@@ -151,9 +149,9 @@ def gate_trajectories(ctx) -> FigureOutput:
             if g.shape[1] > 1:
                 ax.plot(tok, g[:, -1, k], color=f"C{i}", lw=1, ls=":", label=f"{name} block {g.shape[1] - 1}")
         numbers[name] = {"final_block0": g[-1, 0].tolist(), "final_last_block": g[-1, -1].tolist()}
-    for k, ax in enumerate(axes):
-        ax.axhline(STATED_GATES[k], color="k", lw=0.7, ls="--")
-        ax.set(xlabel="training tokens", ylim=(0, 1), title=f"{GATE_NAMES[k]} gate (dashed: text {STATED_GATES[k]})")
+    for ax, gate, stated in zip(axes, GATE_NAMES, STATED_GATES_BLOCK0):
+        ax.axhline(stated, color="k", lw=0.7, ls="--")
+        ax.set(xlabel="training tokens", ylim=(0, 1), title=f"{gate} gate (dashed: text {stated})")
     axes[0].set_ylabel("gate sigmoid(logit)")
     axes[0].legend(fontsize=6)
     cap = ("Residual gates at every evaluation of the grid's GRT runs (solid: block 0, dotted: the last block), "
@@ -167,9 +165,7 @@ def gate_trajectories(ctx) -> FigureOutput:
 def tuning_search_fig(ctx) -> FigureOutput:
     from studies.experiments_report import tuning_rows
 
-    rows = tuning_rows(_records())
-    if not rows:
-        raise FigureUnavailable("no tuning run is recorded yet")
+    rows = _rows(tuning_rows, "tuning run")
     fig = new_figure(figsize=(10.0, 3.8))
     ax, bx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     numbers = {}
@@ -221,8 +217,7 @@ def vocab_fig(ctx) -> FigureOutput:
         ax.legend(fontsize=7)
     finals = [r for r in recs if r["group"] == "vocab" and r.get("phase") == "final"]
     for r in finals:
-        kind = r["model"]
-        bx.plot(r["params"]["total"], r["val_bpb_full"], "o", color="C0" if kind == "grt" else "C1", ms=5)
+        bx.plot(r["params"]["total"], r["val_bpb_full"], "o", color="C0" if r["model"] == "grt" else "C1", ms=5)
         numbers[r["name"]] = r["val_bpb_full"]
     bx.set(xscale="log", xlabel="parameters (tied head)", ylabel="validation bits/byte, whole split",
            title="3M-token finals (each seed)" if finals else "3M-token finals: none recorded yet")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from matplotlib.collections import LineCollection
+from matplotlib.lines import Line2D
 from mpl_toolkits.mplot3d.art3d import Line3DCollection
 
 from figures.interactive import figure3d, line_trace
@@ -54,6 +55,11 @@ def _caption(st: SentenceTrace, what: str) -> str:
             f"'{TRACE_WORD}', position {st.token}). float32. Model: {st.tm.provenance}.")
 
 
+def _output(st: SentenceTrace, fig, cap: str, interactive=None, **numbers) -> FigureOutput:
+    """A trained-model figure's output: its sidecar's numbers lead with the model's provenance."""
+    return FigureOutput(fig, cap, interactive, {"provenance": st.tm.provenance, **numbers})
+
+
 @figure("grt.fig_q_pair_trace", title="One pair traced through the Q stages", source="GRT text", trained=True,
         interactive=True)
 def q_pair_trace(ctx) -> FigureOutput:
@@ -84,8 +90,7 @@ def q_pair_trace(ctx) -> FigureOutput:
                        f"stage rotates the pair by its learned angle plus the Clifford nudge and scales x0, x1; the "
                        f"butterfly hands slot {p} a new coordinate pair between stages. Radius from {r[0]:.3f} at "
                        f"the input to {r[-1]:.3f} after stage {S}.")
-    return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
-                                                               "radius_in": r[0], "radius_out": r[-1]})
+    return _output(st, fig, cap, inter, radius_in=r[0], radius_out=r[-1])
 
 
 @figure("grt.fig_q_all_pairs", title="All pairs through the Q stages", source="GRT text", trained=True,
@@ -116,8 +121,7 @@ def q_all_pairs(ctx) -> FigureOutput:
                        f"{S1 - 1} stages, one colour per head. Below them (z = -1) the token's embedding: every "
                        f"pair at radius {r_emb.mean():.3f} (std {r_emb.std():.1e}), the text's uniform ring. After "
                        f"the cascade the radii spread to mean {r_out.mean():.3f}, std {r_out.std():.3f}.")
-    return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
-                                                               "ring_radius": r_emb.mean(), "out_std": r_out.std()})
+    return _output(st, fig, cap, inter, ring_radius=r_emb.mean(), out_std=r_out.std())
 
 
 def _lit(P: int) -> np.ndarray:
@@ -127,9 +131,7 @@ def _lit(P: int) -> np.ndarray:
 
 def lit_mask(H: int, P: int) -> np.ndarray:
     """``[H, P]`` bool: the :data:`LIT_PER_HEAD` highlighted slots of every head."""
-    m = np.zeros((H, P), dtype=bool)
-    m[:, _lit(P)] = True
-    return m
+    return np.tile(np.isin(np.arange(P), _lit(P)), (H, 1))
 
 
 def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[str], title: str) -> None:
@@ -137,31 +139,25 @@ def draw_legible(fig, spec, tracks: np.ndarray, lit: np.ndarray, colors: list[st
     pairs bold in ``colors[i]`` over the others faint, and beside it the radius against the stage and the (x0, x1)
     plane (start: circle, end: square), so the static image reads without rotating it."""
     sub = spec.subgridspec(1, 3, width_ratios=(1.25, 1.0, 1.0))
+    ax, ax2, ax3 = fig.add_subplot(sub[0, 0], projection="3d"), fig.add_subplot(sub[0, 1]), fig.add_subplot(sub[0, 2])
     t3 = with_stage(tracks)  # (N, S+1, 3)
-    ax = fig.add_subplot(sub[0, 0], projection="3d")
-    if (~lit).any():
-        _draw3d(ax, t3[~lit], FADED, lw=0.35, alpha=0.35)
-    for i in np.flatnonzero(lit):
-        _draw3d(ax, t3[i:i + 1], colors[i], lw=1.8, alpha=1.0)
-    _frame3d(ax, t3, title)
     r = np.hypot(tracks[..., 0], tracks[..., 1])  # (N, S+1)
     S1 = tracks.shape[1]
-    ax2 = fig.add_subplot(sub[0, 1])
-    if (~lit).any():
+    if (~lit).any():  # in each panel the faint pairs first, under the lit ones
+        _draw3d(ax, t3[~lit], FADED, lw=0.35, alpha=0.35)
         ax2.add_collection(LineCollection([np.c_[np.arange(S1), r[i]] for i in np.flatnonzero(~lit)],
                                           colors=FADED, linewidths=0.4, alpha=0.5))
-    for i in np.flatnonzero(lit):
-        ax2.plot(range(S1), r[i], color=colors[i], lw=1.5, marker="o", ms=2.5)
-    ax2.set(xlim=(-0.3, S1 - 0.7), ylim=(0, float(r.max()) * 1.05 or 1.0), xlabel="stage", ylabel="pair radius r")
-    ax2.set_title("radius against stage", fontsize=8)
-    ax3 = fig.add_subplot(sub[0, 2])
-    if (~lit).any():
         ax3.add_collection(LineCollection(list(tracks[~lit]), colors=FADED, linewidths=0.35, alpha=0.4))
     for i in np.flatnonzero(lit):
+        _draw3d(ax, t3[i:i + 1], colors[i], lw=1.8, alpha=1.0)
+        ax2.plot(range(S1), r[i], color=colors[i], lw=1.5, marker="o", ms=2.5)
         ax3.plot(tracks[i, :, 0], tracks[i, :, 1], color=colors[i], lw=1.3)
         ax3.scatter(tracks[i, 0, 0], tracks[i, 0, 1], marker="o", s=14, color=colors[i], zorder=3)
         ax3.scatter(tracks[i, -1, 0], tracks[i, -1, 1], marker="s", s=14, color=colors[i], zorder=3,
                     edgecolors="k", linewidths=0.4)
+    _frame3d(ax, t3, title)
+    ax2.set(xlim=(-0.3, S1 - 0.7), ylim=(0, float(r.max()) * 1.05 or 1.0), xlabel="stage", ylabel="pair radius r")
+    ax2.set_title("radius against stage", fontsize=8)
     lim = float(np.abs(tracks).max()) * 1.05 or 1.0
     ax3.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", xlabel="x0", ylabel="x1")
     ax3.set_title("(x0, x1) plane: ○ input, □ output", fontsize=8)
@@ -203,9 +199,7 @@ def heads_figure(ctx, name: str) -> FigureOutput:
                        "learned parameters differ: mean |turn| per stage by head "
                        + ", ".join(f"{t:.3f}" for t in turn) + " rad; summed radius out/in by head "
                        + ", ".join(f"{g:.3f}" for g in gain) + ". The rotatable view is in index.html.")
-    return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance,
-                                                               "mean_turn_per_head": turn.tolist(),
-                                                               "radius_gain_per_head": gain.tolist()})
+    return _output(st, fig, cap, inter, mean_turn_per_head=turn.tolist(), radius_gain_per_head=gain.tolist())
 
 
 @figure("grt.fig_q_heads", title="Each head's Q cascade alone, then combined", source="GRT text", trained=True,
@@ -254,7 +248,7 @@ def qkv_attention(ctx) -> FigureOutput:
                                                                         (rq * rk * cos_gap).sum(1) / np.sqrt(2 * P))
                        + " (heads 0..). Angles after rotary position; for a token with itself the rotary angles "
                          "cancel.")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "mean_cos": float(cos_gap.mean())})
+    return _output(st, fig, cap, mean_cos=float(cos_gap.mean()))
 
 
 @figure("grt.fig_block0_stages", title="All stages of block 0 stacked", source="GRT text",
@@ -279,8 +273,6 @@ def block0_stages(ctx) -> FigureOutput:
     allt = np.concatenate([t3.reshape(-1, 3) for _, t3 in groups])
     _frame3d(ax, allt[None], "z = 0: the embedding ring; then " + " → ".join(
         f"{CASCADE_LABELS[n]} ({t3.shape[1] - 1})" for n, t3 in groups), zlabel="stage (stacked)")
-    from matplotlib.lines import Line2D
-
     ax.legend(handles=[Line2D([], [], color=STAGE_GROUP_COLORS[n], label=CASCADE_LABELS[n]) for n, _ in groups],
               loc="upper left", fontsize=7)
     fig.suptitle(f"All {n_total} rotation stages of block 0", weight="bold")
@@ -295,4 +287,4 @@ def block0_stages(ctx) -> FigureOutput:
                        "embedding ring (one shared magnitude). Q, K, V run in parallel in the model and are stacked "
                        "here as the text stacks them; the FFN stages carry d_ff/2 pairs, most of them zero-padded at "
                        "the expand's input.")
-    return FigureOutput(fig, cap, interactive=inter, numbers={"provenance": st.tm.provenance, "stages": n_total})
+    return _output(st, fig, cap, inter, stages=n_total)

@@ -13,7 +13,7 @@ from matplotlib.colors import PowerNorm
 from figures.model_source import TRACE_WORD, sentence_trace
 from figures.registry import FigureOutput, figure
 from figures.style import COS_CMAP, STAGE_GROUP_COLORS, new_figure
-from figures.trained_figs import _caption
+from figures.trained_figs import _caption, _output
 from studies.trained.claims import STATED_GATES_BLOCK0, STATED_RING_RADIUS  # the text's numbers, once
 
 
@@ -47,8 +47,7 @@ def attention_heatmaps(ctx) -> FigureOutput:
                        "weight on its own token ('self') and its mean row entropy (nats; low = focused, "
                        f"log T = {np.log(T):.2f} would be uniform over the whole sentence). The text reports "
                        "specialised heads (one a self-filter, one spread evenly) for its trained model.")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance,
-                                           "entropy": {str(b): e.tolist() for b, e in ent.items()}})
+    return _output(st, fig, cap, entropy={str(b): e.tolist() for b, e in ent.items()})
 
 
 @figure("grt.fig_qk_angle_gap", title="Q–K angle gap of every pair across all blocks", source="GRT text",
@@ -76,7 +75,7 @@ def qk_angle_gap(ctx) -> FigureOutput:
                        f"{H * Ph} pairs ({H} heads × {Ph}) in each of the {nb} blocks; top: the traced token, "
                        f"bottom: the mean over the sentence. Mean cosine per block: "
                        + ", ".join(f"{v:.2f}" for v in mean.mean(1)) + ".")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "mean_cos_per_block": mean.mean(1).tolist()})
+    return _output(st, fig, cap, mean_cos_per_block=mean.mean(1).tolist())
 
 
 @figure("grt.fig_gates", title="Learned residual gates per block", source="GRT text", trained=True,
@@ -114,8 +113,7 @@ def gates(ctx) -> FigureOutput:
                                     + f" ({order[b]})" for b in range(nb))
            + ". The claim grt.trained_gates judges the ordering the text implies (attention written most fully, the "
              f"FFN damped most). Model: {st.tm.provenance}.")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "gates": g.tolist(),
-                                           "text_block0": list(STATED_GATES_BLOCK0)})
+    return _output(st, fig, cap, gates=g.tolist(), text_block0=list(STATED_GATES_BLOCK0))
 
 
 @figure("grt.fig_radius_spread", title="The ring radius after training, and pair-radius spread across blocks",
@@ -178,7 +176,5 @@ def radius_spread(ctx) -> FigureOutput:
                        "of its residual-stream pair radii, from the embedding (a ring: spread "
                        f"{np.median(spread[0]):.1e}) through every block (median after the last block "
                        f"{np.median(spread[-1]):.3f}). Right: each of the traced token's pair radii across blocks.")
-    return FigureOutput(fig, cap, numbers={"provenance": st.tm.provenance, "median_ring_radius": med,
-                                           "weighted_mean_ring_radius": wmean,
-                                           "median_radius_after_pearlnorm": float(np.median(pn)),
-                                           "median_spread": np.median(spread, axis=1).tolist()})
+    return _output(st, fig, cap, median_ring_radius=med, weighted_mean_ring_radius=wmean,
+                   median_radius_after_pearlnorm=float(np.median(pn)), median_spread=np.median(spread, axis=1).tolist())
