@@ -34,9 +34,8 @@ SETTING_FLAGS = ("optimizer", "decay", "lr", "wd", "momentum", "betas", "steps",
 
 
 def _betas(value: str) -> tuple[float, float]:
-    parts = [p for p in value.replace(" ", "").split(",") if p]
     try:
-        b = tuple(float(p) for p in parts)
+        b = tuple(float(p) for p in value.replace(" ", "").split(",") if p)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected two comma-separated numbers like 0.9,0.999; got {value!r}") \
             from None

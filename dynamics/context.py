@@ -148,9 +148,9 @@ class Context:
             return self.plan.cfg(lr)
         return OptimConfig(optimizer="sgd", decay="source", lr=lr, wd=0.02)
 
-    def model_calibration(self, dtype: str | None = None) -> dict[str, Any]:
+    def model_calibration(self) -> dict[str, Any]:
         """A fresh QK-norm model, one corpus batch, and the SGD lr that turns ``W_q`` by 0.0025 rad on it."""
-        dtype = dtype or self.dtype_for("float32")
+        dtype = self.dtype_for("float32")
 
         def build() -> dict[str, Any]:
             prob = QKNormProblem(seed=self.plan.seed, dtype=dtype, corpus=self.corpus())
@@ -191,15 +191,15 @@ class Context:
 
         return self.memo(("toy", dtype, wd, steps), build)
 
-    def noise_trace(self, cfg: OptimConfig, n: int | None = None, start_factor: float = 1.0,
-                    steps: int | None = None) -> tuple[Trace, dict[str, Any]]:
+    def noise_trace(self, cfg: OptimConfig, n: int | None = None, start_factor: float = 1.0
+                    ) -> tuple[Trace, dict[str, Any]]:
         """Noise toy started at ``start_factor`` x the predicted equilibrium, run past equilibration."""
         n = n or self.defaults.noise_n
         R = self.defaults.noise_replicas if n >= SMALL_NOISE_N else 8 * self.defaults.noise_replicas  # small n: more
         dtype = self.dtype_for("float64")
         x_pred = predicted_noise_equilibrium(cfg, n)
         burn = equilibration_steps(cfg, start_factor)
-        total = steps or self.plan.steps or (burn + self.defaults.measure_steps)
+        total = self.plan.steps or (burn + self.defaults.measure_steps)
 
         def build() -> tuple[Trace, dict[str, Any]]:
             self.progress(f"noise toy n={n} x{R} ({dtype}, {cfg.label()}, {total} steps, start {start_factor:g} x*)")

@@ -143,10 +143,8 @@ def config_from_args(args: argparse.Namespace) -> GaugeConfig:
 def census_lines(claims: list[Claim]) -> list[str]:
     """The per-tensor census, one line per tensor, read from each census record's structured details."""
     lines = []
-    for c in claims:
-        for label in ("QK-norm", "no QK-norm"):
-            if c.id != "gauge.census" or label not in c.details:
-                continue
+    for c in (c for c in claims if c.id == "gauge.census"):
+        for label in (label for label in ("QK-norm", "no QK-norm") if label in c.details):
             d = c.details[label]
             lines.append(f"census ({c.dtype}, {label}): max |L(cp) - L(p)|, c in {c.details['scales_c']} "
                          f"(tol {d['loss_tol']:.3g}); radial cos (tol {d['radial_cos_tol']:.3g})")
