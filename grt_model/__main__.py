@@ -42,27 +42,24 @@ def _parse_set(items: list[str]) -> dict:
     """``--set key=value`` pairs typed by the GRTConfig field (bool: true/false; None: none)."""
     from grt_model.config import GRTConfig
 
-    types = {f.name: f.type for f in dataclasses.fields(GRTConfig)}
+    types = {f.name: str(f.type) for f in dataclasses.fields(GRTConfig)}
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
+        key, raw = key.strip().replace("-", "_"), raw.strip()
         if not sep:
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         if key not in types:
             raise ValueError(f"--set: unknown GRTConfig key {key!r}; allowed: {', '.join(types)}")
-        t = str(types[key])
-        raw = raw.strip()
+        t = types[key]
         if raw.lower() == "none" and "None" in t:
             out[key] = None
         elif t.startswith("bool"):
             if raw.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"--set {key} must be true or false, got {raw!r}")
             out[key] = raw.lower() in ("true", "1")
-        elif t.startswith("int"):
-            out[key] = int(raw)
         else:
-            out[key] = float(raw)
+            out[key] = (int if t.startswith("int") else float)(raw)
     return out
 
 
@@ -91,12 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    return run_main(ap, argv, lambda args, _: _main(ap, args))
+    return run_main(build_parser(), argv, _main, check=_check)
 
 
-def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, str]:
-    """Every flag before any work: ``(config, device)``; a bad one is one line (exit 2)."""
+def _check(args: argparse.Namespace) -> tuple[Any, str]:
+    """Every flag before any work: ``(config, device)``; a bad one raises ``ValueError`` (one line, exit 2)."""
     from grt_model.config import GRTConfig
 
     overrides = {n: getattr(args, n) for n in CONFIG_FLAGS if getattr(args, n) is not None}
@@ -104,23 +100,18 @@ def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[Any, 
         overrides["rope"] = False
     if args.untied_head:
         overrides["tie_head"] = False
-    try:
-        overrides.update(_parse_set(args.set))
-        cfg = GRTConfig.preset(args.preset, **overrides)
-        check_output_file("--json", args.json)
-    except (ValueError, TypeError) as e:
-        ap.error(str(e))
+    overrides.update(_parse_set(args.set))
+    cfg = GRTConfig.preset(args.preset, **overrides)
+    check_output_file("--json", args.json)
     for flag, v, lo, hi in (("--seed", args.seed, 0, 2**32 - 1), ("--batch-size", args.batch_size, 1, None),
                             ("--seq-len", args.seq_len, 1, cfg.block_size), ("--threads", args.threads, 1, None)):
         if not lo <= v <= (hi or v):
-            ap.error(f"{flag} must be in [{lo}, {hi or 'inf'}], got {v}")
-    dev = args.device
-    if dev == "auto":
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
+            raise ValueError(f"{flag} must be in [{lo}, {hi or 'inf'}], got {v}")
+    dev = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if dev.startswith("cuda") and not torch.cuda.is_available():
-        ap.error(f"--device {args.device}: CUDA is not available on this machine")
+        raise ValueError(f"--device {args.device}: CUDA is not available on this machine")
     if not (dev == "cpu" or dev.startswith("cuda")):
-        ap.error(f"--device must be auto, cpu, cuda or cuda:N, got {args.device!r}")
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {args.device!r}")
     return cfg, dev
 
 
@@ -175,8 +166,8 @@ def _forward(args: argparse.Namespace, cfg: Any, dev: str) -> dict[str, Any]:
     return forward
 
 
-def _main(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    cfg, dev = _check(ap, args)
+def _main(args: argparse.Namespace, checked: tuple[Any, str]) -> int:
+    cfg, dev = checked
     torch.set_num_threads(args.threads)
     seed_everything(args.seed)
     structure = _print_structure(args, cfg)

@@ -102,14 +102,10 @@ def module_param_counts(model: torch.nn.Module) -> dict[str, dict[str, int]]:
 
 def stage_counts_from_model(model: torch.nn.Module) -> dict[str, int]:
     """Stage counts read off the built modules (cf. :meth:`GRTConfig.stage_counts`)."""
-    blocks = list(model.blocks)
-    b = blocks[0]
-    per = {"q": b.attn.qkv.n_stages, "k": b.attn.qkv.n_stages, "v": b.attn.qkv.n_stages,
-           "o": b.attn.o.n_stages, "mixer": b.mixer.cascade.n_stages,
-           "ffn_expand": b.ffn.expand.n_stages, "ffn_contract": b.ffn.contract.n_stages}
-    total = sum(blk.attn.qkv.n_stages * 3 + blk.attn.o.n_stages + blk.mixer.cascade.n_stages
-                + blk.ffn.expand.n_stages + blk.ffn.contract.n_stages for blk in blocks)
-    return {**per, "per_block": sum(per.values()), "n_blocks": len(blocks), "total": total}
+    per = [{**dict.fromkeys("qkv", b.attn.qkv.n_stages), "o": b.attn.o.n_stages, "mixer": b.mixer.cascade.n_stages,
+            "ffn_expand": b.ffn.expand.n_stages, "ffn_contract": b.ffn.contract.n_stages} for b in model.blocks]
+    return {**per[0], "per_block": sum(per[0].values()), "n_blocks": len(per),
+            "total": sum(sum(p.values()) for p in per)}
 
 
 def embedding_ratio(cfg: GRTConfig) -> Fraction:

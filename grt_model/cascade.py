@@ -165,17 +165,13 @@ def givens_matrix(width: int, i0: int, i1: int, theta: torch.Tensor) -> torch.Te
 
 def reference_features(x: torch.Tensor, pairs: list[tuple[int, int]]) -> torch.Tensor:
     """``[..., d] -> [..., 4P]`` Clifford features written out pair by pair."""
-    P = len(pairs)
     e = [x[..., i0] ** 2 + x[..., i1] ** 2 for i0, i1 in pairs]
-    m = sum(e) / P
-    m = m.clamp_min(torch.finfo(x.dtype).tiny)
+    m = (sum(e) / len(pairs)).clamp_min(torch.finfo(x.dtype).tiny)
     f0 = [ep / m for ep in e]
     f1 = [x[..., i0] / m.sqrt() for i0, _ in pairs]
     f2 = [x[..., i1] / m.sqrt() for _, i1 in pairs]
-    f3 = []
-    for p, (i0, i1) in enumerate(pairs):
-        j0, j1 = pairs[(p + 1) % P]
-        f3.append((x[..., i0] * x[..., j1] - x[..., i1] * x[..., j0]) / m)
+    f3 = [(x[..., i0] * x[..., j1] - x[..., i1] * x[..., j0]) / m  # pair p against pair p+1 mod P
+          for (i0, i1), (j0, j1) in zip(pairs, pairs[1:] + pairs[:1])]
     return torch.stack(f0 + f1 + f2 + f3, dim=-1)
 
 
@@ -216,8 +212,7 @@ def materialize(cascade: RotationCascade) -> torch.Tensor:
     """``[H, d, d]`` matrix of a coupling-off cascade (columns are images of basis vectors)."""
     if cascade.coupling is not None:
         raise ValueError("materialize() needs coupling=False: with coupling on the cascade is not linear")
-    p = cascade.angles
-    eye = torch.eye(cascade.width, dtype=p.dtype, device=p.device)  # (d, d)
+    eye = torch.eye(cascade.width, dtype=cascade.angles.dtype, device=cascade.angles.device)  # (d, d)
     basis = eye.unsqueeze(1).expand(cascade.width, cascade.heads, cascade.width)  # (d_in, H, d)
     out = cascade(basis.reshape(cascade.width, -1)).reshape(cascade.width, cascade.heads, cascade.width)
     return out.permute(1, 2, 0)  # (H, d_out, d_in)

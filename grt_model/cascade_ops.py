@@ -21,14 +21,13 @@ def clifford_features(x0: torch.Tensor, x1: torch.Tensor, norm: str = "pair_ener
     ``norm="feature_rms"`` (the ablation of :data:`grt_model.config.COUPLING_NORMS`) instead divides the raw
     features :math:`[e, x_0, x_1, \text{area}]` by their root mean square over all :math:`4P`."""
     energy = x0 * x0 + x1 * x1  # (..., P)
+    area = x0 * x1.roll(-1, dims=-1) - x1 * x0.roll(-1, dims=-1)  # x0[p] x1[p+1] - x1[p] x0[p+1]
     if norm == "feature_rms":
-        raw = torch.cat((energy, x0, x1, x0 * x1.roll(-1, dims=-1) - x1 * x0.roll(-1, dims=-1)), dim=-1)  # (..., 4P)
-        rms = raw.square().mean(dim=-1, keepdim=True).sqrt().clamp_min(torch.finfo(x0.dtype).tiny)
-        return raw / rms
+        raw = torch.cat((energy, x0, x1, area), dim=-1)  # (..., 4P)
+        return raw / raw.square().mean(dim=-1, keepdim=True).sqrt().clamp_min(torch.finfo(x0.dtype).tiny)
     # tiny floor: an all-zero token (FFN padding) gives zero features instead of 0/0
     m = energy.mean(dim=-1, keepdim=True).clamp_min(torch.finfo(x0.dtype).tiny)  # (..., 1)
     rs = m.sqrt()
-    area = x0 * x1.roll(-1, dims=-1) - x1 * x0.roll(-1, dims=-1)  # x0[p] x1[p+1] - x1[p] x0[p+1]
     return torch.cat((energy / m, x0 / rs, x1 / rs, area / m), dim=-1)  # (..., 4P)
 
 

@@ -98,11 +98,6 @@ class GRTConfig:
                 raise ValueError(f"GRTConfig.{name} must be a finite number in {rng}, got {v!r}")
 
     @classmethod
-    def reference(cls, **overrides: Any) -> GRTConfig:
-        """The text's reference configuration (the dataclass defaults), with optional overrides."""
-        return cls(**overrides)
-
-    @classmethod
     def small(cls, **overrides: Any) -> GRTConfig:
         """Byte-level preset for the bundled corpus: vocabulary 256, d = 128 (4 heads of 32), 4 blocks,
         d_ff = 512, the text's stage counts (11 / 1 / 21) and couplings unchanged."""
@@ -111,9 +106,10 @@ class GRTConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> GRTConfig:
+        """``reference`` (the text's configuration: the dataclass defaults) or :meth:`small`, with overrides."""
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {name!r}")
-        return getattr(cls, name)(**overrides)
+        return cls.small(**overrides) if name == "small" else cls(**overrides)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -58,10 +58,6 @@ class PhaseEmbedding(nn.Module):
             self.phases.uniform_(-math.pi, math.pi)
             self.magnitudes.fill_(self.radius_init)
 
-    @property
-    def width(self) -> int:
-        return 2 * self.pairs
-
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return from_polar(self.magnitudes[idx].unsqueeze(-1), self.phases[idx])  # (..., 2P)
 

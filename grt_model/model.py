@@ -97,15 +97,12 @@ class GRTAttention(nn.Module):
             raise ValueError(f"GRTAttention expects (B, T, D), got shape {tuple(z.shape)}")
         # the cascade broadcasts its H input heads to its 3H heads (q, k, v read the same slice): no copy
         q, k, v = self.split_heads(self.qkv(z))  # 3 x (B, H, T, dh)
-        override = current_override()
-        if override is not None:  # e.g. lm.hf_classes: cached keys at absolute positions (grt_model.attention)
+        if (override := current_override()) is not None:  # e.g. lm.hf_classes: cached keys at absolute positions
             a = override(self, q, k, v)
+        elif explicit_attention_active():
+            a = causal_attention_with_weights(*self.position(q, k), v)[0]
         else:
-            q, k = self.position(q, k)
-            if explicit_attention_active():
-                a = causal_attention_with_weights(q, k, v)[0]
-            else:
-                a = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, dh)
+            a = F.scaled_dot_product_attention(*self.position(q, k), v, is_causal=True)  # (B, H, T, dh)
         return self.o(a.transpose(1, 2).reshape(z.shape))  # heads back to the token: (B, T, H*dh)
 
 
@@ -194,10 +191,8 @@ class GRT(nn.Module):
         for i, blk in enumerate(self.blocks):
             blk.attn.layer_index = i
         self.norm_f = PearlNorm(config.d_model, config.norm_eps, gain_init=config.resolved_final_gain_init, **kw)
-        if config.tie_head:
-            self.head = None
-        else:
-            self.head = nn.Linear(config.d_model, config.vocab_size, bias=False, **kw)
+        self.head = None if config.tie_head else nn.Linear(config.d_model, config.vocab_size, bias=False, **kw)
+        if self.head is not None:
             nn.init.normal_(self.head.weight, 0.0, config.head_init_std)
 
     def check_idx(self, idx: torch.Tensor) -> None:

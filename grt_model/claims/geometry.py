@@ -82,8 +82,7 @@ def claim_length_preservation(dtype=torch.float64) -> Claim:
         norms[name] = num((ratio - 1).abs().max())
         if not coupling:
             M = materialize(c)  # (H, d, d)
-            eye = torch.eye(width, dtype=dtype)
-            orth = num((M.transpose(-1, -2) @ M - eye).abs().max())
+            orth = num((M.transpose(-1, -2) @ M - torch.eye(width, dtype=dtype)).abs().max())
             sign, logabs = torch.linalg.slogdet(M)
     # singular values between the products of the per-stage smallest and largest scales
     c = RotationCascade(width, stages, coupling=False, heads=heads, dtype=dtype)
@@ -285,9 +284,8 @@ def claim_pearlnorm_invariance(dtype=torch.float64) -> Claim:
     inv = num(max((pearl_norm(c * x, 0.0, gain) - y).abs().max() / y.abs().max() for c in cs))
     J = flat_jacobian(lambda t: pearl_norm(t, 0.0, gain), x[0])
     euler = num(torch.linalg.vector_norm(J @ x[0]) / (torch.linalg.matrix_norm(J, 2) * x[0].norm()))
-    Jn = flat_jacobian(lambda t: pearl_norm(t), x[0])
-    jn_err = num(abs(torch.linalg.matrix_norm(Jn, 2) - pearl_norm_jacobian_norm(x[0])) / pearl_norm_jacobian_norm(
-        x[0]))
+    jn = pearl_norm_jacobian_norm(x[0])  # closed form rho / mu^2 (gain 1, eps 0)
+    jn_err = num(abs(torch.linalg.matrix_norm(flat_jacobian(pearl_norm, x[0]), 2) - jn) / jn)
     # gauge link: a weight W feeding PearlNorm has <grad_W L, W> = 0 and L(cW) = L(W)
     W = torch.randn(d, 32, dtype=dtype, requires_grad=True)
     u, tgt = torch.randn(8, 32, dtype=dtype), torch.randn(8, d, dtype=dtype)
@@ -350,24 +348,22 @@ def claim_mixer_crosses_heads(dtype=torch.float64) -> Claim:
     x = torch.randn(1, 1, cfg.d_model, dtype=dtype)
     tol = tolerance(dtype, size=dh, depth=cfg.qkvo_stages)
     off = ~torch.eye(H, dtype=torch.bool)
+    cross = [(b, a) for b in range(H) for a in range(H) if a != b]  # (output head, input head), a != b
 
-    def ranks(J):
-        B = cross_head_blocks(J, H)
-        return [numerical_rank(B[b, a], tol) for b in range(H) for a in range(H) if a != b]
+    def blocks(fn, at):  # [H, H, dh, dh]: the head-to-head blocks of fn's Jacobian at one token
+        return cross_head_blocks(flat_jacobian(fn, at), H)
 
-    z = blk.norm_attn(x)
-    J_path = cross_head_blocks(flat_jacobian(lambda t: blk.attn(t), z), H)
-    path_cross = num(J_path[off].abs().max())
-    r_attn_sub = ranks(flat_jacobian(lambda t: blk.sublayer("attn", t), x))
-    J_mix = flat_jacobian(lambda t: blk.mixer(t), blk.norm_mixer(x))
-    r_mix = ranks(J_mix)
-    Bm = cross_head_blocks(J_mix, H)
-    rel = num(min(torch.linalg.matrix_norm(Bm[b, a]) / torch.linalg.matrix_norm(Bm[b, b])
-                    for b in range(H) for a in range(H) if a != b))
-    r_mix_sub = ranks(flat_jacobian(lambda t: blk.sublayer("mixer", t), x))
+    def ranks(B):
+        return [numerical_rank(B[b, a], tol) for b, a in cross]
+
+    path_cross = num(blocks(blk.attn, blk.norm_attn(x))[off].abs().max())
+    r_attn_sub = ranks(blocks(lambda t: blk.sublayer("attn", t), x))
+    Bm = blocks(blk.mixer, blk.norm_mixer(x))
+    r_mix = ranks(Bm)
+    rel = num(min(torch.linalg.matrix_norm(Bm[b, a]) / torch.linalg.matrix_norm(Bm[b, b]) for b, a in cross))
+    r_mix_sub = ranks(blocks(lambda t: blk.sublayer("mixer", t), x))
     blk0 = GRTBlock(GRTConfig(mixer_coupling=False), dtype=dtype)
-    J0 = cross_head_blocks(flat_jacobian(lambda t: blk0.mixer(t), x), H)
-    uncoupled_cross = num(J0[off].abs().max())
+    uncoupled_cross = num(blocks(blk0.mixer, x)[off].abs().max())
     holds = (path_cross == 0.0 and max(r_attn_sub) == 1 and min(r_mix) == cfg.head_pairs
              and uncoupled_cross == 0.0)
     return Claim(

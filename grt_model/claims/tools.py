@@ -29,8 +29,7 @@ def num(v) -> float:
 
 def fd_tolerance(dtype, *, size: int = 1, depth: int = 1) -> Tolerance:
     """Tolerance for central finite differences with step eps^(1/3) (see the module docstring)."""
-    eps = eps_of(dtype)
-    return tolerance(dtype, size=size, depth=depth, safety=DEFAULT_SAFETY * eps ** (-1.0 / 3.0))
+    return tolerance(dtype, size=size, depth=depth, safety=DEFAULT_SAFETY * eps_of(dtype) ** (-1.0 / 3.0))
 
 
 def gradcheck(fn: Callable, inputs: tuple[torch.Tensor, ...], *, size: int, depth: int) -> bool:
