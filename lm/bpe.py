@@ -161,17 +161,15 @@ def _chunks(text: str, size: int = 1 << 20) -> list[str]:
 
 
 def train_tokenizer(train: bytes, vocab_size: int):
-    """Byte-level BPE with ``vocab_size`` tokens trained on ``train`` (UTF-8 text)."""
+    """Byte-level BPE with ``vocab_size`` tokens trained on ``train`` (UTF-8 text; the size is checked by
+    :meth:`lm.trainconfig.TrainConfig.check_model`)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    if not len(alphabet) < vocab_size <= 1 << 20:
-        raise ValueError(f"vocab_size must be in ({len(alphabet)}, {1 << 20}] for byte-level BPE, got {vocab_size}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, special_tokens=[],
-                                  show_progress=False, min_frequency=2)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=[], show_progress=False, min_frequency=2)
     tok.train_from_iterator(_chunks(train.decode("utf-8")), trainer=trainer)
     return tok
 

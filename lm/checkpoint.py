@@ -249,9 +249,10 @@ def check_payload(ckpt: dict[str, Any], path: str | os.PathLike) -> None:
         raise bad(f"its rng states lack {sorted({'python', 'numpy', 'torch'} - set(rng))}")
 
 
-def check_resumable(ckpt: dict[str, Any]) -> None:
-    """What a resume needs beyond :func:`check_payload`: the optimizer and RNG states and every train key."""
-    path = ckpt.get("source", "the checkpoint")
+def load_resumable(path: str | os.PathLike, *, trust_unverified: bool = False) -> dict[str, Any]:
+    """:func:`load_checkpoint`, and what a resume needs beyond :func:`check_payload`: the optimizer and RNG states
+    and every train key."""
+    ckpt = load_checkpoint(path, trust_unverified=trust_unverified)
     for key in ("optimizer", "rng", "extra", "tokens_seen"):
         if ckpt.get(key) is None:
             raise CheckpointError(f"{path}: it has no {key} (e.g. a converted or weights-only checkpoint), so a "
@@ -261,6 +262,7 @@ def check_resumable(ckpt: dict[str, Any]) -> None:
     if have != want:
         raise CheckpointError(f"{path}: its train_config lacks {sorted(want - have)} and has unknown "
                               f"{sorted(have - want)}; the checkpoint is corrupt or from another version of lm.train")
+    return ckpt
 
 
 def restore(ckpt: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:

@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check(args: argparse.Namespace) -> tuple[list[str], Any, Any]:
+def _check(args: argparse.Namespace) -> tuple[list[str], Any, torch.nn.Module]:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     for flag, value, lo in (("--batch-size", args.batch_size, 1), ("--bootstrap-iters", args.bootstrap_iters, 0),
                             ("--num-fewshot", args.num_fewshot, 0), ("--limit", args.limit, 1)):
@@ -272,11 +272,10 @@ def _check(args: argparse.Namespace) -> tuple[list[str], Any, Any]:
     check_outputs_against_inputs(inputs, {"--json": args.json})
     if args.reference:
         module, _ = load_model(reference=args.reference, device=args.device)
-    else:
-        from lm.hf import verify_export
+    else:  # verified (SHA256SUMS, loader shim) and loaded once: the harness reads the folder, the claim this module
+        from lm.hf import load_verified
 
-        verify_export(args.model_dir, trust_unverified=args.trust_unverified)
-        module = None
+        module = load_verified(args.model_dir, trust_unverified=args.trust_unverified)[0].model
     manager, loaded = load_tasks(tasks, include_path=args.include_path, include_defaults=not args.only_include_path,
                                  limit=args.limit)
     check_outputs_against_inputs({**inputs, "a task's data file": _data_files(loaded)}, {"--json": args.json})
@@ -293,17 +292,14 @@ def _data_files(loaded: dict[str, Any]) -> list[str]:
     return out
 
 
-def _work(args: argparse.Namespace, checked: tuple[list[str], Any, Any]) -> int:
+def _work(args: argparse.Namespace, checked: tuple[list[str], Any, torch.nn.Module]) -> int:
     tasks, manager, module = checked
-    results = evaluate(args.model_dir if module is None else module, tasks, num_fewshot=args.num_fewshot,
-                       batch_size=args.batch_size, device=args.device, limit=args.limit,
-                       bootstrap_iters=args.bootstrap_iters, log_samples=True, task_manager=manager)
+    results = evaluate(args.model_dir or module, tasks, num_fewshot=args.num_fewshot, batch_size=args.batch_size,
+                       device=args.device, limit=args.limit, bootstrap_iters=args.bootstrap_iters, log_samples=True,
+                       task_manager=manager)
     from lm_eval.utils import make_table
 
-    from lm.hf_classes import load_pretrained
-
-    direct = load_pretrained(args.model_dir).model if module is None else module
-    claim = harness_claim(direct.float().eval(), results)
+    claim = harness_claim(module.float().eval(), results)
     sys.stdout.write(make_table(results) + "\n")
     sys.stdout.write(f"[{'HOLDS' if claim.holds else 'FAILS'}] {claim.id}: {claim.measured['requests']} requests, "
                      f"max |harness - direct| / tolerance = {claim.measured['max_error_over_tolerance']:.3g}\n")

@@ -19,7 +19,7 @@ from torch import nn
 
 from lm.batches import BatchSampler
 from lm.bpe import TokenCorpus, load_corpus
-from lm.checkpoint import check_resumable, load_checkpoint, restore, save_checkpoint
+from lm.checkpoint import load_resumable, restore, save_checkpoint
 from lm.dist import DistContext
 from lm.errors import CheckpointError, NonFiniteError
 from lm.hooks import LoopInfo, StepHook
@@ -159,19 +159,13 @@ def prepare(ctx: DistContext, kind: str, model_cfg: Any, cfg: TrainConfig, *, re
     purpose: the run's state is built in one place, in the order a resume depends on (checks, folder, seed, model,
     optimizer, restore, log)."""
     out = Path(cfg.out_dir)
-    if cfg.batch_size % ctx.world:
-        raise ValueError(f"train.batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({ctx.world})")
-    cfg.check_model(model_cfg)
+    cfg.check_model(model_cfg, ctx.world)
     check_memory(kind, model_cfg, cfg, ctx.device, ctx.world)
+    # check_model fitted the vocabulary: bytes are < 256, and the BPE is trained to model.vocab_size tokens
     corpus = load_corpus(cfg.data, cfg.val_fraction, cfg.tokenizer, int(model_cfg.vocab_size))
-    if int(corpus.tokens.max()) >= int(model_cfg.vocab_size):
-        raise ValueError(f"the corpus has token ids up to {int(corpus.tokens.max())} but model.vocab_size is "
-                         f"{model_cfg.vocab_size}; raise model.vocab_size")
     T = int(model_cfg.block_size)
     sampler = BatchSampler(corpus, T, cfg.batch_size, cfg.seed, ctx.rank, ctx.world, ctx.device)
-    ckpt = load_checkpoint(out / "ckpt.pt", map_location="cpu", trust_unverified=trust_unverified) if resume else None
-    if ckpt is not None:
-        check_resumable(ckpt)
+    ckpt = load_resumable(out / "ckpt.pt", trust_unverified=trust_unverified) if resume else None
     extra = dict(ckpt["extra"]) if ckpt is not None else {}
     old_sha = extra.get("corpus_sha256")
     if old_sha is not None and old_sha != corpus.sha256:

@@ -22,7 +22,7 @@ _CLASSES = {"dense": (DenseConfig, DenseTransformer), "grt": (GRTConfig, GRT)}
 
 def model_classes(kind: str) -> tuple[type, type]:
     """``(ConfigClass, ModelClass)`` of a model kind."""
-    if kind not in _CLASSES:
+    if kind not in MODEL_KINDS:
         raise ValueError(f"model kind must be one of {', '.join(MODEL_KINDS)}; got {kind!r}")
     return _CLASSES[kind]
 

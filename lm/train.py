@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lm import sample as sample_cli
-from lm.checkpoint import check_resumable, load_checkpoint
+from lm.checkpoint import load_resumable
 from lm.dist import resolve_device
 from lm.loop import train
 from lm.models import DEPTH_KEY, MODEL_KINDS, config_from_dict, config_to_dict, default_model_config, model_classes
@@ -30,7 +30,7 @@ from lm.preflight import check_memory, check_run_dir
 from lm.runlog import LOCK_NAME
 from lm.summary import format_summary, summary_claims
 from lm.trainconfig import RESUME_LOCKED, WRITTEN_FILES, TrainConfig
-from rmsgauge import check_choice, check_output_file, check_range, reject_unknown_keys, write_claims_json
+from rmsgauge import check_output_file, check_range, reject_unknown_keys, write_claims_json
 from rmsgauge.cli import add_subcommand, add_subcommands, check_outputs_against_inputs, make_parser, one_line, run_main
 from rmsgauge.corpus import corpus_files
 
@@ -94,15 +94,13 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
     check_run_dir(out_dir, args.resume, args.force)
     ckpt = None
     if args.resume:
-        ckpt = load_checkpoint(Path(out_dir) / "ckpt.pt", trust_unverified=args.trust_unverified)
-        check_resumable(ckpt)
+        ckpt = load_resumable(Path(out_dir) / "ckpt.pt", trust_unverified=args.trust_unverified)
         kind = ckpt["model_kind"]
         if args.model and args.model != kind:
             raise ValueError(f"--model {args.model} but the checkpoint in {out_dir} is a {kind} model")
         mdict, tdict = dict(ckpt["model_config"]), dict(ckpt["train_config"])
     else:
-        kind = args.model or file_cfg.get("model", "dense")
-        check_choice("model", kind, MODEL_KINDS)
+        kind = args.model or file_cfg.get("model", "dense")  # an unknown kind: default_model_config names it
         if args.model and file_cfg.get("model", args.model) != args.model:
             raise ValueError(f"--model {args.model} but the {'recipe' if args.recipe else '--config'} trains a "
                              f"{file_cfg['model']} model")
@@ -130,7 +128,7 @@ def resolve(args: argparse.Namespace) -> tuple[str, Any, TrainConfig, bool]:
         mcfg = config_from_dict(kind, mdict)
     except (ValueError, TypeError) as e:
         raise ValueError(f"model config: {one_line(e)}") from None
-    tcfg.check_model(mcfg)
+    tcfg.check_model(mcfg, int(os.environ.get("WORLD_SIZE", "1")))
     if ckpt is not None:
         _check_resume(ckpt, tdict, mcfg)
     return kind, mcfg, tcfg, args.resume
@@ -179,7 +177,7 @@ def _check_resume(ckpt: dict, tdict: dict, mcfg: Any) -> None:
         sys.stderr.write("note: the run length changed on --resume; the cosine schedule is recomputed for the "
                          "new length, so from here on this is not the continuation of the original run\n")
     new_m = config_to_dict(mcfg)
-    if new_m != {**old_m}:
+    if new_m != old_m:
         diff = sorted(k for k in old_m if new_m.get(k) != old_m[k])
         raise ValueError(f"model config keys {diff} differ from the checkpoint's; --resume keeps the model")
 
@@ -271,7 +269,7 @@ def _check(args: argparse.Namespace) -> Any:
     check_output_file("--json", args.json)
     kind, mcfg, tcfg, resume = resolve(args)
     out = Path(tcfg.out_dir)
-    data = corpus_files(tcfg.data or None) if tcfg.data else None  # the data exists (read before the model)
+    data = corpus_files(tcfg.data) if tcfg.data else None  # the data exists (read before the model)
     check_outputs_against_inputs({"--corpus": [tcfg.data, *data] if data else None, "--config": args.config},
                                  {"--json": args.json}, {"--out-dir": out},
                                  written={"--out-dir": (*WRITTEN_FILES, LOCK_NAME)})

@@ -57,9 +57,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name, lo, hi, kw in _REALS:
-            _float(f"train.{name}", getattr(self, name), lo, hi, **kw)
+            _number(f"train.{name}", getattr(self, name), lo, hi, **kw)
         for name, lo, hi in _INTS:
-            _int(f"train.{name}", getattr(self, name), lo, hi)
+            _number(f"train.{name}", getattr(self, name), lo, hi, integer=True)
         for name, choices in _CHOICES:
             check_choice(f"train.{name}", getattr(self, name), choices)
         check_device("train.device", self.device)
@@ -72,7 +72,7 @@ class TrainConfig:
         for k, v in self.lr_mult.items():
             if k not in LR_GROUPS:
                 raise ValueError(f"train.lr_mult: unknown lr group {k!r}; the groups are {', '.join(LR_GROUPS)}")
-            _float(f"train.lr_mult.{k}", v, 0.0, 1e4, lo_open=True)
+            _number(f"train.lr_mult.{k}", v, 0.0, 1e4, lo_open=True)
         # AdamW multiplies decayed weights by 1 - lr*wd every step: at or past 1 it flips or zeroes them
         if self.lr * self.wd >= 1.0:
             raise ValueError(f"train.lr * train.wd must be in [0, 1) (AdamW scales the weights by 1 - lr*wd each "
@@ -83,14 +83,17 @@ class TrainConfig:
                              f"({', '.join(DECAYED_LR_GROUPS)}), got {self.lr:g} * {mult:g} * {self.wd:g} = "
                              f"{self.lr * mult * self.wd:g} for {group}")
 
-    def check_model(self, model_cfg: Any) -> None:
-        """The model's vocabulary fits this run's tokens: the 256 bytes, or (BPE) more than the 256 byte symbols."""
+    def check_model(self, model_cfg: Any, world: int = 1) -> None:
+        """The model's vocabulary fits this run's tokens (the 256 bytes, or for BPE more than the 256 byte symbols and
+        at most 2^20), and the global batch splits evenly over ``world`` data-parallel ranks."""
+        if self.batch_size % world:
+            raise ValueError(f"train.batch_size ({self.batch_size}) must be divisible by WORLD_SIZE ({world})")
         v = model_cfg.vocab_size
         if self.tokenizer == "bytes" and v != VOCAB_SIZE:
             raise ValueError(f"model.vocab_size must be {VOCAB_SIZE} (the tokens are bytes), got {v!r}")
-        if self.tokenizer != "bytes" and v <= VOCAB_SIZE:
-            raise ValueError(f"model.vocab_size must be an integer above {VOCAB_SIZE} for BPE (the byte alphabet "
-                             f"plus merges), got {v!r}")
+        if self.tokenizer != "bytes" and not VOCAB_SIZE < v <= 1 << 20:
+            raise ValueError(f"model.vocab_size must be an integer in ({VOCAB_SIZE}, {1 << 20}] for BPE (the "
+                             f"byte alphabet plus merges), got {v!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,13 +128,8 @@ RESUME_LOCKED = ("lr", "min_lr_frac", "warmup_steps", "schedule", "wd", "beta1",
                  "batch_size", "seed", "dtype", "data", "val_fraction", "lr_mult", "tokenizer")
 
 
-def _float(name: str, v: Any, lo: float | None, hi: float | None = None, **kw) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{name} must be a number, got {v!r}")
+def _number(name: str, v: Any, lo: float | None, hi: float | None = None, *, integer: bool = False, **kw) -> None:
+    if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
+        what = f"an integer in [{lo}, {'inf' if hi is None else hi}]" if integer else "a number"
+        raise ValueError(f"{name} must be {what}, got {v!r}")
     check_range(name, v, lo, hi, **kw)
-
-
-def _int(name: str, v: Any, lo: int, hi: int | None = None) -> None:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{name} must be an integer in [{lo}, {'inf' if hi is None else hi}], got {v!r}")
-    check_range(name, v, lo, hi)
