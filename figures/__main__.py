@@ -4,7 +4,7 @@ Figures are deterministic: two runs on the same inputs give byte-identical files
 (``run.json``, which holds the timings, is the one exception).  Trained-model
 figures use ``--checkpoint`` (loaded, checksum-verified and checked to be a GRT before any figure is
 drawn; one without a checksum needs ``--trust-unverified``); without it the shipped reference GRT is drawn.
-Every output (``--out-dir``, ``--cache-dir``, ``--json``) is checked before any work: writable, and not
+Every output (``--out-dir``, ``--json``) is checked before any work: writable, and not
 the checkpoint or a folder holding it.  Exit status 0 when every figure was written, 1 when one failed or
 an input is corrupt, 2 for a usage error (one line), 130 interrupted; --debug shows a traceback.
 
@@ -46,8 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "figures; default: the shipped reference GRT")
     ap.add_argument("--trust-unverified", action="store_true",
                     help="accept a --checkpoint that has no checksum file (ckpt.pt.sha256); refused without it")
-    ap.add_argument("--cache-dir", metavar="DIR", type=Path, default=None,
-                    help="where the auto-trained checkpoint is cached (default: <out-dir>/cache)")
     ap.add_argument("--quick", action="store_true",
                     help="reduced sizes and a tiny training budget (for tests; captions say so)")
     ap.add_argument("--seed", type=int, default=0, help="seed for every random draw, in [0, 2**32) (default 0)")
@@ -95,15 +93,13 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], tuple[str, ...]]:
 
 def _check_paths(args: argparse.Namespace) -> None:
     check_output_dir("--out-dir", args.out_dir)
-    if args.cache_dir is not None:
-        check_output_dir("--cache-dir", args.cache_dir)
     check_output_file("--json", args.json)
     from lm.checkpoint import checkpoint_inputs
 
     inputs = {"--checkpoint": checkpoint_inputs(args.checkpoint) if args.checkpoint is not None else None}
     report = {f"the report's {n}": args.out_dir / n for n in REPORT_FILES}
     check_outputs_against_inputs(inputs, {"--json": args.json, **report},
-                                 {"--out-dir": args.out_dir, "--cache-dir": args.cache_dir})
+                                 {"--out-dir": args.out_dir})
 
 
 def _check_checkpoint(args: argparse.Namespace) -> None:
@@ -134,13 +130,13 @@ def list_figures() -> str:
 
 
 def display_command(argv: list[str]) -> str:
-    """The command line as the report prints it, without the output/cache folders (the report must not
+    """The command line as the report prints it, without the output folder (the report must not
     depend on where it was written: two runs into two folders give byte-identical pages)."""
     keep, args = [], iter(argv)
     for a in args:
-        if a in ("--out-dir", "--out", "--cache-dir"):
+        if a in ("--out-dir", "--out"):
             next(args, None)  # and its value
-        elif not a.startswith(("--out-dir=", "--out=", "--cache-dir=")):
+        elif not a.startswith(("--out-dir=", "--out=")):
             keep.append(a)
     return shlex.join(["python", "-m", "figures", *keep])
 

@@ -69,7 +69,7 @@ CLIS: dict[str, tuple[str, dict[str, tuple[str, ...]], tuple[str, ...]]] = {
         "--threads": BAD_INT, "--json": BAD_OUT_FILE, "--n-heads": BAD_INT, "--d-model": BAD_INT,
     }, ()),
     "figures": ("figures.__main__", {
-        "--only": ("nosuch", ",", ""), "--checkpoint": ("missing.pt", "adir"), "--cache-dir": ("afile",),
+        "--only": ("nosuch", ",", ""), "--checkpoint": ("missing.pt", "adir"),
         "--seed": BAD_INT, "--threads": BAD_INT, "--claims": ("bogus", "", ","), "--json": BAD_OUT_FILE,
         "--out-dir": ("afile", "afile/sub", "/sys/rmsgauge-fuzz"),
     }, ("--out-dir", "figs", "--quick")),

@@ -92,7 +92,7 @@ def test_resolve_accepts_names_and_groups():
 
 
 def test_display_command_hides_output_folders():
-    cmd = display_command(["--quick", "--out", "/tmp/a", "--cache-dir=/tmp/c", "--only", "grt"])
+    cmd = display_command(["--quick", "--out", "/tmp/a", "--out-dir=/tmp/c", "--only", "grt"])
     assert cmd == "python -m figures --quick --only grt"
 
 
