@@ -152,21 +152,15 @@ def _rotate_scatter(X, T, sc, i0s, i1s, Y, dst):
 
 
 @kernel
-def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M, Y, Z, D):
+def _cstage_fwd(src, dst, i0s, i1s, th, cs, sn, sc, wt, exact, tiny, X, F, T, M, Y, Z, D, replay):
     """Coupling-on stage ``src -> dst`` (different arrays): gather the pairs, features, the nudges
     ``D = tanh(W^T F)`` (kept by the caller when it stores them), the rotation.  Leaves the stage's records
-    ``X [2, P, tt]``, ``F [4P, tt]``, ``M [3, tt]``, ``T [3, P, tt]`` (see :func:`_trig`)."""
+    ``X [2, P, tt]``, ``F [4P, tt]``, ``M [3, tt]``, ``T [3, P, tt]`` (see :func:`_trig`).  ``replay``: the stage
+    from its kept nudges ``D``, no features, no coupling GEMM (the backward's rebuild; ``F`` and ``M`` untouched)."""
     _gather(src, i0s, i1s, X)
-    _features(X, tiny, F, M)
-    _nudge(wt, F, exact, Z, D)
-    _trig(D, th, cs, sn, exact, T)
-    _rotate_scatter(X, T, sc, i0s, i1s, Y, dst)
-
-
-@kernel
-def _cstage_replay(src, dst, i0s, i1s, th, cs, sn, sc, exact, X, T, Y, D):
-    """A coupled stage from its kept nudges ``D``: no features, no coupling GEMM (the backward's rebuild)."""
-    _gather(src, i0s, i1s, X)
+    if not replay:
+        _features(X, tiny, F, M)
+        _nudge(wt, F, exact, Z, D)
     _trig(D, th, cs, sn, exact, T)
     _rotate_scatter(X, T, sc, i0s, i1s, Y, dst)
 

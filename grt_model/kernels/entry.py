@@ -58,7 +58,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from grt_model.kernels.coupled import _cstage_bwd, _cstage_fwd, _cstage_replay, _features
+from grt_model.kernels.coupled import _cstage_bwd, _cstage_fwd, _features
 from grt_model.kernels.gelu import _gelu, _gelu_apply, _gelu_bwd, _gelu_drift, _gelu_pdf
 from grt_model.kernels.jit import kernel
 from grt_model.kernels.rotate import (
@@ -71,7 +71,6 @@ from grt_model.kernels.rotate import (
     _stages_inv_bwd,
     _store,
     _store_add,
-    _zero_rows,
 )
 from grt_model.kernels.scalar import (  # the scalar helpers are re-exported: tests check them against math
     cdf_pdf_fast32,
@@ -176,7 +175,7 @@ def coupled_cascade_fwd(x, out, i0, i1, th, cs, sn, sc, wt, exact, tiny, tt, kee
             for s in range(S):
                 k = s - (S - keep)
                 _cstage_fwd(buf[s % 2], buf[1 - s % 2], i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s],
-                            wt[h, s], exact, tiny, X, F, T, M, Y, Z, rec[tile, h, k] if k >= 0 else D)
+                            wt[h, s], exact, tiny, X, F, T, M, Y, Z, rec[tile, h, k] if k >= 0 else D, False)
             _store(buf[S % 2], n0, cnt, h * W, W, out)
 
 
@@ -220,12 +219,9 @@ def coupled_cascade_bwd(x, rec, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, ti
                 else:
                     dst = work[j]
                     j = 1 - j
-                if s >= first_kept:
-                    _cstage_replay(src, dst, i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s], exact, X[0],
-                                   T[0], Y, rec[tile, h, s - first_kept])
-                else:
-                    _cstage_fwd(src, dst, i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s], wt[h, s], exact,
-                                tiny, X[0], F, T[0], M, Y, Z, D)
+                kept = s >= first_kept
+                _cstage_fwd(src, dst, i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s], wt[h, s], exact, tiny,
+                            X[0], F, T[0], M, Y, Z, rec[tile, h, s - first_kept] if kept else D, kept)
                 src = dst
             _load(gy, n0, cnt, h * W, W, g)
             for sg in range(nseg - 1, -1, -1):
@@ -234,12 +230,9 @@ def coupled_cascade_bwd(x, rec, gy, gx, i0, i1, th, cs, sn, sc, w, wt, exact, ti
                 for k in range(n):  # every stage of the segment, the last included: its backward needs its records
                     s = s0 + k
                     src = ck[sg] if k == 0 else work[(k - 1) % 2]
-                    if s >= first_kept:
-                        _cstage_replay(src, work[k % 2], i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s],
-                                       exact, X[k], T[k], Y, rec[tile, h, s - first_kept])
-                    else:
-                        _cstage_fwd(src, work[k % 2], i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s],
-                                    wt[h, s], exact, tiny, X[k], F, T[k], M, Y, Z, D)
+                    kept = s >= first_kept
+                    _cstage_fwd(src, work[k % 2], i0[s], i1[s], th[h, s], cs[h, s], sn[h, s], sc[h, s], wt[h, s],
+                                exact, tiny, X[k], F, T[k], M, Y, Z, rec[tile, h, s - first_kept] if kept else D, kept)
                 for k in range(n - 1, -1, -1):
                     s = s0 + k
                     _features(X[k], tiny, F, M)
@@ -270,7 +263,6 @@ def ffn_fwd(z, out, ei0, ei1, ecf, eact, ci0, ci1, ccf, cact, exact, save, cdf_a
         n0 = tile * tt
         cnt = min(tt, N - n0)
         _load(z, n0, cnt, 0, din, buf)
-        _zero_rows(buf, din, W)
         _stages_fwd(buf, ei0, ei1, ecf, eact)
         _gelu(buf, ev, od, exact, rec)
         if save:
@@ -311,13 +303,11 @@ def ffn_bwd(z, cdf_all, gy, gz, ei0, ei1, ecf, eicf, eact, ci0, ci1, ccf, cicf, 
         n0 = tile * tt
         cnt = min(tt, N - n0)
         _load(z, n0, cnt, 0, din, zt)
-        _zero_rows(zt, din, W)
         _copy(zt, hb)
         _stages_fwd(hb, ei0, ei1, ecf, eact)
         _copy(cdf_all[tile], rec[0])
         _gelu_pdf(hb, ev, od, exact, rec)
         _load(gy, n0, cnt, 0, dout, g)
-        _zero_rows(g, dout, W)
         done = False
         if use_inv:
             _copy(hb, buf)
@@ -331,7 +321,6 @@ def ffn_bwd(z, cdf_all, gy, gz, ei0, ei1, ecf, eicf, eact, ci0, ci1, ccf, cicf, 
             else:
                 use_inv = False
                 _load(gy, n0, cnt, 0, dout, g)
-                _zero_rows(g, dout, W)
         if not done:
             stored += 1
             _copy(hb, buf)

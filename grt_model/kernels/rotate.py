@@ -7,27 +7,21 @@ import math
 
 import numpy as np
 
-from grt_model.kernels.jit import kernel
+from grt_model.kernels.jit import inline_kernel, kernel
 
 # Tile moves: token-major rows <-> coordinate-major tile buf[i, t]
 
 
 @kernel
 def _load(x, n0, cnt, col0, ncols, buf):
-    """``buf[:ncols, :cnt] = x[n0:n0+cnt, col0:col0+ncols].T``; tokens past ``cnt`` are zero (a partial tile)."""
+    """``buf[:ncols, :cnt] = x[n0:n0+cnt, col0:col0+ncols].T``; the rest of ``buf`` is zero (the tokens of a
+    partial tile, the rows of the FFN's zero padding)."""
     tt = buf.shape[1]
     for t in range(cnt):
         for i in range(ncols):
             buf[i, t] = x[n0 + t, col0 + i]
-    for i in range(ncols):
-        for t in range(cnt, tt):
-            buf[i, t] = 0.0
-
-
-@kernel
-def _zero_rows(buf, lo, hi):
-    for i in range(lo, hi):
-        for t in range(buf.shape[1]):
+    for i in range(buf.shape[0]):
+        for t in range(cnt if i < ncols else 0, tt):
             buf[i, t] = 0.0
 
 
@@ -56,6 +50,47 @@ def _copy(src, dst):
             dst[i, t] = src[i, t]
 
 
+@inline_kernel
+def _pair_map(src, dst, i0, i1, m):
+    """One pair through its 2x2 map ``m = (a, b, c, d)`` as in :func:`_rot`, from ``src`` into ``dst`` (which may be
+    ``src``)."""
+    a = m[0]
+    b = m[1]
+    c = m[2]
+    d = m[3]
+    for t in range(src.shape[1]):
+        x0 = src[i0, t]
+        x1 = src[i1, t]
+        dst[i0, t] = a * x0 + b * x1
+        dst[i1, t] = c * x0 + d * x1
+
+
+@inline_kernel
+def _pair_bwd(g, xs, i0, i1, m):
+    """Backward of :func:`_pair_map` given its input ``xs``, in place on ``g``: ``g <- M^T g``; returns
+    ``sum_t g x^T`` (the 2x2 map's gradient, row-major)."""
+    a = m[0]
+    b = m[1]
+    c = m[2]
+    d = m[3]
+    s00 = np.float32(0.0)  # numba widens these to float64 in the float64 kernel; float32 sums vectorize
+    s01 = np.float32(0.0)
+    s10 = np.float32(0.0)
+    s11 = np.float32(0.0)
+    for t in range(g.shape[1]):
+        x0 = xs[i0, t]
+        x1 = xs[i1, t]
+        g0 = g[i0, t]
+        g1 = g[i1, t]
+        s00 += g0 * x0
+        s01 += g0 * x1
+        s10 += g1 * x0
+        s11 += g1 * x1
+        g[i0, t] = a * g0 + c * g1
+        g[i1, t] = b * g0 + d * g1
+    return s00, s01, s10, s11
+
+
 @kernel
 def _rot(buf, i0s, i1s, cf, act):
     """Coupling-off stage in place, with each pair's 2x2 map ``cf[p] = (a, b, c, d)`` (rows of
@@ -81,60 +116,27 @@ def _rot(buf, i0s, i1s, cf, act):
 @kernel
 def _rot_to(src, dst, i0s, i1s, cf, act):
     """:func:`_rot` out of place (the storing path keeps every stage input); skipped pairs are copied."""
-    tt = src.shape[1]
     for p in range(i0s.shape[0]):
         i0 = i0s[p]
         i1 = i1s[p]
-        if act[p] == 0:
-            for t in range(tt):
-                dst[i0, t] = src[i0, t]
-                dst[i1, t] = src[i1, t]
+        if act[p] != 0:
+            _pair_map(src, dst, i0, i1, cf[p])
             continue
-        a = cf[p, 0]
-        b = cf[p, 1]
-        c = cf[p, 2]
-        d = cf[p, 3]
-        for t in range(tt):
-            x0 = src[i0, t]
-            x1 = src[i1, t]
-            dst[i0, t] = a * x0 + b * x1
-            dst[i1, t] = c * x0 + d * x1
+        for t in range(src.shape[1]):
+            dst[i0, t] = src[i0, t]
+            dst[i1, t] = src[i1, t]
 
 
 @kernel
 def _rot_bwd(g, xs, i0s, i1s, cf, act, gm):
     """Backward of a stage given its input ``xs``, in place on ``g`` (grad of the output -> of the input):
-    ``g <- M^T g`` and ``gm[p] += sum_t g x^T`` (the 2x2 map's gradient, row-major; autograd on the four
-    coefficients takes it on to the angle and the scales)."""
-    tt = g.shape[1]
+    ``g <- M^T g`` and ``gm[p] += sum_t g x^T`` (autograd on the four coefficients takes it on to the angle
+    and the scales)."""
     for p in range(i0s.shape[0]):
-        if act[p] == 0:
-            continue
-        i0 = i0s[p]
-        i1 = i1s[p]
-        a = cf[p, 0]
-        b = cf[p, 1]
-        c = cf[p, 2]
-        d = cf[p, 3]
-        s00 = np.float32(0.0)  # numba widens these to float64 in the float64 kernel; float32 sums vectorize
-        s01 = np.float32(0.0)
-        s10 = np.float32(0.0)
-        s11 = np.float32(0.0)
-        for t in range(tt):
-            x0 = xs[i0, t]
-            x1 = xs[i1, t]
-            g0 = g[i0, t]
-            g1 = g[i1, t]
-            s00 += g0 * x0
-            s01 += g0 * x1
-            s10 += g1 * x0
-            s11 += g1 * x1
-            g[i0, t] = a * g0 + c * g1
-            g[i1, t] = b * g0 + d * g1
-        gm[p, 0] += s00
-        gm[p, 1] += s01
-        gm[p, 2] += s10
-        gm[p, 3] += s11
+        if act[p] != 0:
+            s = _pair_bwd(g, xs, i0s[p], i1s[p], cf[p])
+            for k in range(4):
+                gm[p, k] += s[k]
 
 
 @kernel
@@ -143,44 +145,12 @@ def _rot_inv_bwd(x, g, i0s, i1s, cf, icf, act, gmt):
     input by ``M^{-1} = R^T D^{-1}`` (``icf``), ``g`` from the output's gradient to the input's, and
     ``gmt[p] = sum_t g x^T`` is *assigned* (the tile's own partial, added to the totals once the tile's
     inversion drift is checked).  Two loops per pair: a loop that writes four rows is left scalar by LLVM."""
-    tt = g.shape[1]
     for p in range(i0s.shape[0]):
-        if act[p] == 0:
-            continue
-        i0 = i0s[p]
-        i1 = i1s[p]
-        ia = icf[p, 0]
-        ib = icf[p, 1]
-        ic = icf[p, 2]
-        id_ = icf[p, 3]
-        for t in range(tt):
-            y0 = x[i0, t]
-            y1 = x[i1, t]
-            x[i0, t] = ia * y0 + ib * y1
-            x[i1, t] = ic * y0 + id_ * y1
-        a = cf[p, 0]
-        b = cf[p, 1]
-        c = cf[p, 2]
-        d = cf[p, 3]
-        s00 = np.float32(0.0)
-        s01 = np.float32(0.0)
-        s10 = np.float32(0.0)
-        s11 = np.float32(0.0)
-        for t in range(tt):
-            x0 = x[i0, t]
-            x1 = x[i1, t]
-            g0 = g[i0, t]
-            g1 = g[i1, t]
-            s00 += g0 * x0
-            s01 += g0 * x1
-            s10 += g1 * x0
-            s11 += g1 * x1
-            g[i0, t] = a * g0 + c * g1
-            g[i1, t] = b * g0 + d * g1
-        gmt[p, 0] = s00
-        gmt[p, 1] = s01
-        gmt[p, 2] = s10
-        gmt[p, 3] = s11
+        if act[p] != 0:
+            _pair_map(x, x, i0s[p], i1s[p], icf[p])
+            s = _pair_bwd(g, x, i0s[p], i1s[p], cf[p])
+            for k in range(4):
+                gmt[p, k] = s[k]
 
 
 @kernel
