@@ -34,8 +34,12 @@ def dense_family(grt_cfg, d_model: int) -> DenseConfig:
                        rope=grt_cfg.rope, tie_embeddings=grt_cfg.tie_head)
 
 
+def widths(n_heads: int, hi: int = 2048) -> list[int]:
+    step = 2 * n_heads  # head dim must be even (rotary pairs)
+    return list(range(step, hi + 1, step))
+
+
 def param_matched_width(grt_cfg, target: int) -> int:
-    """The dense width up to 2048 whose parameter count is nearest ``target`` (ties: the smaller width)."""
-    step = 2 * grt_cfg.n_heads  # head dim must be even (rotary pairs)
-    return min(range(step, 2049, step), key=lambda d: (abs(dense_params(
+    """The dense width whose parameter count is nearest ``target`` (ties: the smaller width)."""
+    return min(widths(grt_cfg.n_heads), key=lambda d: (abs(dense_params(
         d, grt_cfg.n_heads, grt_cfg.n_blocks, 4 * d, grt_cfg.vocab_size, True, grt_cfg.tie_head) - target), d))
