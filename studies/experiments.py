@@ -182,13 +182,11 @@ def measure_probe(spec: RunSpec, specs: list[RunSpec], records: dict[str, dict[s
         ref = next(s for s in specs if s.variant == spec.extra["match_width"])
         return {**matched_width((ref.model, ref.model_config), spec.model_config, batch_size=spec.batch_size,
                                 threads=threads, seed=spec.seed), "reference_variant": ref.variant}
-    ref_name, fast_name = spec.match_wallclock
-    by = {s.name: s for s in specs}
-    ref, fast = by[ref_name], by[fast_name]
+    ref, fast = (next(s for s in specs if s.name == n) for n in spec.match_wallclock)
     out = probe((ref.model, ref.model_config), (fast.model, fast.model_config), batch_size=ref.batch_size,
                 threads=threads, seed=spec.seed)
-    r_rec, f_rec = records[ref_name], records[fast_name]
-    return {**out, "reference_run": ref_name, "fast_run": fast_name, "reference_tokens": r_rec["tokens"],
+    r_rec, f_rec = records[ref.name], records[fast.name]
+    return {**out, "reference_run": ref.name, "fast_run": fast.name, "reference_tokens": r_rec["tokens"],
             "records_ratio": f_rec["tok_per_s"] / r_rec["tok_per_s"]
             if r_rec.get("tok_per_s") and f_rec.get("tok_per_s") else None}
 

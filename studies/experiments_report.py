@@ -21,13 +21,13 @@ from studies.reference_report import fmt_cell as _f
 from studies.reference_report import format_reference, reference_claims
 
 
-def _grouped(records: list[dict[str, Any]], keep: Any) -> dict[str, list[dict[str, Any]]]:
-    """``variant -> records`` of the records ``keep(record)`` selects, in record order."""
+def _grouped(records: list[dict[str, Any]], keep: Any, by_lr: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """``variant -> records`` of the records ``keep(record)`` selects, in record order (``by_lr``: by lr)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         if keep(r):
             out.setdefault(r["variant"], []).append(r)
-    return out
+    return {v: sorted(rs, key=lambda r: r["lr"]) for v, rs in out.items()} if by_lr else out
 
 
 def ablation_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -60,8 +60,7 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
         for v, what in (("coupling-off", "equal tokens"), ("coupling-off-wallclock", "equal wall-clock")):
             if v in rows and "shipped" in rows and min(rows[v]["seeds"], rows["shipped"]["seeds"]) >= 2:
                 spread = max(rows["shipped"]["seed_range"], rows[v]["seed_range"])
-                msg += f"; so far, {what}: coupling off {rows[v]['mean'] - rows['shipped']['mean']:+.3f} bits/byte " \
-                       f"(seed spread {spread:.3f})"
+                msg += f"; so far, {what}: coupling off {rows[v]['delta']:+.3f} bits/byte (seed spread {spread:.3f})"
         return msg
     ship, off, off_wall = (rows[v] for v in need)
     gap_tok, gap_wall = off["mean"] - ship["mean"], off_wall["mean"] - ship["mean"]
@@ -84,8 +83,7 @@ def content_adaptive(records: list[dict[str, Any]]) -> Claim | str:
 
 def stability_rows(records: list[dict[str, Any]], groups: tuple[str, ...] = ("stability",)
                    ) -> dict[str, list[dict[str, Any]]]:
-    rows = _grouped(records, lambda r: r["group"] in groups)
-    return {v: sorted(rs, key=lambda r: r["lr"]) for v, rs in rows.items()}
+    return _grouped(records, lambda r: r["group"] in groups, by_lr=True)
 
 
 def stable_range(rs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -106,8 +104,7 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
     n_models = len({s.variant for s in stab}) if stab else 4
     rows = stability_rows(records)
     if "grt" not in rows or any(len(rs) < n_lrs for rs in rows.values()) or len(rows) < min(2, n_models):
-        got = sum(len(rs) for rs in rows.values())
-        return f"pending: {got} of {n_models * n_lrs} stability runs recorded"
+        return f"pending: {sum(len(rs) for rs in rows.values())} of {n_models * n_lrs} stability runs recorded"
     ranges = {v: stable_range(rs) for v, rs in rows.items()}
     wider = all(_wider(ranges["grt"], r) for v, r in ranges.items() if v != "grt")
     ratios = {v: {"init": [r.get("grad_ratio_init") for r in rs], "trained": [r.get("grad_ratio_trained") for r in rs]}
@@ -124,19 +121,23 @@ def stable_by_construction(records: list[dict[str, Any]], specs: list[Any] | Non
         source_status="unstated", details={"ranges": ranges, "grad_norm_ratio_last_over_first": ratios})
 
 
+def _finals_by_shape(records: list[dict[str, Any]], groups: tuple[str, ...]
+                     ) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """``shape -> model -> finals`` of ``groups`` with a whole-split bpb, in record order (depth4-grt -> depth4)."""
+    by: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in records:
+        if r["group"] in groups and r.get("phase") == "final" and r.get("val_bpb_full") is not None:
+            by.setdefault(r["variant"].rsplit("-", 1)[0], {}).setdefault(r["model"], []).append(r)
+    return by
+
+
 def depth_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """GRT and dense finals at each depth (and the text shape), paired."""
-    finals = [r for r in records if r.get("phase") == "final" and r["group"] in ("depth", "text_shape")
-              and r.get("val_bpb_full") is not None]
-    pairs: dict[str, dict[str, Any]] = {}
-    for r in finals:
-        tag = r["variant"].rsplit("-", 1)[0]  # depth4-grt -> depth4, text-grt -> text
-        pairs.setdefault(tag, {})[r["model"]] = r
     rows = []
-    for tag, p in pairs.items():
-        g, d = p.get("grt"), p.get("dense")
-        n_blocks = (g or d)["model_config"].get("n_blocks") or (g or d)["model_config"].get("n_layers")
-        rows.append({"shape": tag, "n_blocks": n_blocks, "grt": g, "dense": d,
+    for tag, p in _finals_by_shape(records, ("depth", "text_shape")).items():
+        g, d = (p[m][-1] if m in p else None for m in ("grt", "dense"))
+        cfg = (g or d)["model_config"]
+        rows.append({"shape": tag, "n_blocks": cfg.get("n_blocks") or cfg.get("n_layers"), "grt": g, "dense": d,
                      "gap": g["val_bpb_full"] - d["val_bpb_full"] if g and d else None})
     return sorted(rows, key=lambda r: (r["shape"] == "text", r["n_blocks"]))
 
@@ -175,7 +176,7 @@ def tuning_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     whether it became the current point), the best point, and global lr against tuned at fresh seeds."""
     from lm.trainconfig import MODEL_LR_GROUPS
     from studies.grid import TUNING_BASE
-    from studies.tuning import best_point, point_key, run_score, search_trace
+    from studies.tuning import best_point, point_key, scored_runs, search_trace
 
     by = {r["name"]: r for r in records}
     out = []
@@ -185,8 +186,7 @@ def tuning_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not slots:
             continue
         model = slots[0]["model"]
-        runs = ([({}, run_score(by[base_name]))] if base_name in by else []) + \
-            [(r.get("lr_mult") or {}, run_score(r)) for r in slots]
+        runs = scored_runs(search, by, [r["name"] for r in slots])
         trace = search_trace(MODEL_LR_GROUPS[model], [p for p, _ in runs], [v for _, v in runs])
         best, best_score = best_point(runs)
         variant = base_name.rsplit("-seed", 1)[0]  # the ablation's global-lr rows: shipped / dense
@@ -264,17 +264,12 @@ def stable_by_construction_tuned(records: list[dict[str, Any]], n_lrs: int = len
 
 def final_pairs(records: list[dict[str, Any]], group: str) -> list[dict[str, Any]]:
     """Per shape of ``group``'s finals: the GRT's and the dense model's seeds, means, the gap and the spread."""
-    by: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for r in records:
-        if r["group"] == group and r.get("phase") == "final" and r.get("val_bpb_full") is not None:
-            by.setdefault(r["variant"].rsplit("-", 1)[0], {}).setdefault(r["model"], []).append(r)
     rows = []
-    for tag, p in by.items():
+    for tag, p in _finals_by_shape(records, (group,)).items():
         g, d = ([x["val_bpb_full"] for x in p.get(m, [])] for m in ("grt", "dense"))
         ranges = [max(v) - min(v) for v in (g, d) if len(v) > 1]
-        first = (p.get("grt") or p["dense"])[0]["model_config"]
-        rows.append({"shape": tag, "n_blocks": first.get("n_blocks") or first.get("n_layers"),
-                     "seeds": (len(g), len(d)),
+        cfg = (p.get("grt") or p["dense"])[0]["model_config"]
+        rows.append({"shape": tag, "n_blocks": cfg.get("n_blocks") or cfg.get("n_layers"), "seeds": (len(g), len(d)),
                      "grt_mean": statistics.fmean(g) if g else None, "dense_mean": statistics.fmean(d) if d else None,
                      "gap": statistics.fmean(g) - statistics.fmean(d) if g and d else None,
                      "spread": max(ranges, default=None),
@@ -389,8 +384,7 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
         mid = by.get(1e-3, {})
         lines.append(f"   {v:26s}{cells}  {_f(stable_range(rs)['largest'], 'g'):>14s}  "
                      f"{_f(mid.get('grad_ratio_init'), '.3g')} -> {_f(mid.get('grad_ratio_trained'), '.3g')}")
-    swept = _grouped(records, lambda r: r.get("phase") == "sweep" and r.get("val_bpb_full") is not None)
-    sweeps = {tag: sorted(pts, key=lambda r: r["lr"]) for tag, pts in swept.items()}  # each sweep's points, by lr
+    sweeps = _grouped(records, lambda r: r.get("phase") == "sweep" and r.get("val_bpb_full") is not None, by_lr=True)
     if sweeps:
         lines += ["", "lr sweeps (short runs; whole-split bits/byte per lr; > the lr its final run uses)"]
         finals = {r["variant"]: r for r in records if r.get("phase") == "final"}

@@ -151,10 +151,10 @@ def matched_dense(grt_cfg: dict[str, Any], **over: Any) -> dict[str, Any]:
     return {**d.to_dict(), **over}
 
 
-def _dense(shape: dict[str, Any], d_model: int | None = None, **over: Any) -> dict[str, Any]:
+def _dense(shape: dict[str, Any], **over: Any) -> dict[str, Any]:
     from lm.dense import DenseConfig
 
-    d = d_model or shape["d_model"]
+    d = shape["d_model"]
     return DenseConfig(vocab_size=shape["vocab_size"], block_size=shape["block_size"], d_model=d,
                        n_heads=shape["n_heads"], n_layers=shape["n_blocks"], d_ff=4 * d, **over).to_dict()
 

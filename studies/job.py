@@ -72,9 +72,8 @@ def _train(spec: dict[str, Any], run_dir: Path, threads: int) -> tuple[dict[str,
 def _loss_path(run_dir: Path) -> dict[str, Any]:
     recs = _log_records(run_dir)
     evals = [r for r in recs if r.get("event") == "eval"]
-    train = [r for r in recs if r.get("event") == "train"]
     first = evals[0]["val_loss"] if evals else math.nan
-    losses = [r["loss_avg"] for r in train if r.get("loss_avg") is not None]
+    losses = [r["loss_avg"] for r in recs if r.get("event") == "train" and r.get("loss_avg") is not None]
     nonfinite = next((r["step"] for r in recs if r.get("event") == "nonfinite"), None)
     # a diverged run has no final loss: its last evaluation is from before the blow-up (often step 0's), and
     # reporting it as "final" would draw a diverged model at its initial loss

@@ -110,33 +110,31 @@ def search_trace(groups: Iterable[str], points: list[Point], scores: list[float]
             for i, (p, s, b) in enumerate(zip(points, scores, befores))]
 
 
+def scored_runs(search: str, records: dict[str, dict[str, Any]], names: list[str]) -> list[tuple[Point, float]]:
+    """``(lr_mult, score)`` of the search's global-lr base run (when recorded), then of the records ``names``."""
+    base = TUNING_BASE.get(search)
+    return ([({}, run_score(records[base]))] if base in records else []) + \
+        [(records[n].get("lr_mult") or {}, run_score(records[n])) for n in names]
+
+
 def search_scores(search: str, records: dict[str, dict[str, Any]],
                   specs: list[RunSpec]) -> dict[tuple, float] | None:
     """``point_key -> score`` of a tuning search's recorded runs, its global-lr base run included; ``None`` while
     the base run (when the grid trains it) is unrecorded, so the search never trains that point twice."""
-    scores: dict[tuple, float] = {}
     base = TUNING_BASE.get(search)
-    if base in records:
-        scores[point_key({})] = run_score(records[base])
-    elif any(s.name == base for s in specs):
+    if base not in records and any(s.name == base for s in specs):
         return None
-    for s in specs:
-        if s.search == search and s.phase == "search" and s.name in records:
-            scores[point_key(records[s.name].get("lr_mult") or {})] = run_score(records[s.name])
-    return scores
+    names = [s.name for s in specs if s.search == search and s.phase == "search" and s.name in records]
+    return {point_key(p): v for p, v in scored_runs(search, records, names)}
 
 
 def tuned_point(search: str, records: dict[str, dict[str, Any]], specs: list[RunSpec]) -> dict[str, float] | None:
     """The best point of a finished tuning search (its base run included); ``None`` until every slot is
     recorded."""
-    slots = [s for s in specs if s.search == search and s.phase == "search"]
-    if not slots or any(s.name not in records for s in slots):
+    slots = [s.name for s in specs if s.search == search and s.phase == "search"]
+    if not slots or any(n not in records for n in slots):
         return None
-    scored = [(records[s.name].get("lr_mult") or {}, run_score(records[s.name])) for s in slots]
-    base = TUNING_BASE.get(search)
-    if base in records:
-        scored.append(({}, run_score(records[base])))
-    return best_point(scored)[0]
+    return best_point(scored_runs(search, records, slots))[0]
 
 
 def resolve_tuning(spec: RunSpec, records: dict[str, dict[str, Any]], specs: list[RunSpec],

@@ -23,17 +23,18 @@ from studies.trained.measure import (
     JAC_TOKENS,
     check_held_out_ids,
     dense_record,
+    dense_signal,
     det_sign_rows,
     grt_head_parameters,
     grt_jacobians,
     grt_record,
+    grt_signal,
     head_stats,
     jacobian_token_index,
     models_by_state,
     radial_gelu_jacobian_max,
     summary_stats,
 )
-from studies.trained.signal import dense_signal, grt_signal
 
 STATED_GATES_BLOCK0 = (0.99, 0.97, 0.79)  # the text: attention, mixer, FFN of block 0 after training
 STATED_RING_RADIUS = 0.79  # the text: block 0's ring "radius ≈ 0.79, pre-PearlNorm"
@@ -263,9 +264,8 @@ def claim_coupled_det_sign_trained(grt: GRT, dense: nn.Module | None = None,
     determinant can be negative (``grt.coupled_stage_det``); the text's guarantee holds on real tokens iff none
     is."""
     ids = check_held_out_ids(grt, held_out_ids)
-    res: dict[str, Any] = {}
-    for kind, state, mod in models_by_state(grt, None, grt_init, None):
-        res[f"{kind} {state}"] = det_sign_rows(grt_jacobians(mod, ids, jac_tokens, cache))
+    res = {f"{kind} {state}": det_sign_rows(grt_jacobians(mod, ids, jac_tokens, cache))
+           for kind, state, mod in models_by_state(grt, None, grt_init, None)}
     tr = res["grt trained"]
     n_neg, n_all = (sum(r[k][n] for r in tr for k in COUPLED) for n in ("negative", "of"))
     blk0 = grt.blocks[0]
