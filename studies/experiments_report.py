@@ -304,7 +304,9 @@ def space_efficient_bpe(records: list[dict[str, Any]]) -> Claim | str:
     """The space verdict at a real vocabulary (BPE 8,192 on GCIDE), both models tuned, at two sizes."""
     rows = [r for r in final_pairs(records, "vocab") if r["gap"] is not None]
     if len(rows) < 2:
-        return f"pending: {len(rows)} of 2 BPE pairs (vocabulary 8,192, two sizes) recorded"
+        so_far = "".join(f", {r['shape']}: GRT - dense {r['gap']:+.3f} (spread {r['spread']:.3f})" for r in rows
+                         if r["spread"] is not None)
+        return f"pending: {len(rows)} of 2 BPE pairs (vocabulary 8,192, two sizes) recorded{so_far}"
     return _fair_gap_claim("studies.space_efficient_bpe", "the model is space-efficient by math (at a real "
                            "vocabulary, where the phase embedding halves the table)", rows,
                            "at matched parameters, vocabulary 8,192, 3M tokens, both tuned: GRT bits/byte <= "

@@ -464,6 +464,9 @@ def test_the_fair_verdicts_wait_for_their_runs_then_read_the_gaps_beside_the_spr
     bpe = [final("vocab", f"bpe-{size}", m, 0, 3.0 - (0.01 if m == "grt" else 0.0)) for size in ("small", "large")
            for m in ("grt", "dense")]
     assert space_efficient_bpe(bpe[:2]).startswith("pending: 1 of 2")
+    seeded = bpe[:2] + [final("vocab", "bpe-small", m, 1, 3.004 - (0.01 if m == "grt" else 0.0))
+                        for m in ("grt", "dense")]
+    assert space_efficient_bpe(seeded).endswith("bpe-small: GRT - dense -0.010 (spread 0.004)")  # the pair so far
     b = space_efficient_bpe(bpe)
     assert b.holds and b.measured["beyond_seed_spread"] == {"bpe-large": False, "bpe-small": False}  # one seed
     stab = [{"name": f"{v}-lr{lr}", "group": "stability_tuned", "variant": v, "lr": lr, "stable": ok}
