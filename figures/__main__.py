@@ -80,8 +80,7 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], tuple[str, ...]]:
                          f"(or a group: gauge, dynamics, grt)") from None
     raw = args.claims.strip().lower()
     sources: tuple[str, ...] = () if raw == "none" else tuple(s.strip() for s in raw.split(",") if s.strip())
-    bad = [s for s in sources if s not in ALL_SOURCES]
-    if bad or (raw != "none" and not sources):
+    if not set(sources) <= set(ALL_SOURCES) or (raw != "none" and not sources):
         raise ValueError(f"--claims must be 'none' or a comma-separated subset of {', '.join(ALL_SOURCES)}, "
                          f"got {args.claims!r}")
     if not args.list:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from figures.registry import FigureOutput, figure, progress
-from figures.style import new_figure
+from figures.style import new_figure, new_panels
 
 CONVERGENCE_GRID = (  # (optimizer, decay, lr, wd): SGD at three decays and lrs, plus AdamW in torch's convention
     ("sgd", "source", 0.1, 0.01),
@@ -42,8 +42,7 @@ def radial_gradient(ctx) -> FigureOutput:
 
     dc = dyn_context(ctx)
     runs = [dc.model_trace(), dc.toy_trace(), dc.toy_trace("float32")]
-    fig = new_figure(figsize=(10.0, 4.2))
-    ax, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    fig, (ax, ax2) = new_panels(2, figsize=(10.0, 4.2))
     colors = ("#1f77b4", "#d62728", "#2ca02c")
     styles = ("-", "-", "--")  # the two toy runs share their gradient norms: the float32 one dashed on top
     rows = {}
@@ -129,8 +128,7 @@ def equilibrium(ctx) -> FigureOutput:
 
     dc = dyn_context(ctx)
     grid = CONVERGENCE_GRID[::2] if ctx.quick else CONVERGENCE_GRID
-    fig = new_figure(figsize=(11.0, 4.4))
-    ax, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    fig, (ax, ax2) = new_panels(2, figsize=(11.0, 4.4))
     nums = {}
     colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
     for i, ((opt, decay, lr, wd), color) in enumerate(zip(grid, colors)):
@@ -215,8 +213,7 @@ def angular_rate_scaling(ctx) -> FigureOutput:
     fit_adam = laws.fitted_exponent(c, adam)
     fit_src = laws.fitted_exponent(SOURCE_SCALES, SOURCE_ANGLES)
 
-    fig = new_figure(figsize=(7.2, 5.4))
-    ax = fig.add_subplot(1, 1, 1)
+    fig, (ax,) = new_panels(1, figsize=(7.2, 5.4))
     a1 = SOURCE_ANGLES[0]
     cc = np.geomspace(c.min() / 1.2, c.max() * 1.2, 50)
     ax.loglog(cc, a1 * cc**-2.0, color="k", lw=1.0, ls="-", label="slope −2 (angle ∝ 1/||W||²)")

@@ -12,7 +12,7 @@ import torch
 from matplotlib.patches import Rectangle
 
 from figures.registry import FigureOutput, figure
-from figures.style import FADED, HEAD_COLORS, new_figure
+from figures.style import FADED, HEAD_COLORS, new_figure, new_panels
 from grt_model.config import GRTConfig
 from rmsgauge import seed_everything, tolerance
 
@@ -222,8 +222,7 @@ def param_accounting(ctx) -> FigureOutput:
     rows = [r for r in param_table(cfg) if r.grt or r.dense]
     comps = [r for r in rows if r.component != "total"]
     total = next(r for r in rows if r.component == "total")
-    fig = new_figure(figsize=(10.0, 4.6))
-    ax = fig.add_subplot(1, 1, 1)
+    fig, (ax,) = new_panels(1, figsize=(10.0, 4.6))
     x = np.arange(len(comps))
     kind_colors = {"angles": "#fdae6b", "scales": "#e6550d", "coupling": "#756bb1", "other": "#969696"}
     bottom = np.zeros(len(comps))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from figures.registry import FigureOutput, FigureUnavailable, figure
-from figures.style import new_figure
+from figures.style import new_panels
 
 RESULT = Path(__file__).resolve().parent.parent / "results" / "rotational" / "compare.json"
 
@@ -23,8 +23,7 @@ def rotational_variants(ctx) -> FigureOutput:
     if not RESULT.is_file():
         raise FigureUnavailable(f"{RESULT} is missing: run python -m studies.rotational_compare")
     data = json.loads(RESULT.read_text())
-    fig = new_figure(figsize=(10.0, 4.0))
-    ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    fig, (ax1, ax2) = new_panels(2, figsize=(10.0, 4.0))
     numbers = {}
     for i, r in enumerate(data["runs"]):
         col, ls = f"C{i // 2}", "-" if r["rotational"] else ":"

@@ -215,9 +215,11 @@ def _numbers(text: str) -> str:
     return "".join(out) + _e(text[at:])
 
 
-def _claim_row(group: list[Claim], proofs_for: dict[str, list[Any]], figure_files: dict[str, str]) -> str:
-    """One row per claim id: its records (one per dtype) side by side in the "ours" cell, the statement, law
-    and details collapsed under ``<details>``, and the claim's figure beside it (a thumbnail linking to it)."""
+def _claim_row(group: list[Claim], proofs_for: dict[str, list[Any]],
+               figure_files: dict[str, str]) -> tuple[str, list[str]]:
+    """One row (``<tr>`` attributes, cells) per claim id: its records (one per dtype) side by side in the "ours"
+    cell, the statement, law and details collapsed under ``<details>``, and the claim's figure beside it (a thumbnail
+    linking to it)."""
     c = group[0]
     holds = all(r.holds for r in group)
     verdict = '<span class="v-holds">HOLDS</span>' if holds else '<span class="v-fails">FAILS</span>'
@@ -242,24 +244,29 @@ def _claim_row(group: list[Claim], proofs_for: dict[str, list[Any]], figure_file
     cells = [verdict, f"<code>{_e(c.id)}</code><details><summary>source, law, details</summary>{''.join(more)}"
              "</details>", _numbers(fmt(c.stated)), status, ours_cell, _e(pr), fig]
     cls = "claim" + ("" if holds else " fails")
-    return _tr(f'class="{cls}" id="claim-{_e(c.id)}" data-claim-id="{_e(c.id)}" '
-               f'data-dtype="{_e(" ".join(r.dtype for r in group))}"', cells, CLAIM_COLUMNS)
+    return (f'class="{cls}" id="claim-{_e(c.id)}" data-claim-id="{_e(c.id)}" '
+            f'data-dtype="{_e(" ".join(r.dtype for r in group))}"', cells)
 
 
-# the claims table's columns: header, cell class (v: a verdict, never wrapped; fig: the thumbnail)
+# the tables' columns: header, cell class (v: a verdict, never wrapped; fig: the thumbnail)
 CLAIM_COLUMNS = (("verdict", "v"), ("id", ""), ("stated", ""), ("source status", ""), ("ours (per dtype)", ""),
                  ("proof", ""), ("figure", "fig"))
+CLAIM_COLGROUP = ('<colgroup><col style="width:70px"><col style="width:22%"><col style="width:12%">'
+                  '<col style="width:10%"><col><col style="width:70px"><col style="width:170px"></colgroup>')
 PROOF_COLUMNS = (("verdict", "v"), ("claim id", ""), ("identity", ""), ("residual", ""), ("dimension", ""))
 
 
-def _tr(attrs: str, cells: list[str], columns: tuple[tuple[str, str], ...]) -> str:
-    """A row, each cell naming its column (``data-label``: a narrow screen shows a row as a card of labelled cells)."""
-    return (f"<tr {attrs}>" + "".join(f'<td{_class(k)} data-label="{_e(label)}">{x}</td>'
-                                      for x, (label, k) in zip(cells, columns)) + "</tr>")
-
-
-def _thead(columns: tuple[tuple[str, str], ...]) -> str:
-    return "<thead><tr>" + "".join(f"<th{_class(k)}>{_e(h)}</th>" for h, k in columns) + "</tr></thead>"
+def _table(cls: str, columns: tuple[tuple[str, str], ...], rows: list[tuple[str, list[str]]], empty: str,
+           colgroup: str = "") -> list[str]:
+    """A table of ``(<tr> attributes, cells)`` rows, or the sentence ``empty`` when there are none.  Each cell names
+    its column (``data-label``: a narrow screen shows a row as a card of labelled cells)."""
+    if not rows:
+        return [f'<p class="muted">{empty}</p>']
+    head = "<thead><tr>" + "".join(f"<th{_class(k)}>{_e(h)}</th>" for h, k in columns) + "</tr></thead>"
+    trs = (f"<tr {attrs}>" + "".join(f'<td{_class(k)} data-label="{_e(label)}">{x}</td>'
+                                     for x, (label, k) in zip(cells, columns)) + "</tr>" for attrs, cells in rows)
+    return [f'<table class="{cls} stack">', *([colgroup] if colgroup else []), head, "<tbody>", *trs,
+            "</tbody></table>"]
 
 
 def _class(cls: str) -> str:
@@ -296,29 +303,16 @@ def render_html(claims: list[Claim], proofs: list[Any], sidecars: list[dict[str,
     if missing:
         H += ['<h2 id="left-out">Left out of this report</h2>', '<ul class="left-out">',
               *(f"<li>{_e(x)}</li>" for x in missing), "</ul>"]
+    figure_files = {s["name"]: s["svg"] for s in sidecars}
     H.append('<h2 id="claims">Claims</h2>')
-    if claims:
-        H += ['<table class="claims stack">',
-              '<colgroup><col style="width:70px"><col style="width:22%"><col style="width:12%">'
-              '<col style="width:10%"><col><col style="width:70px"><col style="width:170px"></colgroup>',
-              _thead(CLAIM_COLUMNS), "<tbody>"]
-        figure_files = {s["name"]: s["svg"] for s in sidecars}
-        for group in by_id(claims).values():  # one row per claim id; gauge's float64 and float32 side by side
-            H.append(_claim_row(group, proofs_for, figure_files))
-        H.append("</tbody></table>")
-    else:
-        H.append('<p class="muted">No claim records (see the summary).</p>')
+    H += _table("claims", CLAIM_COLUMNS, [_claim_row(g, proofs_for, figure_files) for g in by_id(claims).values()],
+                "No claim records (see the summary).", CLAIM_COLGROUP)  # gauge's float64 and float32 in one row
     H.append('<h2 id="proofs">Symbolic proofs (sympy)</h2>')
-    if proofs:
-        H += ['<table class="proofs stack">', _thead(PROOF_COLUMNS), "<tbody>"]
-        for p in proofs:
-            v = '<span class="v-holds">PROVED</span>' if p.holds else '<span class="v-fails">NOT PROVED</span>'
-            cells = [v, f"<code>{_e(p.id)}</code>", _e(p.statement), f"<code>{_e(p.residual)}</code>",
-                     _e(p.dimension)]
-            H.append(_tr(f'class="proof" data-claim-id="{_e(p.id)}"', cells, PROOF_COLUMNS))
-        H.append("</tbody></table>")
-    else:
-        H.append('<p class="muted">No proofs in this report.</p>')
+    H += _table("proofs", PROOF_COLUMNS, [
+        (f'class="proof" data-claim-id="{_e(p.id)}"',
+         ['<span class="v-holds">PROVED</span>' if p.holds else '<span class="v-fails">NOT PROVED</span>',
+          f"<code>{_e(p.id)}</code>", _e(p.statement), f"<code>{_e(p.residual)}</code>", _e(p.dimension)])
+        for p in proofs], "No proofs in this report.")
     H.append('<h2 id="figures">Figures</h2>')
     if not sidecars:
         H.append('<p class="muted">No figures in this report.</p>')

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from figures.registry import FigureOutput, FigureUnavailable, figure
-from figures.style import new_figure
+from figures.style import new_panels
 from studies.trained import STATED_GATES_BLOCK0
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "grt-experiments"
@@ -41,8 +41,7 @@ def content_adaptive_fig(ctx) -> FigureOutput:
     from studies.experiments_report import ablation_rows
 
     rows = sorted(_rows(ablation_rows, "ablation run"), key=lambda r: r["mean"])
-    fig = new_figure(figsize=(8.0, 0.45 * len(rows) + 1.5))
-    ax = fig.add_subplot(1, 1, 1)
+    fig, (ax,) = new_panels(1, figsize=(8.0, 0.45 * len(rows) + 1.5))
     y = np.arange(len(rows))
     for i, r in enumerate(rows):
         ax.plot(r["bpb"], [i] * len(r["bpb"]), "o", color="C0" if r["model"] == "grt" else "C1", ms=4)
@@ -65,8 +64,7 @@ def stability_fig(ctx) -> FigureOutput:
     from studies.experiments_report import stability_rows
 
     rows = _rows(stability_rows, "stability run")
-    fig = new_figure(figsize=(7.0, 4.2))
-    ax = fig.add_subplot(1, 1, 1)
+    fig, (ax,) = new_panels(1, figsize=(7.0, 4.2))
     numbers = {}
     finite = [r["final_val_loss"] for rs in rows.values() for r in rs if r.get("final_val_loss") is not None]
     top = max(finite) * 1.05 if finite else 1.0  # where a diverged run (no final loss) is marked
@@ -97,8 +95,7 @@ def depth_fig(ctx) -> FigureOutput:
     from studies.experiments_report import depth_rows
 
     rows = _rows(depth_rows, "depth or text-shape final run")
-    fig = new_figure(figsize=(10.0, 4.0))
-    axes = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    fig, axes = new_panels(2, figsize=(10.0, 4.0))
     numbers: dict[str, Any] = {}
     for j, kind in enumerate(("grt", "dense")):
         pts = [(r[kind]["params"]["total"], r[kind]["wall_s"], r[kind]["val_bpb_full"], r["shape"])
@@ -140,8 +137,7 @@ def gate_trajectories(ctx) -> FigureOutput:
     curves = {r["name"]: c for r in runs if (c := _eval_curve(r["name"], "gates")) is not None}  # (E,), (E, L, 3)
     if not curves:
         raise FigureUnavailable("no GRT run with gate logs is recorded yet")
-    fig = new_figure(figsize=(11.0, 3.6))
-    axes = [fig.add_subplot(1, 3, k + 1) for k in range(3)]
+    fig, axes = new_panels(3, figsize=(11.0, 3.6))
     numbers = {}
     for i, (name, (tok, g)) in enumerate(sorted(curves.items())):
         for k, ax in enumerate(axes):
@@ -166,8 +162,7 @@ def tuning_search_fig(ctx) -> FigureOutput:
     from studies.experiments_report import tuning_rows
 
     rows = _rows(tuning_rows, "tuning run")
-    fig = new_figure(figsize=(10.0, 3.8))
-    ax, bx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    fig, (ax, bx) = new_panels(2, figsize=(10.0, 3.8))
     numbers = {}
     for i, r in enumerate(rows):
         scores = np.array([t["score"] for t in r["trace"]])  # (runs,) in the order the search trained them
@@ -201,8 +196,7 @@ def vocab_fig(ctx) -> FigureOutput:
     recs = [r for r in _records() if r["group"] in ("vocab", "long") and r.get("val_bpb_full") is not None]
     if not recs:
         raise FigureUnavailable("no BPE run is recorded yet")
-    fig = new_figure(figsize=(12.0, 3.8))
-    ax, bx, cx = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    fig, (ax, bx, cx) = new_panels(3, figsize=(12.0, 3.8))
     numbers: dict[str, Any] = {}
     sweeps = sorted({r["variant"] for r in recs if r.get("phase") == "sweep"})
     for tag in sweeps:  # e.g. bpe-small-grt: colour by model, line style by size

@@ -76,6 +76,12 @@ def new_figure(*, figsize: tuple[float, float] = (6.4, 4.0), **kw) -> Figure:
     return plt.figure(figsize=figsize, **kw)
 
 
+def new_panels(n: int, *, figsize: tuple[float, float], **subplot_kw) -> tuple[Figure, list]:
+    """A fresh figure (:func:`new_figure`) with ``n`` axes side by side, left to right."""
+    fig = new_figure(figsize=figsize)
+    return fig, [fig.add_subplot(1, n, k, **subplot_kw) for k in range(1, n + 1)]
+
+
 def render(fig: Figure) -> dict[str, bytes]:
     """The figure's SVG and PNG bytes (nothing written yet)."""
     configure()

@@ -16,7 +16,7 @@ from mpl_toolkits.mplot3d.art3d import Line3DCollection
 from figures.interactive import figure3d, line_trace
 from figures.model_source import TRACE_WORD, SentenceTrace, sentence_trace
 from figures.registry import FigureOutput, figure
-from figures.style import COS_CMAP, FADED, STAGE_GROUP_COLORS, head_color, new_figure
+from figures.style import COS_CMAP, FADED, STAGE_GROUP_COLORS, head_color, new_figure, new_panels
 
 LIT_PER_HEAD = 4  # the text's interactive view: "4 pairs per head lit in their head color, the other 112 faded"
 CASCADE_LABELS = {"q": "Q", "k": "K", "v": "V", "o": "O", "mixer": "mixer", "ffn_expand": "FFN expand",
@@ -101,8 +101,7 @@ def q_all_pairs(ctx) -> FigureOutput:
     tracks = cascade_tracks(q, st.token)  # (H, P, S+1, 2)
     H, P, S1, _ = tracks.shape
     emb = st.trace.embedding[0, st.token].double().numpy().reshape(-1, 2)  # (D/2, 2) the embedding's ring
-    fig = new_figure(figsize=(7.0, 6.0))
-    ax = fig.add_subplot(1, 1, 1, projection="3d")
+    fig, (ax,) = new_panels(1, figsize=(7.0, 6.0), projection="3d")
     for h in range(H):
         _draw3d(ax, with_stage(tracks[h]), head_color(h), lw=0.6, alpha=0.75)
     ax.scatter(emb[:, 0], emb[:, 1], np.full(len(emb), -1.0), s=4, color="k", label="embedding ring (z = -1)")
@@ -265,8 +264,7 @@ def block0_stages(ctx) -> FigureOutput:
         groups.append((c.name, with_stage(t, z0=z)))
         z += c.n_stages
     n_total = int(z)
-    fig = new_figure(figsize=(7.5, 7.0))
-    ax = fig.add_subplot(1, 1, 1, projection="3d")
+    fig, (ax,) = new_panels(1, figsize=(7.5, 7.0), projection="3d")
     ax.scatter(emb[:, 0], emb[:, 1], np.zeros(len(emb)), s=4, color="k")
     for name, t3 in groups:
         _draw3d(ax, t3, STAGE_GROUP_COLORS[name], lw=0.3, alpha=0.5)

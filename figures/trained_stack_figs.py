@@ -12,7 +12,7 @@ from matplotlib.colors import PowerNorm
 
 from figures.model_source import TRACE_WORD, sentence_trace
 from figures.registry import FigureOutput, figure
-from figures.style import COS_CMAP, STAGE_GROUP_COLORS, new_figure
+from figures.style import COS_CMAP, STAGE_GROUP_COLORS, new_figure, new_panels
 from figures.trained_figs import _caption, _output
 from studies.trained.claims import STATED_GATES_BLOCK0, STATED_RING_RADIUS  # the text's numbers, once
 
@@ -85,8 +85,7 @@ def gates(ctx) -> FigureOutput:
     g = st.trace.gates().double().numpy()  # (n_blocks, 3): attention, mixer, FFN (the model's own gates)
     nb = g.shape[0]
     init = st.tm.config.gate_init
-    fig = new_figure(figsize=(8.0, 4.2))
-    ax = fig.add_subplot(1, 1, 1)
+    fig, (ax,) = new_panels(1, figsize=(8.0, 4.2))
     names = ("attention", "mixer", "FFN")
     colors = (STAGE_GROUP_COLORS["q"], STAGE_GROUP_COLORS["mixer"], STAGE_GROUP_COLORS["ffn_expand"])
     x = np.arange(nb + 1)  # the text's block 0 first, then ours
