@@ -134,16 +134,7 @@ class EquilibriumCallback(TrainerCallback, ExportableState):
         self.jsonl.parent.mkdir(parents=True, exist_ok=True)
         saved = self._saved(state) if resumed_at else None
         if saved is not None:
-            self.found = saved["found"]
-            self.monitor = EquilibriumMonitor(net, opt, spec_groups(saved["gauges"]), tensorboard=self.writer,
-                                              on_lag=logger.warning, **self.monitor_kw)
-            mon = saved["monitor"]
-            history = read_records(self.jsonl, up_to=int(mon["step"])) if self.jsonl.exists() else []
-            if len(history) != saved["records"]:
-                logger.warning(f"EquilibriumCallback: {self.jsonl} holds {len(history)} of the {saved['records']} "
-                               f"records up to step {mon['step']}; the summary covers the records it holds")
-            self.monitor.load_state_dict({**mon, "history": history})
-            append_lines(self.jsonl, [{"event": "resume", "step": resumed_at}])
+            spec, self.found = spec_groups(saved["gauges"]), saved["found"]
         else:
             spec = self.gauges if self.gauges is not None else self._census(net, train_dataloader, args)
             self.found = describe_gauges(spec)
@@ -155,9 +146,17 @@ class EquilibriumCallback(TrainerCallback, ExportableState):
             if is_empty(spec):
                 logger.warning("EquilibriumCallback: the census found no gauge tensors; nothing to monitor")
                 return
-            self.monitor = EquilibriumMonitor(net, opt, spec, tensorboard=self.writer, on_lag=logger.warning,
-                                              **self.monitor_kw)
-            self.monitor.step = resumed_at
+        self.monitor = EquilibriumMonitor(net, opt, spec, tensorboard=self.writer, on_lag=logger.warning,
+                                          **self.monitor_kw)
+        self.monitor.step = resumed_at  # a checkpoint's monitor state, where it holds one, sets it again
+        if saved is not None:
+            mon = saved["monitor"]
+            history = read_records(self.jsonl, up_to=int(mon["step"])) if self.jsonl.exists() else []
+            if len(history) != saved["records"]:
+                logger.warning(f"EquilibriumCallback: {self.jsonl} holds {len(history)} of the {saved['records']} "
+                               f"records up to step {mon['step']}; the summary covers the records it holds")
+            self.monitor.load_state_dict({**mon, "history": history})
+            append_lines(self.jsonl, [{"event": "resume", "step": resumed_at}])
         if self.csv_path is not None and not (self.csv_path.exists() and self.csv_path.stat().st_size > 0):
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
             with self.csv_path.open("w", newline="") as f:

@@ -45,6 +45,7 @@ import dynamics.scalefree as sf
 from dynamics.heavyball import HeavyBall
 from dynamics.lion import Lion
 from dynamics.monitor import GaugeGroup, gauge_groups
+from dynamics.monitor.groups import covers
 from rmsgauge import check_range
 
 KINDS = {"sgd": torch.optim.SGD, "sgdm": torch.optim.SGD, "adamw": torch.optim.AdamW, "lion": Lion}
@@ -107,6 +108,7 @@ class RotationalOptimizer(torch.optim.Optimizer):
                  no_decay: Iterable[str] = (), **defaults: Any) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
+        check_group(kind, defaults, gauge=True)  # the defaults, before any work
         self.kind, self.per_neuron = kind, bool(per_neuron)
         self.groups: list[GaugeGroup] = gauge_groups(model, gauges, per_block=per_block)
         self._named = named = {n: p for n, p in model.named_parameters() if p.requires_grad}
@@ -123,16 +125,19 @@ class RotationalOptimizer(torch.optim.Optimizer):
         if zero:
             raise ValueError(f"gauge units with zero norm cannot rotate: {zero}")
 
-    def check_groups(self) -> None:
-        """:func:`check_group` on every param group (at construction and before each step)."""
-        for pg in self.param_groups:
-            check_group(self.kind, pg, gauge=any(id(p) in self._gauge_ids for p in pg["params"]))
+    def check_groups(self, saved: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """:func:`check_group` on every param group (at construction and before each step), or on the ``saved``
+        values of a state dict's groups before they are loaded."""
+        for pg, values in zip(self.param_groups, self.param_groups if saved is None else saved):
+            check_group(self.kind, {**values, "params": pg["params"]},
+                        gauge=any(id(p) in self._gauge_ids for p in pg["params"]))
 
     def _param_groups(self, named: dict[str, torch.Tensor], defaults: dict[str, Any],
                       groups: Sequence[Mapping[str, Any]], no_decay: Iterable[str]) -> list[dict[str, Any]]:
         names, gauge_names = list(named), {g.param for g in self.groups}
-        whole = {g.param for g in self.groups if g.axis is None} | {
-            n for n in gauge_names if _covers(named[n], [g for g in self.groups if g.param == n])}
+        blocks = {n: [(g.axis, g.start, g.stop) for g in self.groups if g.param == n] for n in gauge_names}
+        whole = {g.param for g in self.groups if g.axis is None} | {  # blocks that tile it: it needs no decay at all
+            n for n in gauge_names if any(covers([b for b in blocks[n] if b[0] == a], named[n].shape) for a in (0, 1))}
         nd = _match(names, no_decay, "no_decay")
         if nd & gauge_names:
             raise ValueError(f"no_decay names gauge tensor(s) {sorted(nd & gauge_names)}: a rotational gauge needs "
@@ -235,9 +240,7 @@ class RotationalOptimizer(torch.optim.Optimizer):
         if bad:
             raise ValueError(f"state_dict[{HELD_KEY!r}]: the unit counts of {bad} differ from this optimizer's "
                              f"(per_neuron and the gauge blocks must match the saved run)")
-        for saved, pg in zip(state_dict.get("param_groups", ()), self.param_groups):  # before anything is loaded
-            check_group(self.kind, {**saved, "params": pg["params"]},
-                        gauge=any(id(p) in self._gauge_ids for p in pg["params"]))
+        self.check_groups(state_dict.get("param_groups", ()))  # before anything is loaded
         self.base.load_state_dict({k: v for k, v in state_dict.items() if k != HELD_KEY})
         self.param_groups = self.base.param_groups
         self.state = self.base.state
@@ -248,21 +251,10 @@ class RotationalOptimizer(torch.optim.Optimizer):
         self.base.zero_grad(set_to_none=set_to_none)
 
 
-def _covers(p: torch.Tensor, groups: list[GaugeGroup]) -> bool:
-    """Do the blocks of one tensor cover it along one axis (then the tensor needs no decay at all)?"""
-    for axis in (0, 1):
-        blocks = [g for g in groups if g.axis == axis]
-        if blocks and sum(g.stop - g.start for g in blocks) == p.shape[axis]:
-            return True
-    return False
-
-
 def rotational_sgd(model: nn.Module, gauges: Any, *, lr: float, momentum: float = 0.9, weight_decay: float = 0.0,
                    per_block: bool = True, per_neuron: bool = False, groups: Sequence[Mapping[str, Any]] | None = None,
                    no_decay: Iterable[str] = ()) -> RotationalOptimizer:
     """Rotational variant of ``torch.optim.SGD(momentum, weight_decay)`` (coupled L2 convention)."""
-    check_range("momentum", momentum, 0.0, 1.0, hi_open=True)
-    check_hparams("", lr, weight_decay, gauge=True)
     return RotationalOptimizer(model, gauges, "sgdm" if momentum > 0 else "sgd", per_block=per_block,
                                per_neuron=per_neuron, groups=groups, no_decay=no_decay, lr=lr, momentum=momentum,
                                weight_decay=weight_decay)
@@ -273,10 +265,6 @@ def rotational_adamw(model: nn.Module, gauges: Any, *, lr: float, betas: tuple[f
                      groups: Sequence[Mapping[str, Any]] | None = None,
                      no_decay: Iterable[str] = ()) -> RotationalOptimizer:
     """Rotational variant of ``torch.optim.AdamW`` (decoupled decay ``lr * weight_decay`` per step)."""
-    check_hparams("", lr, weight_decay, gauge=True)
-    check_range("betas[0]", betas[0], 0.0, 1.0, hi_open=True)
-    check_range("betas[1]", betas[1], 0.0, 1.0, hi_open=True)
-    check_range("eps", eps, 0.0, None)
     return RotationalOptimizer(model, gauges, "adamw", per_block=per_block, per_neuron=per_neuron, groups=groups,
                                no_decay=no_decay, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
@@ -287,8 +275,5 @@ def rotational_lion(model: nn.Module, gauges: Any, *, lr: float, betas: tuple[fl
                     no_decay: Iterable[str] = ()) -> RotationalOptimizer:
     """Rotational variant of :class:`dynamics.lion.Lion` (decoupled decay ``lr * weight_decay``; REQ's
     ``RotationalLion`` construction, with the exact equilibrium angle of :mod:`dynamics.scalefree`)."""
-    check_hparams("", lr, weight_decay, gauge=True)
-    check_range("betas[0]", betas[0], 0.0, 1.0, hi_open=True)
-    check_range("betas[1]", betas[1], 0.0, 1.0, hi_open=True)
     return RotationalOptimizer(model, gauges, "lion", per_block=per_block, per_neuron=per_neuron, groups=groups,
                                no_decay=no_decay, lr=lr, betas=betas, weight_decay=weight_decay)

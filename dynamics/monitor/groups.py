@@ -55,7 +55,7 @@ def gauge_groups(model: nn.Module, gauges: Any, *, per_block: bool = True) -> li
     for n, blocks in spec.items():
         if n not in params:
             raise ValueError(f"gauges: no parameter named {n!r} in the model")
-        if all(b[0] is None for b in blocks) or (not per_block and _covers(blocks, params[n].shape)):
+        if all(b[0] is None for b in blocks) or (not per_block and covers(blocks, params[n].shape)):
             out.append(GaugeGroup(n, n))
             continue
         for axis, start, stop in blocks:
@@ -80,7 +80,7 @@ def spec_groups(rows: Iterable[Iterable[Any]]) -> dict[str, list[tuple[int | Non
     return spec
 
 
-def _covers(blocks: list[tuple[int | None, int, int]], shape: torch.Size) -> bool:
+def covers(blocks: list[tuple[int | None, int, int]], shape: torch.Size) -> bool:
     """Whether the blocks tile the whole tensor along one axis.  Only then is their union the whole tensor;
     merging the gauge rows of a partial gauge with its other rows would monitor a group that is no gauge."""
     axes = {b[0] for b in blocks}
