@@ -94,19 +94,13 @@ class ClaimGroup:
     reseed: bool = False
 
 
-def _failed(id: str, error: BaseException) -> Claim:
-    """A check that raised: FAILS with the error in one line (a broken check must not hide as a traceback)."""
-    return Claim(id=id, statement="(the check raised before measuring)", stated=None, measured=None,
-                 tolerance=None, holds=False, dtype=None, source_status="not_a_source_claim",
-                 details={"error": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"})
-
-
 def run_claims(group: ClaimGroup, *, only: Iterable[str] | None = None, seed: int | None = None,
                quick: bool = False, progress: Callable[[str], None] | None = None, **options: Any) -> list[Claim]:
     """Build ``group``'s context once, then run its checks (those in ``only``) in order, each in every call.
 
     An unknown id in ``only`` is a ``ValueError`` listing the known ones; a check that raises is a FAILS record
-    naming the error (:func:`_failed`), and its remaining calls are skipped."""
+    naming the error in one line (a broken check must not hide as a traceback), and its remaining calls are
+    skipped."""
     ids = list(group.checks) if only is None else list(only)
     unknown = [i for i in ids if i not in group.checks]
     if unknown:
@@ -122,7 +116,10 @@ def run_claims(group: ClaimGroup, *, only: Iterable[str] | None = None, seed: in
                 try:
                     res = group.checks[id](**kwargs)
                 except Exception as e:
-                    out.append(_failed(id, e))
+                    error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                    out.append(Claim(id=id, statement="(the check raised before measuring)", stated=None, measured=None,
+                                     tolerance=None, holds=False, dtype=None, source_status="not_a_source_claim",
+                                     details={"error": error}))
                     break
                 res = res if isinstance(res, list) else [res]
                 if not all(isinstance(r, Claim) for r in res):
@@ -159,10 +156,6 @@ def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
     and ``rest`` indent the first and the following lines."""
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
                          break_on_hyphens=False) or [first]
-
-
-def _widest_word(texts: Iterable[str]) -> int:
-    return max((len(w) for t in texts for w in t.split()), default=0)
 
 
 def _groups(claims: Sequence[Claim]) -> list[list[Claim]]:
@@ -208,8 +201,7 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
     if not groups:
         return ["(no claims)"]
     cols = list(dict.fromkeys(c.dtype for g in groups if len(g) > 1 for c in g))  # the precisions side by side
-    head = ["claim"] + ([] if cols else ["dtype"]) + ["stated"] + ([f"ours {d}" for d in cols] or ["ours"]) \
-        + ["verdict"]
+    head = ["claim", *([] if cols else ["dtype"]), "stated", *([f"ours {d}" for d in cols] or ["ours"]), "verdict"]
     rows = []
     for g in groups:
         by_dtype = {c.dtype: c for c in g}
@@ -218,13 +210,12 @@ def compact_table(claims: Sequence[Claim], width: int = WIDTH) -> list[str]:
             ours = [_ours(g[0])] + [""] * (len(cols) - 1)
         verdict = "HOLDS" if all(c.holds for c in g) else "FAILS"
         status = STATUS_SHORT.get(g[0].source_status, g[0].source_status)
-        rows.append([g[0].id] + ([] if cols else [g[0].dtype]) + [fmt_cell(g[0].stated)] + ours
-                    + [f"{verdict} {status}"])
+        rows.append([g[0].id, *([] if cols else [g[0].dtype]), fmt_cell(g[0].stated), *ours, f"{verdict} {status}"])
     column = list(zip(*rows))  # column k's cells
     least = {"stated": STATED_MIN, "verdict": VERDICT_MIN, "dtype": DTYPE_MIN}
     # every column as wide as its widest word (an id is one word): a formula, a number, an id is never cut
-    widths = [max(len(h), least.get(h, OURS_MIN if h.startswith("ours") else 0), _widest_word(column[k]))
-              for k, h in enumerate(head)]
+    widths = [max(len(h), least.get(h, OURS_MIN if h.startswith("ours") else 0),
+                  *(len(w) for cell in column[k] for w in cell.split())) for k, h in enumerate(head)]
     ours_at = [k for k, h in enumerate(head) if h.startswith("ours")]
     gaps = 2 * (len(head) - 1)
     spare = width - gaps - sum(w for k, w in enumerate(widths) if k not in ours_at)

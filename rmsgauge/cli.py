@@ -218,8 +218,7 @@ def one_line(message: object) -> str:
     return " ".join(str(message).split())
 
 
-USAGE_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, NotADirectoryError,
-                                                IsADirectoryError)
+USAGE_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
 
 
 def run_guarded(prog: str, fn: Any, *, debug: bool = False,
@@ -321,7 +320,7 @@ def add_subcommand(subs: Any, name: str, help: str, *, description: str | None =
     return p
 
 
-def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, work: Any, *, check: Any = None,
+def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, work: Any, *, check: Any = lambda _args: None,
              failure_errors: tuple[type[BaseException], ...] = (Failure,)) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run ``check(args)`` before any work, then ``work(args, checked)``.
 
@@ -336,12 +335,10 @@ def run_main(parser: argparse.ArgumentParser, argv: list[str] | None, work: Any,
         sub.error(f"unrecognized arguments: {' '.join(rest)}")
 
     def body() -> int:
-        checked = None
-        if check is not None:
-            try:
-                checked = check(args)
-            except USAGE_ERRORS as e:
-                sub.error(str(e))
+        try:
+            checked = check(args)
+        except USAGE_ERRORS as e:
+            sub.error(str(e))
         return work(args, checked)
 
     return run_guarded(sub.prog, body, debug=bool(getattr(args, "debug", False)), failure_errors=failure_errors)
@@ -359,10 +356,6 @@ def seconds_since_process_start() -> float | None:
         return None
 
 
-def _abs(p: str | os.PathLike) -> Path:
-    return Path(os.path.abspath(os.path.expanduser(os.fspath(p)))).resolve()
-
-
 def _same(a: Path, b: Path) -> bool:
     if a == b:
         return True
@@ -377,7 +370,8 @@ def _items(named: Mapping[str, Any]) -> list[tuple[str, str, Path]]:
     out = []
     for flag, value in named.items():
         values = value if isinstance(value, (list, tuple, set, frozenset)) else [value]
-        out += [(flag, os.fspath(v), _abs(v)) for v in values if v is not None and os.fspath(v) != ""]
+        out += [(flag, os.fspath(v), Path(os.path.abspath(os.path.expanduser(v))).resolve())
+                for v in values if v is not None and os.fspath(v) != ""]
     return out
 
 

@@ -164,23 +164,16 @@ class Result:
     note: str = ""
 
 
-def apply(m: Mutation, root: Path) -> bool:
-    """Replace ``m.old`` by ``m.new`` in the copy at ``root``; False when the line is not there exactly once."""
-    p = root / m.path
-    text = p.read_text(encoding="utf-8")
-    if text.count(m.old) != 1:
-        return False
-    p.write_text(text.replace(m.old, m.new), encoding="utf-8")
-    return True
-
-
 def run_one(m: Mutation, timeout: float = 900.0) -> Result:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"mutate-{m.name}-") as tmp:
         root = Path(tmp) / "repo"
         shutil.copytree(ROOT, root, ignore=IGNORE)
-        if not apply(m, root):
+        target = root / m.path  # the copy's file: the working tree is never touched
+        text = target.read_text(encoding="utf-8")
+        if text.count(m.old) != 1:
             return Result(m.name, False, [], [], time.perf_counter() - t0, f"line not found in {m.path}")
+        target.write_text(text.replace(m.old, m.new), encoding="utf-8")
         env = mutant_env(root)
         caught, missed = [], []
         for label, cmd in m.checks:

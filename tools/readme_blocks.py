@@ -91,20 +91,18 @@ _BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w-]+) \(python -m tools\.readm
 def render(text: str, root: Path) -> tuple[str, list[str]]:
     """``text`` with every generated block recomputed, and the names of the blocks that changed."""
     changed: list[str] = []
-    seen: set[str] = set()
 
     def one(m: re.Match) -> str:
         name = m["name"]
         if name not in BLOCKS:
             raise Failure(f"README block {name!r} has no generator; known: {', '.join(BLOCKS)}")
-        seen.add(name)
         body = "```\n" + BLOCKS[name](root).rstrip("\n") + "\n```\n"
         if body != m["body"]:
             changed.append(name)
         return m.group(1) + body + m.group(4)
 
     out = _BLOCK.sub(one, text)
-    missing = sorted(set(BLOCKS) - seen)
+    missing = sorted(set(BLOCKS) - {m["name"] for m in _BLOCK.finditer(text)})
     if missing:
         raise Failure(f"README.md has no marked block for {', '.join(missing)} (see python -m tools.readme_blocks "
                       f"--help for the markers)")
