@@ -78,13 +78,15 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _plain(x: Any, nonfinite: Callable[[float, str], Any], at: str = "") -> Any:
+def _plain(x: Any, nonfinite: Callable[[float, str | None], Any], at: str | None = None) -> Any:
     """Plain JSON values: numpy/torch arrays and scalars become lists/numbers, and a non-finite float becomes
-    ``nonfinite(x, at)``, ``at`` its dotted path (``a.b[2]``)."""
+    ``nonfinite(x, at)``, ``at`` its dotted path (``a.b[2]``) when one is traced (``at`` not None: building
+    paths nearly doubles the walk, so only a caller that reports them pays for them)."""
     if isinstance(x, dict):
-        return {str(k): _plain(v, nonfinite, f"{at}.{k}" if at else str(k)) for k, v in x.items()}
+        return {str(k): _plain(v, nonfinite, None if at is None else f"{at}.{k}" if at else str(k))
+                for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_plain(v, nonfinite, f"{at}[{i}]") for i, v in enumerate(x)]
+        return [_plain(v, nonfinite, None if at is None else f"{at}[{i}]") for i, v in enumerate(x)]
     if hasattr(x, "tolist"):
         return _plain(x.tolist(), nonfinite, at)
     if isinstance(x, float) and not math.isfinite(x):
