@@ -408,6 +408,13 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
                      f"{(d.get('params') or {}).get('total', 0):>12,d} {_f(d.get('val_bpb_full')):>9s} "
                      f"{_f(d.get('wall_s'), '.0f'):>7s} {_f(r['gap'], '+.4f'):>8s}")
     lines += format_tuning(records)
+    lines += ["", "6. a real vocabulary (BPE 8,192, GCIDE; 3M tokens) and the long pair (20 tokens/parameter): "
+              "seed means, whole-split bits/byte", f"   {'shape':10s} {'grt params':>11s} {'dense params':>12s} "
+              f"{'seeds':>5s} {'grt bpb':>8s} {'dense bpb':>9s} {'gap':>8s} {'spread':>7s}"]
+    lines += [f"   {r['shape']:10s} {_f(r['params'].get('grt'), ',d'):>11s} {_f(r['params'].get('dense'), ',d'):>12s} "
+              f"{'/'.join(map(str, r['seeds'])):>5s} {_f(r['grt_mean']):>8s} {_f(r['dense_mean']):>9s} "
+              f"{_f(r['gap'], '+.4f'):>8s} {_f(r['spread']):>7s}"
+              for r in final_pairs(records, "vocab") + final_pairs(records, "long")]
     lines += format_reference(records)
     if verbose:
         lines += ["", "every run: name, status, lr, tokens, whole-split bpb, sample bpb, tok/s"]
@@ -443,5 +450,6 @@ def summary(records: list[dict[str, Any]], path: Path, specs: list[Any], json_pa
     print("\n".join(lines))
     if json_path is not None:
         atomic_write_json(Path(json_path), {"verdicts": [v if isinstance(v, str) else v.to_json() for v in results_v],
-                                "ablation": ablation_rows(records), "depth": depth_rows(records)})
+                                "ablation": ablation_rows(records), "depth": depth_rows(records),
+                                "vocab_and_long": final_pairs(records, "vocab") + final_pairs(records, "long")})
     return 0 if all(not isinstance(v, str) and v.holds for v in results_v) else 1

@@ -443,6 +443,7 @@ def test_a_folder_started_before_a_spec_field_existed_is_the_same_run(tmp_path, 
 def test_the_fair_verdicts_wait_for_their_runs_then_read_the_gaps_beside_the_spread():
     from studies.experiments_report import (
         content_adaptive_matched,
+        format_tables,
         space_efficient_bpe,
         space_efficient_tuned,
         stable_by_construction_tuned,
@@ -469,6 +470,10 @@ def test_the_fair_verdicts_wait_for_their_runs_then_read_the_gaps_beside_the_spr
     assert space_efficient_bpe(seeded).endswith("bpe-small: GRT - dense -0.010 (spread 0.004)")  # the pair so far
     b = space_efficient_bpe(bpe)
     assert b.holds and b.measured["beyond_seed_spread"] == {"bpe-large": False, "bpe-small": False}  # one seed
+    long = [final("long", "long", m, 0, 1.7 + (0.05 if m == "grt" else 0.0)) for m in ("grt", "dense")]
+    rows = [ln.split() for ln in format_tables(seeded + long) if ln.startswith(("   bpe-small ", "   long "))]
+    assert rows == [["bpe-small", "100", "100", "2/2", "2.9920", "3.0020", "-0.0100", "0.0040"],
+                    ["long", "100", "100", "1/1", "1.7500", "1.7000", "+0.0500", "-"]]  # the summary's section 6
     stab = [{"name": f"{v}-lr{lr}", "group": "stability_tuned", "variant": v, "lr": lr, "stable": ok}
             for v, oks in (("grt-tuned", [True] * 9), ("dense-tuned", [True] * 7 + [False] * 2))
             for lr, ok in zip(range(9), oks)]
