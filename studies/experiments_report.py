@@ -262,19 +262,22 @@ def stable_by_construction_tuned(records: list[dict[str, Any]], n_lrs: int = len
         source_status="unstated", details={"grt_tuned": g, "dense_tuned": d})
 
 
-def final_pairs(records: list[dict[str, Any]], group: str) -> list[dict[str, Any]]:
-    """Per shape of ``group``'s finals: the GRT's and the dense model's seeds, means, the gap and the spread."""
+def final_pairs(records: list[dict[str, Any]], *groups: str) -> list[dict[str, Any]]:
+    """Per shape of ``groups``' finals (group by group): the GRT's and the dense model's seeds, means, the gap, the
+    spread."""
     rows = []
-    for tag, p in _finals_by_shape(records, (group,)).items():
+    for tag, p in _finals_by_shape(records, groups).items():
         g, d = ([x["val_bpb_full"] for x in p.get(m, [])] for m in ("grt", "dense"))
         ranges = [max(v) - min(v) for v in (g, d) if len(v) > 1]
-        cfg = (p.get("grt") or p["dense"])[0]["model_config"]
-        rows.append({"shape": tag, "n_blocks": cfg.get("n_blocks") or cfg.get("n_layers"), "seeds": (len(g), len(d)),
+        first = (p.get("grt") or p["dense"])[0]
+        cfg = first["model_config"]
+        rows.append({"shape": tag, "group": first["group"], "n_blocks": cfg.get("n_blocks") or cfg.get("n_layers"),
+                     "seeds": (len(g), len(d)),
                      "grt_mean": statistics.fmean(g) if g else None, "dense_mean": statistics.fmean(d) if d else None,
                      "gap": statistics.fmean(g) - statistics.fmean(d) if g and d else None,
                      "spread": max(ranges, default=None),
                      "params": {m: p[m][0]["params"]["total"] for m in p}})
-    return sorted(rows, key=lambda r: (r["n_blocks"], r["shape"]))
+    return sorted(rows, key=lambda r: (groups.index(r["group"]), r["n_blocks"], r["shape"]))
 
 
 def _fair_gap_claim(cid: str, statement: str, rows: list[dict[str, Any]], law: str) -> Claim:
@@ -414,7 +417,7 @@ def format_tables(records: list[dict[str, Any]], verbose: bool = False) -> list[
     lines += [f"   {r['shape']:10s} {_f(r['params'].get('grt'), ',d'):>11s} {_f(r['params'].get('dense'), ',d'):>12s} "
               f"{'/'.join(map(str, r['seeds'])):>5s} {_f(r['grt_mean']):>8s} {_f(r['dense_mean']):>9s} "
               f"{_f(r['gap'], '+.4f'):>8s} {_f(r['spread']):>7s}"
-              for r in final_pairs(records, "vocab") + final_pairs(records, "long")]
+              for r in final_pairs(records, "vocab", "long")]
     lines += format_reference(records)
     if verbose:
         lines += ["", "every run: name, status, lr, tokens, whole-split bpb, sample bpb, tok/s"]
@@ -451,5 +454,5 @@ def summary(records: list[dict[str, Any]], path: Path, specs: list[Any], json_pa
     if json_path is not None:
         atomic_write_json(Path(json_path), {"verdicts": [v if isinstance(v, str) else v.to_json() for v in results_v],
                                 "ablation": ablation_rows(records), "depth": depth_rows(records),
-                                "vocab_and_long": final_pairs(records, "vocab") + final_pairs(records, "long")})
+                                "vocab_and_long": final_pairs(records, "vocab", "long")})
     return 0 if all(not isinstance(v, str) and v.holds for v in results_v) else 1
